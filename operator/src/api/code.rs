@@ -1,0 +1,165 @@
+//! Uploads and source listings, shared by functions, services and self-contained jobs.
+
+use axum::extract::Multipart;
+use axum::http::HeaderMap;
+use axum::http::header::CONTENT_TYPE;
+use bytes::Bytes;
+
+use super::{ApiError, AppState};
+use crate::apitypes::SourceFileResponse;
+use crate::model::Runtime;
+use crate::upload::{
+    UploadError, build_context, object_keys, read_zip, source_files, version_stamp,
+    zip_key_for_context,
+};
+
+/// The multipart field that carries the zip.
+pub const CODE_FIELD: &str = "code";
+
+/// Reads the `code` field of a multipart upload.
+pub async fn read_code_field(
+    headers: &HeaderMap,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+    limit: u64,
+) -> Result<Bytes, ApiError> {
+    let is_multipart = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("multipart/form-data"));
+    let usage = "send multipart/form-data with the zip in the field \"code\", e.g. \
+                 curl -F code=@function.zip";
+    if !is_multipart {
+        return Err(ApiError::UnsupportedMediaType(usage.into()));
+    }
+    let mut multipart = multipart.map_err(|e| ApiError::BadRequest(format!("{e}; {usage}")))?;
+    let too_large = || {
+        ApiError::PayloadTooLarge(format!(
+            "upload is larger than the limit of {} MiB; remove build outputs and \
+             dependencies (they are installed at build time) from the zip",
+            limit / (1024 * 1024)
+        ))
+    };
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(field)) => field,
+            Ok(None) => return Err(ApiError::BadRequest(format!("no field \"code\"; {usage}"))),
+            Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(too_large());
+            }
+            Err(e) => {
+                return Err(ApiError::BadRequest(format!(
+                    "malformed multipart body: {e}"
+                )));
+            }
+        };
+        if field.name() != Some(CODE_FIELD) {
+            continue;
+        }
+        return match field.bytes().await {
+            Ok(bytes) if bytes.len() as u64 > limit => Err(too_large()),
+            Ok(bytes) => Ok(bytes),
+            Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
+            Err(e) => Err(ApiError::BadRequest(format!("reading field \"code\": {e}"))),
+        };
+    }
+}
+
+/// Validates a zip, builds its context and stores both objects; returns the context key
+/// (the new `s3Key`). Nothing is stored unless the zip is valid.
+pub async fn store_code(
+    state: &AppState,
+    namespace: &str,
+    key_name: &str,
+    runtime: Runtime,
+    entrypoint: &str,
+    zip: Bytes,
+) -> Result<String, ApiError> {
+    let limits = state.config.upload_limits.clone();
+    let prefix = state.config.base_image_prefix.clone();
+    let entrypoint = entrypoint.to_string();
+    let zip_for_check = zip.clone();
+    // Inflating and compressing is CPU work: keep it off the async workers.
+    let context = tokio::task::spawn_blocking(move || {
+        let files = read_zip(&zip_for_check, &limits)?;
+        build_context(&prefix, runtime, &entrypoint, &files)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("build context task failed: {e}")))??;
+
+    let now = chrono::Utc::now();
+    let mut disambiguator = 0;
+    let keys = loop {
+        let keys = object_keys(namespace, key_name, &version_stamp(now, disambiguator));
+        if !state.objects.exists(&keys.zip).await? {
+            break keys;
+        }
+        disambiguator += 1;
+    };
+    state.objects.put(&keys.zip, zip, "application/zip").await?;
+    state
+        .objects
+        .put(&keys.context, Bytes::from(context), "application/gzip")
+        .await?;
+    Ok(keys.context)
+}
+
+/// The files of the upload a context key belongs to (never the generated Dockerfile).
+pub async fn list_source(
+    state: &AppState,
+    context_key: &str,
+) -> Result<Vec<SourceFileResponse>, ApiError> {
+    let zip = stored_zip(state, context_key).await?;
+    let limits = state.config.upload_limits.clone();
+    let max_file_bytes = state.config.max_source_file_bytes;
+    let files = tokio::task::spawn_blocking(move || -> Result<_, UploadError> {
+        Ok(source_files(&read_zip(&zip, &limits)?, max_file_bytes))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("source listing task failed: {e}")))??;
+    Ok(files
+        .into_iter()
+        .map(|f| SourceFileResponse {
+            name: f.name,
+            content: f.content,
+            binary: f.binary,
+            truncated: f.truncated,
+            size: f.size,
+        })
+        .collect())
+}
+
+/// The user's zip behind a context key.
+pub async fn stored_zip(state: &AppState, context_key: &str) -> Result<Bytes, ApiError> {
+    let zip_key = zip_key_for_context(context_key)
+        .ok_or_else(|| ApiError::Internal(format!("unexpected s3 key {context_key:?}")))?;
+    state.objects.get(&zip_key).await?.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "the uploaded zip {zip_key:?} is missing from object storage; upload the code again"
+        ))
+    })
+}
+
+/// Removes every stored upload under a name (best effort: a leftover object is harmless).
+pub async fn delete_code(state: &AppState, namespace: &str, key_name: &str) {
+    for prefix in [
+        format!("functions/{namespace}/{key_name}/"),
+        format!("contexts/{namespace}/{key_name}/"),
+    ] {
+        match state.objects.list(&prefix).await {
+            Ok(keys) => {
+                for key in keys {
+                    if let Err(e) = state.objects.delete(&key).await {
+                        tracing::warn!(%key, error = %e, "could not delete an old upload");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(%prefix, error = %e, "could not list old uploads"),
+        }
+    }
+}
+
+/// Uploads of self-contained jobs live apart from functions of the same name; `_` cannot
+/// start a resource name, so the two never collide.
+pub fn job_key_name(name: &str) -> String {
+    format!("_jobs/{name}")
+}

@@ -1,0 +1,184 @@
+//! The REST API of SPEC §5 on axum. Handlers are thin: parse, call the store / upload
+//! pipeline, map errors through [`ApiError`].
+
+mod code;
+mod convert;
+mod error;
+mod extract;
+mod jobs;
+mod triggers;
+mod workloads;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, extract::Path};
+
+pub use error::ApiError;
+
+use crate::apitypes::NamespaceResponse;
+use crate::auth::Authenticator;
+use crate::model::{Function, Kind, Service};
+use crate::s3::ObjectStore;
+use crate::store::{Object, Resource, Store, StoreError, StoreExt};
+use crate::upload::UploadLimits;
+use extract::Authorized;
+
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    pub upload_limits: UploadLimits,
+    /// Registry prefix of the runtime base images in generated Dockerfiles.
+    pub base_image_prefix: String,
+    /// Larger source files are cut (with a flag) in source listings.
+    pub max_source_file_bytes: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            upload_limits: UploadLimits::default(),
+            base_image_prefix: "sless".into(),
+            max_source_file_bytes: 1024 * 1024,
+        }
+    }
+}
+
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub objects: ObjectStore,
+    pub auth: Arc<Authenticator>,
+    pub config: ApiConfig,
+}
+
+/// `/v1` routes plus `/healthz` and `/readyz`.
+pub fn router(state: Arc<AppState>) -> Router {
+    // Multipart framing adds a little on top of the zip itself.
+    let upload_body_limit = state.config.upload_limits.max_zip_bytes as usize + 64 * 1024;
+    let uploads = Router::new()
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/upload",
+            post(workloads::upload::<Function>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services/{name}/upload",
+            post(workloads::upload::<Service>),
+        )
+        .route("/v1/namespaces/{ns}/jobs/{name}/upload", post(jobs::upload))
+        .layer(DefaultBodyLimit::max(upload_body_limit));
+
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/namespaces/{ns}/ensure", post(ensure_namespace))
+        .route(
+            "/v1/namespaces/{ns}/functions",
+            get(workloads::list::<Function>).post(workloads::create::<Function>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}",
+            get(workloads::get::<Function>)
+                .put(workloads::replace::<Function>)
+                .delete(workloads::delete::<Function>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/source",
+            get(workloads::source::<Function>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services",
+            get(workloads::list::<Service>).post(workloads::create::<Service>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services/{name}",
+            get(workloads::get::<Service>)
+                .put(workloads::replace::<Service>)
+                .delete(workloads::delete::<Service>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services/{name}/source",
+            get(workloads::source::<Service>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/triggers",
+            get(triggers::list).post(triggers::create),
+        )
+        .route(
+            "/v1/namespaces/{ns}/triggers/{name}",
+            get(triggers::get)
+                .put(triggers::replace)
+                .patch(triggers::patch)
+                .delete(triggers::delete),
+        )
+        .route(
+            "/v1/namespaces/{ns}/jobs",
+            get(jobs::list).post(jobs::create),
+        )
+        .route(
+            "/v1/namespaces/{ns}/jobs/{name}",
+            get(jobs::get)
+                .put(jobs::replace)
+                .patch(jobs::patch)
+                .delete(jobs::delete),
+        )
+        .merge(uploads)
+        .fallback(unknown_route)
+        .with_state(state)
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Ready when the store answers.
+async fn readyz(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
+    state.store.list(Kind::Function, Some("readyz")).await?;
+    Ok("ready")
+}
+
+async fn unknown_route() -> ApiError {
+    ApiError::NotFound("no such route; the API lives under /v1/namespaces/{ns}/...".into())
+}
+
+async fn ensure_namespace(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path(_): Path<String>,
+) -> Result<(StatusCode, Json<NamespaceResponse>), ApiError> {
+    let created = state.store.ensure_namespace(&auth.namespace).await?;
+    let (status, word) = if created {
+        (StatusCode::CREATED, "created")
+    } else {
+        (StatusCode::OK, "exists")
+    };
+    Ok((
+        status,
+        Json(NamespaceResponse {
+            namespace: auth.namespace,
+            status: word.into(),
+        }),
+    ))
+}
+
+async fn load<R: Resource>(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+) -> Result<Object<R>, ApiError> {
+    state
+        .store
+        .get_typed::<R>(namespace, name)
+        .await?
+        .ok_or_else(|| not_found(R::KIND, namespace, name))
+}
+
+fn not_found(kind: Kind, namespace: &str, name: &str) -> ApiError {
+    StoreError::NotFound {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+    .into()
+}

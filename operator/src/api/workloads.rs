@@ -1,0 +1,189 @@
+//! Functions and Services: the same handlers, generic over the kind.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::{Multipart, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+
+use super::code::{delete_code, list_source, read_code_field, store_code, stored_zip};
+use super::convert::{workload_response, workload_spec};
+use super::extract::{ApiJson, Authorized};
+use super::not_found;
+use super::{ApiError, AppState, load};
+use crate::apitypes::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
+use crate::model::{Phase, validate_name};
+use crate::store::{Object, StoreError, StoreExt, WorkloadKind, modify, modify_status};
+
+pub async fn list<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+) -> Result<Json<Vec<WorkloadResponse>>, ApiError> {
+    let objects = state.store.list_typed::<R>(Some(&auth.namespace)).await?;
+    Ok(Json(objects.iter().map(workload_response).collect()))
+}
+
+pub async fn get<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+) -> Result<Json<WorkloadResponse>, ApiError> {
+    let object = load::<R>(&state, &auth.namespace, &name).await?;
+    Ok(Json(workload_response(&object)))
+}
+
+pub async fn create<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    ApiJson(request): ApiJson<WorkloadRequest>,
+) -> Result<(StatusCode, Json<WorkloadResponse>), ApiError> {
+    let name = request
+        .name
+        .clone()
+        .ok_or_else(|| ApiError::BadRequest("name: required".into()))?;
+    validate_name("name", &name)?;
+    let spec = workload_spec(&request, false)?;
+    let ns = &auth.namespace;
+
+    if let Some(other) = R::KIND.shares_names_with()
+        && state.store.get(other, ns, &name).await?.is_some()
+    {
+        return Err(ApiError::Conflict(format!(
+            "a {} named {name:?} already exists in {ns}; functions and services share names \
+             (both are served at /fn/{ns}/{name})",
+            other.noun()
+        )));
+    }
+    if let Some(existing) = state.store.get_typed::<R>(ns, &name).await? {
+        // A failed first apply may be re-applied: the failed object is replaced.
+        if existing.status.phase != Phase::Failed {
+            return Err(StoreError::AlreadyExists {
+                kind: R::KIND,
+                namespace: ns.clone(),
+                name,
+            }
+            .into());
+        }
+        state.store.delete(R::KIND, ns, &name).await?;
+        delete_code(&state, ns, &name).await;
+    }
+    let created = state
+        .store
+        .create_typed::<R>(ns, &name, &R::from_workload(spec))
+        .await?;
+    Ok((StatusCode::CREATED, Json(workload_response(&created))))
+}
+
+pub async fn replace<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+    ApiJson(request): ApiJson<WorkloadRequest>,
+) -> Result<Json<WorkloadResponse>, ApiError> {
+    if let Some(body_name) = &request.name
+        && body_name != &name
+    {
+        return Err(ApiError::BadRequest(format!(
+            "name: {body_name:?} does not match the URL ({name:?}); resources cannot be renamed"
+        )));
+    }
+    let new_spec = workload_spec(&request, true)?;
+    let ns = &auth.namespace;
+    let mut object = load::<R>(&state, ns, &name).await?;
+    if let Some(version) = &request.resource_version {
+        object.meta.resource_version = version.clone();
+    }
+    let old = R::workload(&object.spec).clone();
+    let mut spec = new_spec;
+    spec.s3_key = old.s3_key.clone();
+    spec.replicas = old.replicas;
+    // The build context bakes in runtime and entrypoint: rebuild it from the stored zip.
+    let rebuild =
+        old.s3_key.is_some() && (old.runtime != spec.runtime || old.entrypoint != spec.entrypoint);
+    if rebuild && let Some(context_key) = &old.s3_key {
+        let zip = stored_zip(&state, context_key).await?;
+        spec.s3_key =
+            Some(store_code(&state, ns, &name, spec.runtime, &spec.entrypoint, zip).await?);
+    }
+    *R::workload_mut(&mut object.spec) = spec;
+    let updated = state.store.update_typed(&object).await?;
+    let updated = if rebuild {
+        mark_building::<R>(&state, ns, &name).await?
+    } else {
+        updated
+    };
+    Ok(Json(workload_response(&updated)))
+}
+
+pub async fn delete<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    if !state.store.delete(R::KIND, &auth.namespace, &name).await? {
+        return Err(not_found(R::KIND, &auth.namespace, &name));
+    }
+    delete_code(&state, &auth.namespace, &name).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn upload<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<Json<WorkloadResponse>, ApiError> {
+    let ns = &auth.namespace;
+    let object = load::<R>(&state, ns, &name).await?;
+    let zip = read_code_field(
+        &headers,
+        multipart,
+        state.config.upload_limits.max_zip_bytes,
+    )
+    .await?;
+    let workload = R::workload(&object.spec);
+    let key = store_code(
+        &state,
+        ns,
+        &name,
+        workload.runtime,
+        &workload.entrypoint,
+        zip,
+    )
+    .await?;
+    modify::<R, _>(&*state.store, ns, &name, |o| {
+        R::workload_mut(&mut o.spec).s3_key = Some(key.clone());
+    })
+    .await?;
+    let updated = mark_building::<R>(&state, ns, &name).await?;
+    Ok(Json(workload_response(&updated)))
+}
+
+pub async fn source<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+) -> Result<Json<Vec<SourceFileResponse>>, ApiError> {
+    let object = load::<R>(&state, &auth.namespace, &name).await?;
+    let Some(key) = &R::workload(&object.spec).s3_key else {
+        return Err(ApiError::NotFound(format!(
+            "{} {name:?} has no code yet; upload a zip to .../{name}/upload",
+            R::KIND.noun()
+        )));
+    };
+    Ok(Json(list_source(&state, key).await?))
+}
+
+async fn mark_building<R: WorkloadKind>(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+) -> Result<Object<R>, ApiError> {
+    Ok(modify_status::<R, _>(&*state.store, namespace, name, |o| {
+        o.status.phase = Phase::Building;
+        o.status.message = Some("build queued".into());
+    })
+    .await?)
+}

@@ -1,0 +1,170 @@
+//! The REST API's JSON types (snake_case, the Terraform attribute names). Plain serde
+//! types with no Kubernetes dependency, so the console and the CLI can share them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Create (POST) or replace (PUT) a Function or a Service.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_sec: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_vars: Option<BTreeMap<String, String>>,
+    /// Optional optimistic-concurrency guard for PUT: a stale value is a 409.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadResponse {
+    pub namespace: String,
+    pub name: String,
+    /// "function" or "service".
+    pub kind: String,
+    pub runtime: String,
+    pub entrypoint: String,
+    pub memory_mb: u32,
+    pub timeout_sec: u32,
+    pub env_vars: BTreeMap<String, String>,
+    pub phase: String,
+    pub message: Option<String>,
+    pub image_ref: Option<String>,
+    pub s3_key: Option<String>,
+    pub last_built_at: Option<String>,
+    pub url: Option<String>,
+    pub resource_version: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub trigger_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+/// `PATCH .../triggers/{name}`: start or stop in place.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerPatch {
+    pub enabled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TriggerResponse {
+    pub namespace: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub trigger_type: String,
+    pub function_ref: String,
+    pub schedule: Option<String>,
+    pub queue: Option<String>,
+    pub enabled: bool,
+    pub active: bool,
+    pub url: Option<String>,
+    pub last_schedule_time: Option<String>,
+    pub message: Option<String>,
+    pub resource_version: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_vars: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_json: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_sec: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+/// `PATCH .../jobs/{name}`: bump `run_id` (and optionally change the event).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobPatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_json: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobResponse {
+    pub namespace: String,
+    pub name: String,
+    pub function_ref: Option<String>,
+    pub runtime: Option<String>,
+    pub entrypoint: Option<String>,
+    pub env_vars: BTreeMap<String, String>,
+    pub event_json: String,
+    pub run_id: i64,
+    pub timeout_sec: u32,
+    pub s3_key: Option<String>,
+    pub phase: String,
+    pub message: Option<String>,
+    pub job_name: Option<String>,
+    pub start_time: Option<String>,
+    pub completion_time: Option<String>,
+    pub log_tail: Option<String>,
+    pub resource_version: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceResponse {
+    pub namespace: String,
+    /// "created" or "exists".
+    pub status: String,
+}
+
+/// One file of an upload, as the source endpoint returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceFileResponse {
+    pub name: String,
+    /// None for binary files.
+    pub content: Option<String>,
+    pub binary: bool,
+    pub truncated: bool,
+    pub size: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

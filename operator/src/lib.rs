@@ -1,0 +1,10 @@
+//! sless operator: the resource model, REST API, auth, uploads, object storage, the
+//! store seam and the runners.
+
+pub mod api;
+pub mod apitypes;
+pub mod auth;
+pub mod model;
+pub mod s3;
+pub mod store;
+pub mod upload;

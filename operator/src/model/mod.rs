@@ -1,0 +1,10 @@
+//! The resource model: CustomResource types (also the embedded store's model),
+//! validation rules and naming. Every rule about what a valid resource is lives here.
+
+mod naming;
+mod resources;
+mod validation;
+
+pub use naming::{deploy_namespace, namespace_for_sub, workload_image};
+pub use resources::*;
+pub use validation::*;

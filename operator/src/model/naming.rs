@@ -1,0 +1,53 @@
+use sha2::{Digest, Sha256};
+
+/// The namespace of the user identified by `sub`: `sless-` + hex of the first 8 bytes of
+/// SHA-256(sub). Deterministic and does not reveal `sub`.
+pub fn namespace_for_sub(sub: &str) -> String {
+    let digest = Sha256::digest(sub.as_bytes());
+    format!("sless-{}", hex::encode(&digest[..8]))
+}
+
+/// Where a namespace's workloads (Deployments, Jobs, build Jobs, CronJobs) run in Kubernetes.
+pub fn deploy_namespace(namespace: &str) -> String {
+    format!("sless-fn-{namespace}")
+}
+
+/// The image a workload's build pushes: `<registry>/sless-<ns>-<name>:<sha12 of s3Key>`.
+pub fn workload_image(registry: &str, namespace: &str, name: &str, s3_key: &str) -> String {
+    let digest = hex::encode(Sha256::digest(s3_key.as_bytes()));
+    format!(
+        "{}/sless-{namespace}-{name}:{}",
+        registry.trim_end_matches('/'),
+        &digest[..12]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_is_prefix_plus_16_hex_chars_of_sha256() {
+        // sha256("alice") = 2bd806c97f0e00af1a1fc3328fa763a9269723c8db8fac4f93af71db186d6e90
+        assert_eq!(namespace_for_sub("alice"), "sless-2bd806c97f0e00af");
+        assert_eq!(namespace_for_sub("alice").len(), 22);
+        assert_ne!(namespace_for_sub("alice"), namespace_for_sub("bob"));
+    }
+
+    #[test]
+    fn deploy_namespace_prefixes_fn() {
+        assert_eq!(
+            deploy_namespace("sless-2bd806c97f0e00af"),
+            "sless-fn-sless-2bd806c97f0e00af"
+        );
+    }
+
+    #[test]
+    fn workload_image_uses_sha12_of_key() {
+        let image = workload_image("reg.example/", "sless-ab", "hello", "contexts/x.tar.gz");
+        let (repo, tag) = image.rsplit_once(':').unwrap();
+        assert_eq!(repo, "reg.example/sless-sless-ab-hello");
+        assert_eq!(tag.len(), 12);
+        assert!(tag.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+}

@@ -1,0 +1,335 @@
+use std::collections::BTreeMap;
+use std::fmt;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const API_GROUP: &str = "sless.kube5s.ru";
+pub const API_VERSION: &str = "v1alpha1";
+/// The s3Key a Function was last built from; the same upload is never built twice.
+pub const ANNOTATION_LAST_BUILT_S3KEY: &str = "sless.kube5s.ru/last-built-s3key";
+/// The build Job currently running for a Function.
+pub const ANNOTATION_BUILD_JOB: &str = "sless.kube5s.ru/build-job";
+
+pub const DEFAULT_MEMORY_MB: u32 = 128;
+pub const DEFAULT_ENTRYPOINT: &str = "handler.handle";
+/// Applied when a request gives no timeout; 0 (no limit) must be asked for.
+pub const DEFAULT_TIMEOUT_SEC: u32 = 60;
+
+/// The four resource kinds; the store and the API dispatch on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    Function,
+    Trigger,
+    FunctionJob,
+    Service,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [
+        Kind::Function,
+        Kind::Trigger,
+        Kind::FunctionJob,
+        Kind::Service,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Function => "Function",
+            Kind::Trigger => "Trigger",
+            Kind::FunctionJob => "FunctionJob",
+            Kind::Service => "Service",
+        }
+    }
+
+    /// Lowercase word for messages ("function \"x\" not found").
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Function => "function",
+            Kind::Trigger => "trigger",
+            Kind::FunctionJob => "job",
+            Kind::Service => "service",
+        }
+    }
+
+    /// Functions and Services share one name space: both are reachable at
+    /// `/fn/<ns>/<name>` and become workloads of that name.
+    pub fn shares_names_with(self) -> Option<Kind> {
+        match self {
+            Kind::Function => Some(Kind::Service),
+            Kind::Service => Some(Kind::Function),
+            Kind::Trigger | Kind::FunctionJob => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Runtime {
+    #[serde(rename = "python3.11")]
+    Python311,
+    #[serde(rename = "nodejs20")]
+    Nodejs20,
+    #[serde(rename = "go1.23")]
+    Go123,
+}
+
+impl Runtime {
+    pub const ALL: [Runtime; 3] = [Runtime::Python311, Runtime::Nodejs20, Runtime::Go123];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Python311 => "python3.11",
+            Runtime::Nodejs20 => "nodejs20",
+            Runtime::Go123 => "go1.23",
+        }
+    }
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What Functions and Services have in common: code, how to call it, its limits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSpec {
+    pub runtime: Runtime,
+    pub entrypoint: String,
+    pub memory_mb: u32,
+    /// 0 = no limit, else 1–900.
+    pub timeout_sec: u32,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Build context key in S3, set by upload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Building,
+    Ready,
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Building => "Building",
+            Phase::Ready => "Ready",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_ref: Option<String>,
+    /// Build error tail or readiness note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_built_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// A function: code run on demand through its triggers.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "Function",
+    namespaced,
+    status = "WorkloadStatus",
+    shortname = "slfn",
+    printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#
+)]
+pub struct FunctionSpec {
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+}
+
+/// An always-on HTTP function.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "Service",
+    namespaced,
+    status = "WorkloadStatus",
+    shortname = "slsvc",
+    printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#
+)]
+pub struct ServiceSpec {
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerType {
+    Http,
+    Cron,
+    Event,
+}
+
+impl TriggerType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerType::Http => "http",
+            TriggerType::Cron => "cron",
+            TriggerType::Event => "event",
+        }
+    }
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+/// How a function gets called: over HTTP, on a schedule, or from a queue.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "Trigger",
+    namespaced,
+    status = "TriggerStatus",
+    shortname = "sltr",
+    printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
+    printcolumn = r#"{"name":"Function","type":"string","jsonPath":".spec.functionRef"}"#,
+    printcolumn = r#"{"name":"Enabled","type":"boolean","jsonPath":".spec.enabled"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TriggerSpec {
+    #[serde(rename = "type")]
+    pub trigger_type: TriggerType,
+    pub function_ref: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TriggerStatus {
+    #[serde(default)]
+    pub active: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<String>,
+    /// Why the trigger is not active (e.g. its function is missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A one-shot run of a function's code with a JSON event.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "FunctionJob",
+    namespaced,
+    status = "FunctionJobStatus",
+    shortname = "sljob",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Run","type":"integer","jsonPath":".spec.runId"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionJobSpec {
+    /// Run an existing function's code; otherwise the job carries its own code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_key: Option<String>,
+    /// The event, a JSON document as a string.
+    pub event_json: String,
+    /// 0 = created but not run; raising it runs the job again.
+    #[serde(default)]
+    pub run_id: i64,
+    /// 0 = no limit, else 1–900.
+    #[serde(default)]
+    pub timeout_sec: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum JobPhase {
+    #[default]
+    Pending,
+    Skipped,
+    Building,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl JobPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPhase::Pending => "Pending",
+            JobPhase::Skipped => "Skipped",
+            JobPhase::Building => "Building",
+            JobPhase::Running => "Running",
+            JobPhase::Succeeded => "Succeeded",
+            JobPhase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobPhase::Succeeded | JobPhase::Failed)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionJobStatus {
+    #[serde(default)]
+    pub phase: JobPhase,
+    /// The run this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_run_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<String>,
+    /// The handler's result (JSON) or the failure reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
+}

@@ -1,0 +1,375 @@
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::resources::*;
+
+pub const MEMORY_MB_RANGE: std::ops::RangeInclusive<u32> = 64..=4096;
+pub const MAX_TIMEOUT_SEC: u32 = 900;
+const MAX_NAME_LEN: usize = 63;
+
+/// A rule a field broke; the message names the field and the rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidationError {
+    pub field: String,
+    pub rule: String,
+}
+
+impl ValidationError {
+    pub fn new(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            rule: rule.into(),
+        }
+    }
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.rule)
+    }
+}
+
+impl std::error::Error for ValidationError {}
+
+type Result<T = ()> = std::result::Result<T, ValidationError>;
+
+/// DNS-1123 label: lowercase alphanumerics and '-', 1–63 chars, alphanumeric at both ends.
+pub fn validate_name(field: &str, value: &str) -> Result {
+    let rule = || {
+        ValidationError::new(
+            field,
+            format!(
+                "{value:?} is not a valid name: use 1-63 lowercase letters, digits and '-', \
+                 starting and ending with a letter or digit (DNS-1123 label)"
+            ),
+        )
+    };
+    let bytes = value.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let ok = !bytes.is_empty()
+        && bytes.len() <= MAX_NAME_LEN
+        && bytes.iter().all(|b| alnum(b) || *b == b'-')
+        && alnum(&bytes[0])
+        && alnum(&bytes[bytes.len() - 1]);
+    if ok { Ok(()) } else { Err(rule()) }
+}
+
+pub fn parse_runtime(field: &str, value: &str) -> Result<Runtime> {
+    Runtime::ALL
+        .into_iter()
+        .find(|r| r.as_str() == value)
+        .ok_or_else(|| {
+            let supported: Vec<_> = Runtime::ALL.iter().map(|r| r.as_str()).collect();
+            ValidationError::new(
+                field,
+                format!(
+                    "unsupported runtime {value:?}; supported: {}",
+                    supported.join(", ")
+                ),
+            )
+        })
+}
+
+pub fn parse_trigger_type(field: &str, value: &str) -> Result<TriggerType> {
+    [TriggerType::Http, TriggerType::Cron, TriggerType::Event]
+        .into_iter()
+        .find(|t| t.as_str() == value)
+        .ok_or_else(|| {
+            ValidationError::new(
+                field,
+                format!("unknown trigger type {value:?}; use one of: http, cron, event"),
+            )
+        })
+}
+
+/// `module.function`: the module may be dotted or a path (`pkg.mod`, `src/app`),
+/// the function an identifier.
+pub fn validate_entrypoint(field: &str, value: &str) -> Result {
+    let ident = |s: &str| {
+        let mut chars = s.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let ok = match value.rsplit_once('.') {
+        Some((module, function)) => {
+            ident(function)
+                && !module.starts_with('/')
+                && module.split(['.', '/']).all(|part| {
+                    !part.is_empty()
+                        && part
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                })
+        }
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!("{value:?} must have the form module.function, e.g. handler.handle"),
+        ))
+    }
+}
+
+pub fn validate_memory_mb(field: &str, value: u32) -> Result {
+    if MEMORY_MB_RANGE.contains(&value) {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!(
+                "{value} is out of range: must be between {} and {} (MiB)",
+                MEMORY_MB_RANGE.start(),
+                MEMORY_MB_RANGE.end()
+            ),
+        ))
+    }
+}
+
+pub fn validate_timeout_sec(field: &str, value: u32) -> Result {
+    if value <= MAX_TIMEOUT_SEC {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!("{value} is out of range: use 0 for no limit or 1-{MAX_TIMEOUT_SEC} seconds"),
+        ))
+    }
+}
+
+/// Env names must be valid shell names and must not shadow what the platform sets.
+pub fn validate_env(field: &str, env: &BTreeMap<String, String>) -> Result {
+    for name in env.keys() {
+        let mut chars = name.chars();
+        let valid = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "{name:?} is not a valid environment variable name: use letters, digits \
+                     and '_', not starting with a digit"
+                ),
+            ));
+        }
+        if name == "PORT" || name.starts_with("SLESS_") {
+            return Err(ValidationError::new(
+                field,
+                format!("{name:?} is reserved by the platform (PORT and SLESS_* are set by sless)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A standard 5-field cron expression (minute hour day-of-month month day-of-week).
+pub fn validate_schedule(field: &str, value: &str) -> Result {
+    let fields = value.split_whitespace().count();
+    if fields != 5 {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "{value:?} has {fields} fields; a schedule is a 5-field cron expression \
+                 (minute hour day-of-month month day-of-week), e.g. \"*/5 * * * *\""
+            ),
+        ));
+    }
+    value.parse::<croner::Cron>().map(|_| ()).map_err(|e| {
+        ValidationError::new(
+            field,
+            format!("{value:?} is not a valid cron expression: {e}"),
+        )
+    })
+}
+
+pub fn validate_event_json(field: &str, value: &str) -> Result {
+    serde_json::from_str::<serde_json::Value>(value)
+        .map(|_| ())
+        .map_err(|e| ValidationError::new(field, format!("must be a JSON document: {e}")))
+}
+
+impl WorkloadSpec {
+    pub fn validate(&self) -> Result {
+        validate_entrypoint("entrypoint", &self.entrypoint)?;
+        validate_memory_mb("memory_mb", self.memory_mb)?;
+        validate_timeout_sec("timeout_sec", self.timeout_sec)?;
+        validate_env("env_vars", &self.env)?;
+        if let Some(replicas) = self.replicas
+            && !(0..=100).contains(&replicas)
+        {
+            return Err(ValidationError::new(
+                "replicas",
+                format!("{replicas} is out of range: must be between 0 and 100"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl TriggerSpec {
+    pub fn validate(&self) -> Result {
+        validate_name("function_ref", &self.function_ref)?;
+        match self.trigger_type {
+            TriggerType::Cron => match &self.schedule {
+                Some(schedule) => validate_schedule("schedule", schedule),
+                None => Err(ValidationError::new(
+                    "schedule",
+                    "required for a cron trigger (5-field cron, e.g. \"*/5 * * * *\")",
+                )),
+            },
+            TriggerType::Event => match self.queue.as_deref() {
+                Some(queue) if !queue.trim().is_empty() => Ok(()),
+                _ => Err(ValidationError::new(
+                    "queue",
+                    "required for an event trigger (the queue to consume)",
+                )),
+            },
+            TriggerType::Http => Ok(()),
+        }
+    }
+}
+
+impl FunctionJobSpec {
+    pub fn validate(&self) -> Result {
+        match &self.function_ref {
+            Some(function_ref) => {
+                validate_name("function_ref", function_ref)?;
+                if self.runtime.is_some() {
+                    return Err(ValidationError::new(
+                        "runtime",
+                        "give either function_ref (run a function's code) or runtime and \
+                         entrypoint (a self-contained job), not both",
+                    ));
+                }
+            }
+            None => {
+                if self.runtime.is_none() {
+                    return Err(ValidationError::new(
+                        "function_ref",
+                        "required unless the job is self-contained (then give runtime)",
+                    ));
+                }
+            }
+        }
+        if let Some(entrypoint) = &self.entrypoint {
+            validate_entrypoint("entrypoint", entrypoint)?;
+        }
+        validate_env("env_vars", &self.env)?;
+        validate_event_json("event_json", &self.event_json)?;
+        validate_timeout_sec("timeout_sec", self.timeout_sec)?;
+        if self.run_id < 0 {
+            return Err(ValidationError::new(
+                "run_id",
+                "must be 0 (do not run) or a positive run number",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_dns_1123() {
+        for ok in ["a", "hello", "a-b-1", "0abc", &"a".repeat(63)] {
+            assert!(validate_name("name", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a.b", "é", &"a".repeat(64)] {
+            let err = validate_name("name", bad).unwrap_err();
+            assert_eq!(err.field, "name");
+            assert!(err.to_string().contains("DNS-1123"), "{err}");
+        }
+    }
+
+    #[test]
+    fn runtimes_parse_and_unknown_lists_supported() {
+        assert_eq!(parse_runtime("runtime", "go1.23").unwrap(), Runtime::Go123);
+        let err = parse_runtime("runtime", "ruby3").unwrap_err();
+        assert!(err.to_string().contains("python3.11, nodejs20, go1.23"));
+    }
+
+    #[test]
+    fn limits() {
+        assert!(validate_memory_mb("memory_mb", 63).is_err());
+        assert!(validate_memory_mb("memory_mb", 64).is_ok());
+        assert!(validate_memory_mb("memory_mb", 4096).is_ok());
+        assert!(validate_memory_mb("memory_mb", 4097).is_err());
+        assert!(validate_timeout_sec("timeout_sec", 0).is_ok());
+        assert!(validate_timeout_sec("timeout_sec", 900).is_ok());
+        let err = validate_timeout_sec("timeout_sec", 901).unwrap_err();
+        assert!(err.to_string().starts_with("timeout_sec: 901"));
+    }
+
+    #[test]
+    fn env_names() {
+        let env = |k: &str| BTreeMap::from([(k.to_string(), "v".to_string())]);
+        assert!(validate_env("env_vars", &env("DB_URL")).is_ok());
+        assert!(validate_env("env_vars", &env("_x1")).is_ok());
+        for bad in ["1A", "A-B", "", "A B", "PORT", "SLESS_MODE"] {
+            assert!(validate_env("env_vars", &env(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn schedules_are_five_field_cron() {
+        assert!(validate_schedule("schedule", "*/5 * * * *").is_ok());
+        assert!(validate_schedule("schedule", "0 3 * * 1-5").is_ok());
+        assert!(validate_schedule("schedule", "* * * * * *").is_err());
+        assert!(validate_schedule("schedule", "@hourly").is_err());
+        assert!(validate_schedule("schedule", "61 * * * *").is_err());
+    }
+
+    #[test]
+    fn entrypoints() {
+        for ok in ["handler.handle", "pkg.mod.run", "src/app.main", "h._x"] {
+            assert!(validate_entrypoint("entrypoint", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "handler", ".handle", "handler.", "/abs.h", "a..b", "h.1x", "h.a-b",
+        ] {
+            assert!(validate_entrypoint("entrypoint", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn trigger_rules() {
+        let mut spec = TriggerSpec {
+            trigger_type: TriggerType::Cron,
+            function_ref: "f".into(),
+            schedule: None,
+            queue: None,
+            enabled: true,
+        };
+        assert_eq!(spec.validate().unwrap_err().field, "schedule");
+        spec.schedule = Some("* * * * *".into());
+        assert!(spec.validate().is_ok());
+        spec.trigger_type = TriggerType::Event;
+        assert_eq!(spec.validate().unwrap_err().field, "queue");
+    }
+
+    #[test]
+    fn job_rules() {
+        let mut spec = FunctionJobSpec {
+            function_ref: Some("f".into()),
+            runtime: None,
+            entrypoint: None,
+            env: BTreeMap::new(),
+            s3_key: None,
+            event_json: "{\"a\":1}".into(),
+            run_id: 0,
+            timeout_sec: 0,
+        };
+        assert!(spec.validate().is_ok());
+        spec.event_json = "{nope".into();
+        assert_eq!(spec.validate().unwrap_err().field, "event_json");
+        spec.event_json = "{}".into();
+        spec.function_ref = None;
+        assert_eq!(spec.validate().unwrap_err().field, "function_ref");
+        spec.runtime = Some(Runtime::Python311);
+        assert!(spec.validate().is_ok());
+    }
+}

@@ -1,0 +1,528 @@
+//! Object storage (S3 protocol) through aws-sdk-s3, and the embedded S3 endpoint.
+//!
+//! Production (AWS, MinIO, Ceph) and embedded mode share the same client code: embedded mode
+//! just points the client at an in-process s3s + s3s-fs server on loopback.
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::config::{
+    Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::create_bucket::CreateBucketError;
+use aws_sdk_s3::operation::get_object::GetObjectError;
+use aws_sdk_s3::operation::head_bucket::HeadBucketError;
+use aws_sdk_s3::operation::head_object::HeadObjectError;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
+use bytes::Bytes;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Short enough that a dead endpoint fails fast, long enough for a slow network.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bounds a whole operation (all retries) so nothing hangs forever.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug)]
+pub struct S3Config {
+    /// Custom endpoint URL (MinIO, Ceph, the embedded one); None = AWS default resolution.
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub bucket: String,
+    /// None → the SDK's default credential chain (env AWS_ACCESS_KEY_ID etc.).
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// True for MinIO/Ceph/embedded.
+    pub force_path_style: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("invalid S3 configuration: {0}")]
+    Config(String),
+    #[error(
+        "cannot reach S3 endpoint {endpoint} ({op}): {}; check SLESS_S3_ENDPOINT and that the object store is running",
+        chain(.source.as_ref())
+    )]
+    Unreachable {
+        endpoint: String,
+        op: &'static str,
+        #[source]
+        source: BoxError,
+    },
+    #[error(
+        "S3 endpoint {endpoint} refused access ({op}): {message}; check the S3 access key and secret"
+    )]
+    Denied {
+        endpoint: String,
+        op: &'static str,
+        message: String,
+    },
+    #[error(
+        "S3 bucket {bucket:?} does not exist at {endpoint}; create it or let sless create it on startup"
+    )]
+    NoSuchBucket { endpoint: String, bucket: String },
+    #[error("S3 {op} failed for {} at {endpoint}: {message}", target(.bucket, .key))]
+    Request {
+        op: &'static str,
+        endpoint: String,
+        bucket: String,
+        /// Empty for bucket-level operations.
+        key: String,
+        message: String,
+    },
+    #[error("embedded S3 endpoint could not start: {message}")]
+    Embedded {
+        message: String,
+        #[source]
+        source: BoxError,
+    },
+}
+
+fn target(bucket: &str, key: &str) -> String {
+    if key.is_empty() {
+        format!("bucket {bucket:?}")
+    } else {
+        format!("{bucket}/{key}")
+    }
+}
+
+/// Joins an error and its sources, since SDK errors hide the useful part in the chain.
+fn chain(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = e.source();
+    }
+    out
+}
+
+#[derive(Clone)]
+pub struct ObjectStore {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    region: String,
+    /// For error messages only.
+    endpoint: String,
+}
+
+impl ObjectStore {
+    /// Builds the client; makes no network call.
+    pub async fn connect(config: &S3Config) -> Result<Self, StorageError> {
+        if config.bucket.is_empty() {
+            return Err(StorageError::Config("the bucket name is empty".into()));
+        }
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .operation_timeout(OPERATION_TIMEOUT)
+            .build();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(config.region.clone()))
+            .timeout_config(timeouts);
+        match (&config.access_key_id, &config.secret_access_key) {
+            (Some(id), Some(secret)) => {
+                loader = loader.credentials_provider(Credentials::new(
+                    id.clone(),
+                    secret.clone(),
+                    None,
+                    None,
+                    "sless",
+                ));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(StorageError::Config(
+                    "set both the S3 access key id and secret access key, or neither".into(),
+                ));
+            }
+        }
+        if let Some(url) = &config.endpoint {
+            loader = loader.endpoint_url(url.clone());
+        }
+        let sdk = loader.load().await;
+        let mut s3 =
+            aws_sdk_s3::config::Builder::from(&sdk).force_path_style(config.force_path_style);
+        if config.endpoint.is_some() {
+            // Many S3-compatible servers (older MinIO/Ceph) reject the SDK's default
+            // streaming checksums; only send/verify them when an operation requires it.
+            s3 = s3
+                .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+                .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        }
+        let endpoint = config
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| format!("AWS S3 ({})", config.region));
+        Ok(Self {
+            client: aws_sdk_s3::Client::from_conf(s3.build()),
+            bucket: config.bucket.clone(),
+            region: config.region.clone(),
+            endpoint,
+        })
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    pub fn client(&self) -> &aws_sdk_s3::Client {
+        &self.client
+    }
+
+    /// Creates the bucket if missing; an existing bucket we can access is fine.
+    pub async fn ensure_bucket(&self) -> Result<(), StorageError> {
+        if self.bucket_accessible("head_bucket").await? {
+            return Ok(());
+        }
+        let mut req = self.client.create_bucket().bucket(&self.bucket);
+        // us-east-1 is the one region that rejects an explicit location constraint.
+        if self.region != "us-east-1" {
+            req = req.create_bucket_configuration(
+                CreateBucketConfiguration::builder()
+                    .location_constraint(BucketLocationConstraint::from(self.region.as_str()))
+                    .build(),
+            );
+        }
+        match req.send().await {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), CreateBucketError::BucketAlreadyOwnedByYou(_)) =>
+            {
+                Ok(())
+            }
+            // Someone created it concurrently (s3s-fs answers this even for our own bucket);
+            // it is ours if we can access it now.
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), CreateBucketError::BucketAlreadyExists(_)) =>
+            {
+                if self.bucket_accessible("head_bucket").await? {
+                    Ok(())
+                } else {
+                    Err(self.request_error(
+                        "create_bucket",
+                        "",
+                        "the bucket name is taken by another account".into(),
+                    ))
+                }
+            }
+            Err(e) => Err(self.classify("create_bucket", "", e)),
+        }
+    }
+
+    /// Ok(false) when the bucket does not exist.
+    async fn bucket_accessible(&self, op: &'static str) -> Result<bool, StorageError> {
+        match self.client.head_bucket().bucket(&self.bucket).send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), HeadBucketError::NotFound(_))
+                    || e.raw().status().as_u16() == 404 =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.classify(op, "", e)),
+        }
+    }
+
+    pub async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        content_type: &str,
+    ) -> Result<(), StorageError> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| self.classify("put_object", key, e))?;
+        Ok(())
+    }
+
+    /// None when the key does not exist.
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StorageError> {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), GetObjectError::NoSuchKey(_))
+                    || (e.raw().status().as_u16() == 404
+                        && e.err().code() != Some("NoSuchBucket")) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(self.classify("get_object", key, e)),
+        };
+        let data = out.body.collect().await.map_err(|e| {
+            self.request_error(
+                "get_object",
+                key,
+                format!("reading the body: {}", chain(&e)),
+            )
+        })?;
+        Ok(Some(data.into_bytes()))
+    }
+
+    pub async fn exists(&self, key: &str) -> Result<bool, StorageError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            // HEAD responses carry no body, so a missing bucket is also a plain 404 here.
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), HeadObjectError::NotFound(_))
+                    || e.raw().status().as_u16() == 404 =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.classify("head_object", key, e)),
+        }
+    }
+
+    /// Deleting a missing key is not an error (S3 semantics).
+    pub async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.classify("delete_object", key, e))?;
+        Ok(())
+    }
+
+    /// All keys under `prefix`, following pagination.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        let mut keys = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| self.classify("list_objects_v2", prefix, e))?;
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
+        }
+        Ok(keys)
+    }
+
+    fn request_error(&self, op: &'static str, key: &str, message: String) -> StorageError {
+        StorageError::Request {
+            op,
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            key: key.to_owned(),
+            message,
+        }
+    }
+
+    /// Maps SDK errors to something a person can act on.
+    fn classify<E>(
+        &self,
+        op: &'static str,
+        key: &str,
+        err: SdkError<E, HttpResponse>,
+    ) -> StorageError
+    where
+        E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+    {
+        let unreachable = match &err {
+            SdkError::TimeoutError(_) => true,
+            SdkError::DispatchFailure(d) => d.is_io() || d.is_timeout(),
+            _ => false,
+        };
+        if unreachable {
+            return StorageError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                op,
+                source: Box::new(err),
+            };
+        }
+        let SdkError::ServiceError(ctx) = &err else {
+            return self.request_error(op, key, chain(&err));
+        };
+        // HEAD responses have no body, hence no error code: fall back to the status.
+        let status = ctx.raw().status().as_u16();
+        let code = ctx.err().code().unwrap_or("");
+        let message = match (code, ctx.err().message()) {
+            ("", Some(m)) => m.to_owned(),
+            ("", None) => format!("HTTP {status}"),
+            (c, Some(m)) => format!("{c}: {m}"),
+            (c, None) => c.to_owned(),
+        };
+        match code {
+            "NoSuchBucket" => StorageError::NoSuchBucket {
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+            },
+            "AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "NotSignedUp" => {
+                StorageError::Denied {
+                    endpoint: self.endpoint.clone(),
+                    op,
+                    message,
+                }
+            }
+            _ if status == 401 || status == 403 => StorageError::Denied {
+                endpoint: self.endpoint.clone(),
+                op,
+                message,
+            },
+            _ => self.request_error(op, key, message),
+        }
+    }
+}
+
+/// An in-process S3-compatible endpoint on loopback, storing under a directory (s3s + s3s-fs),
+/// so embedded mode uses exactly the same aws-sdk-s3 client code as production.
+pub struct EmbeddedS3 {
+    addr: SocketAddr,
+    access_key: String,
+    secret_key: String,
+    task: JoinHandle<()>,
+}
+
+impl EmbeddedS3 {
+    /// Serves `root` (created if missing) on `listen` (port 0 → a free port), with random
+    /// credentials generated per start, path-style.
+    pub async fn start(root: &Path, listen: SocketAddr) -> Result<Self, StorageError> {
+        tokio::fs::create_dir_all(root)
+            .await
+            .map_err(|e| embedded_error(format!("creating {}", root.display()), e.into()))?;
+        // s3s_fs::Error is not a std Error (only Debug), so keep its text.
+        let fs = s3s_fs::FileSystem::new(root).map_err(|e| {
+            embedded_error(
+                format!("opening {}", root.display()),
+                format!("{e:?}").into(),
+            )
+        })?;
+
+        let access_key = random_token(20);
+        let secret_key = random_token(40);
+        let service = {
+            let mut b = s3s::service::S3ServiceBuilder::new(fs);
+            // With auth set, s3s also rejects unsigned requests (its default access check).
+            b.set_auth(s3s::auth::SimpleAuth::from_single(
+                access_key.clone(),
+                secret_key.clone(),
+            ));
+            // No host configured → s3s parses path-style requests only.
+            b.build()
+        };
+
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|e| embedded_error(format!("binding {listen}"), e.into()))?;
+        let mut addr = listener
+            .local_addr()
+            .map_err(|e| embedded_error("reading the bound address".into(), e.into()))?;
+        if addr.ip().is_unspecified() {
+            // Clients cannot connect to 0.0.0.0; loopback reaches a wildcard bind.
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+
+        let task = tokio::spawn(async move {
+            // Connections live in this set so aborting the task closes them too.
+            let mut conns = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((socket, _)) => {
+                            let service = service.clone();
+                            conns.spawn(async move {
+                                let conn = ConnBuilder::new(TokioExecutor::new());
+                                if let Err(e) = conn.serve_connection(TokioIo::new(socket), service).await {
+                                    tracing::debug!(error = %e, "embedded S3 connection ended");
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            // E.g. out of file descriptors: back off instead of spinning.
+                            tracing::warn!(error = %e, "embedded S3 accept failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    },
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                }
+            }
+        });
+        tracing::info!(%addr, root = %root.display(), "embedded S3 endpoint started");
+        Ok(Self {
+            addr,
+            access_key,
+            secret_key,
+            task,
+        })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A config ready to pass to [`ObjectStore::connect`].
+    pub fn config(&self, bucket: &str) -> S3Config {
+        S3Config {
+            endpoint: Some(self.endpoint()),
+            region: "us-east-1".into(),
+            bucket: bucket.into(),
+            access_key_id: Some(self.access_key.clone()),
+            secret_access_key: Some(self.secret_key.clone()),
+            force_path_style: true,
+        }
+    }
+}
+
+impl Drop for EmbeddedS3 {
+    fn drop(&mut self) {
+        // s3s-fs writes to a temp file and renames, so cutting requests short loses no data.
+        self.task.abort();
+    }
+}
+
+fn embedded_error(message: String, source: BoxError) -> StorageError {
+    StorageError::Embedded { message, source }
+}
+
+fn random_token(len: usize) -> String {
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}

@@ -1,0 +1,364 @@
+//! The store seam: where resources and their status live. The REST API and the runners
+//! talk only to [`Store`]; embedded mode implements it on SQLite.
+
+mod sqlite;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+
+use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
+
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{} {name:?} not found in namespace {namespace}", kind.noun())]
+    NotFound {
+        kind: Kind,
+        namespace: String,
+        name: String,
+    },
+    #[error("{} {name:?} already exists in namespace {namespace}", kind.noun())]
+    AlreadyExists {
+        kind: Kind,
+        namespace: String,
+        name: String,
+    },
+    #[error(
+        "{} {name:?} was changed by someone else (resource_version {expected} is stale); \
+         read it again and retry",
+        kind.noun()
+    )]
+    Conflict {
+        kind: Kind,
+        name: String,
+        expected: String,
+    },
+    #[error("stored {kind} {name:?} cannot be read: {message}")]
+    Corrupt {
+        kind: Kind,
+        name: String,
+        message: String,
+    },
+    #[error("store unavailable: {0}")]
+    Backend(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Metadata every stored object has.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Meta {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Opaque; an update naming a stale version is a conflict.
+    pub resource_version: String,
+    /// RFC 3339.
+    pub created_at: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// An object as the store keeps it: spec and status as JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawObject {
+    pub kind: Kind,
+    pub meta: Meta,
+    pub spec: serde_json::Value,
+    pub status: serde_json::Value,
+}
+
+/// What changed; the runner re-reads the object (it may be gone).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Change {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Records the namespace; `true` if this call created it. Idempotent under concurrency.
+    async fn ensure_namespace(&self, namespace: &str) -> Result<bool>;
+    /// Objects of a kind in one namespace, or in all namespaces (`None`), ordered by name.
+    async fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<RawObject>>;
+    async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<RawObject>>;
+    /// Creates with a default status; the namespace is ensured. `AlreadyExists` if taken.
+    async fn create(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        spec: serde_json::Value,
+        status: serde_json::Value,
+    ) -> Result<RawObject>;
+    /// Writes spec and annotations if `object.meta.resource_version` is current.
+    async fn update(&self, object: &RawObject) -> Result<RawObject>;
+    /// Writes status only (the status subresource), if the version is current.
+    async fn update_status(&self, object: &RawObject) -> Result<RawObject>;
+    /// `true` if something was deleted.
+    async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
+    /// Every successful write is announced here, after it is durable.
+    fn subscribe(&self) -> broadcast::Receiver<Change>;
+}
+
+/// Ties a CustomResource type to its kind and its spec/status types.
+pub trait Resource {
+    const KIND: Kind;
+    type Spec: Serialize + DeserializeOwned + Clone + Send + Sync;
+    type Status: Serialize + DeserializeOwned + Clone + Default + Send + Sync;
+}
+
+macro_rules! resource {
+    ($ty:ty, $kind:expr, $spec:ty, $status:ty) => {
+        impl Resource for $ty {
+            const KIND: Kind = $kind;
+            type Spec = $spec;
+            type Status = $status;
+        }
+    };
+}
+resource!(
+    Function,
+    Kind::Function,
+    crate::model::FunctionSpec,
+    crate::model::WorkloadStatus
+);
+resource!(
+    Service,
+    Kind::Service,
+    crate::model::ServiceSpec,
+    crate::model::WorkloadStatus
+);
+resource!(
+    Trigger,
+    Kind::Trigger,
+    crate::model::TriggerSpec,
+    crate::model::TriggerStatus
+);
+resource!(
+    FunctionJob,
+    Kind::FunctionJob,
+    crate::model::FunctionJobSpec,
+    crate::model::FunctionJobStatus
+);
+
+/// A typed stored object.
+#[derive(Clone, Debug)]
+pub struct Object<R: Resource> {
+    pub meta: Meta,
+    pub spec: R::Spec,
+    pub status: R::Status,
+}
+
+impl<R: Resource> Object<R> {
+    fn from_raw(raw: RawObject) -> Result<Self> {
+        let corrupt = |e: serde_json::Error| StoreError::Corrupt {
+            kind: R::KIND,
+            name: raw.meta.name.clone(),
+            message: e.to_string(),
+        };
+        let spec = serde_json::from_value(raw.spec.clone()).map_err(corrupt)?;
+        let status = if raw.status.is_null() {
+            R::Status::default()
+        } else {
+            serde_json::from_value(raw.status.clone()).map_err(corrupt)?
+        };
+        Ok(Self {
+            meta: raw.meta,
+            spec,
+            status,
+        })
+    }
+
+    fn to_raw(&self) -> Result<RawObject> {
+        let encode = |e: serde_json::Error| StoreError::Corrupt {
+            kind: R::KIND,
+            name: self.meta.name.clone(),
+            message: e.to_string(),
+        };
+        Ok(RawObject {
+            kind: R::KIND,
+            meta: self.meta.clone(),
+            spec: serde_json::to_value(&self.spec).map_err(encode)?,
+            status: serde_json::to_value(&self.status).map_err(encode)?,
+        })
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.meta.annotations.get(key).map(String::as_str)
+    }
+}
+
+/// Typed access on top of the JSON-level seam.
+#[async_trait]
+pub trait StoreExt {
+    async fn get_typed<R: Resource>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Object<R>>>;
+    async fn list_typed<R: Resource>(&self, namespace: Option<&str>) -> Result<Vec<Object<R>>>;
+    async fn create_typed<R: Resource>(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &R::Spec,
+    ) -> Result<Object<R>>;
+    async fn update_typed<R: Resource>(&self, object: &Object<R>) -> Result<Object<R>>;
+    async fn update_status_typed<R: Resource>(&self, object: &Object<R>) -> Result<Object<R>>;
+}
+
+#[async_trait]
+impl StoreExt for dyn Store {
+    async fn get_typed<R: Resource>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Object<R>>> {
+        self.get(R::KIND, namespace, name)
+            .await?
+            .map(Object::from_raw)
+            .transpose()
+    }
+
+    async fn list_typed<R: Resource>(&self, namespace: Option<&str>) -> Result<Vec<Object<R>>> {
+        self.list(R::KIND, namespace)
+            .await?
+            .into_iter()
+            .map(Object::from_raw)
+            .collect()
+    }
+
+    async fn create_typed<R: Resource>(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &R::Spec,
+    ) -> Result<Object<R>> {
+        let encode = |e: serde_json::Error| StoreError::Corrupt {
+            kind: R::KIND,
+            name: name.to_string(),
+            message: e.to_string(),
+        };
+        let spec = serde_json::to_value(spec).map_err(encode)?;
+        let status = serde_json::to_value(R::Status::default()).map_err(encode)?;
+        Object::from_raw(self.create(R::KIND, namespace, name, spec, status).await?)
+    }
+
+    async fn update_typed<R: Resource>(&self, object: &Object<R>) -> Result<Object<R>> {
+        Object::from_raw(self.update(&object.to_raw()?).await?)
+    }
+
+    async fn update_status_typed<R: Resource>(&self, object: &Object<R>) -> Result<Object<R>> {
+        Object::from_raw(self.update_status(&object.to_raw()?).await?)
+    }
+}
+
+/// Functions and Services: the kinds that carry a [`WorkloadSpec`] and a [`WorkloadStatus`].
+pub trait WorkloadKind:
+    Resource<Status = crate::model::WorkloadStatus> + Send + Sync + 'static
+{
+    fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec;
+    fn workload_mut(spec: &mut Self::Spec) -> &mut crate::model::WorkloadSpec;
+    fn from_workload(workload: crate::model::WorkloadSpec) -> Self::Spec;
+}
+
+impl WorkloadKind for Function {
+    fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec {
+        &spec.workload
+    }
+    fn workload_mut(spec: &mut Self::Spec) -> &mut crate::model::WorkloadSpec {
+        &mut spec.workload
+    }
+    fn from_workload(workload: crate::model::WorkloadSpec) -> Self::Spec {
+        crate::model::FunctionSpec { workload }
+    }
+}
+
+impl WorkloadKind for Service {
+    fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec {
+        &spec.workload
+    }
+    fn workload_mut(spec: &mut Self::Spec) -> &mut crate::model::WorkloadSpec {
+        &mut spec.workload
+    }
+    fn from_workload(workload: crate::model::WorkloadSpec) -> Self::Spec {
+        crate::model::ServiceSpec { workload }
+    }
+}
+
+/// Read-modify-write that retries when another writer got in between.
+pub async fn modify<R, F>(
+    store: &dyn Store,
+    namespace: &str,
+    name: &str,
+    mut change: F,
+) -> Result<Object<R>>
+where
+    R: Resource,
+    F: FnMut(&mut Object<R>) + Send,
+{
+    modify_with(store, namespace, name, |object: &mut Object<R>| {
+        change(object);
+        false
+    })
+    .await
+}
+
+/// Like [`modify`] for status; `status_only` picks the status subresource.
+pub async fn modify_status<R, F>(
+    store: &dyn Store,
+    namespace: &str,
+    name: &str,
+    mut change: F,
+) -> Result<Object<R>>
+where
+    R: Resource,
+    F: FnMut(&mut Object<R>) + Send,
+{
+    modify_with(store, namespace, name, |object: &mut Object<R>| {
+        change(object);
+        true
+    })
+    .await
+}
+
+async fn modify_with<R, F>(
+    store: &dyn Store,
+    namespace: &str,
+    name: &str,
+    mut change: F,
+) -> Result<Object<R>>
+where
+    R: Resource,
+    F: FnMut(&mut Object<R>) -> bool + Send,
+{
+    const ATTEMPTS: usize = 8;
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let mut object = store
+            .get_typed::<R>(namespace, name)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: R::KIND,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })?;
+        let status_only = change(&mut object);
+        let written = if status_only {
+            store.update_status_typed(&object).await
+        } else {
+            store.update_typed(&object).await
+        };
+        match written {
+            Err(e @ StoreError::Conflict { .. }) => last = Some(e),
+            other => return other,
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Backend("update retries exhausted".into())))
+}

@@ -1,0 +1,398 @@
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use tokio::sync::broadcast;
+
+use super::{Change, Meta, RawObject, Result, Store, StoreError};
+use crate::model::Kind;
+
+/// The embedded store: one SQLite file in WAL mode. `synchronous=FULL` makes every
+/// acknowledged write survive a crash of the process (and of the machine).
+pub struct SqliteStore {
+    pool: SqlitePool,
+    changes: broadcast::Sender<Change>,
+}
+
+fn backend(e: sqlx::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn kind_from_str(s: &str) -> Option<Kind> {
+    Kind::ALL.into_iter().find(|k| k.as_str() == s)
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn row_to_object(row: &SqliteRow) -> Result<RawObject> {
+    let kind_name: String = row.try_get("kind").map_err(backend)?;
+    let name: String = row.try_get("name").map_err(backend)?;
+    let kind = kind_from_str(&kind_name)
+        .ok_or_else(|| StoreError::Backend(format!("unknown kind {kind_name:?} in the store")))?;
+    let json = |column: &str| -> Result<serde_json::Value> {
+        let text: String = row.try_get(column).map_err(backend)?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+            kind,
+            name: name.clone(),
+            message: format!("{column}: {e}"),
+        })
+    };
+    let annotations: BTreeMap<String, String> = serde_json::from_value(json("annotations")?)
+        .map_err(|e| StoreError::Corrupt {
+            kind,
+            name: name.clone(),
+            message: format!("annotations: {e}"),
+        })?;
+    let resource_version: i64 = row.try_get("resource_version").map_err(backend)?;
+    Ok(RawObject {
+        kind,
+        spec: json("spec")?,
+        status: json("status")?,
+        meta: Meta {
+            namespace: row.try_get("namespace").map_err(backend)?,
+            name: name.clone(),
+            uid: row.try_get("uid").map_err(backend)?,
+            resource_version: resource_version.to_string(),
+            created_at: row.try_get("created_at").map_err(backend)?,
+            annotations,
+        },
+    })
+}
+
+impl SqliteStore {
+    /// Opens (or creates) `<data_dir>/sless.db` and applies migrations.
+    pub async fn open(data_dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            StoreError::Backend(format!(
+                "cannot create data dir {}: {e}",
+                data_dir.display()
+            ))
+        })?;
+        let path = data_dir.join("sless.db");
+        let options = SqliteConnectOptions::from_str("sqlite:")
+            .map_err(backend)?
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Backend(format!("migrating {}: {e}", path.display())))?;
+        let (changes, _) = broadcast::channel(1024);
+        Ok(Self { pool, changes })
+    }
+
+    /// The pool, for other tables that live in the same file (console sessions).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    fn announce(&self, kind: Kind, namespace: &str, name: &str) {
+        // No subscriber yet is fine: the runner lists everything when it starts.
+        let _ = self.changes.send(Change {
+            kind,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        });
+    }
+
+    fn expected_version(object: &RawObject) -> Result<i64> {
+        object
+            .meta
+            .resource_version
+            .parse()
+            .map_err(|_| StoreError::Conflict {
+                kind: object.kind,
+                name: object.meta.name.clone(),
+                expected: object.meta.resource_version.clone(),
+            })
+    }
+
+    /// An update matched no row: tell a missing object from a stale version.
+    async fn missed_update(&self, object: &RawObject) -> StoreError {
+        match self
+            .get(object.kind, &object.meta.namespace, &object.meta.name)
+            .await
+        {
+            Ok(Some(_)) => StoreError::Conflict {
+                kind: object.kind,
+                name: object.meta.name.clone(),
+                expected: object.meta.resource_version.clone(),
+            },
+            Ok(None) => StoreError::NotFound {
+                kind: object.kind,
+                namespace: object.meta.namespace.clone(),
+                name: object.meta.name.clone(),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ensure_namespace(&self, namespace: &str) -> Result<bool> {
+        let done = sqlx::query("INSERT OR IGNORE INTO namespaces (name, created_at) VALUES (?, ?)")
+            .bind(namespace)
+            .bind(now())
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<RawObject>> {
+        let rows = match namespace {
+            Some(ns) => {
+                sqlx::query("SELECT * FROM objects WHERE kind = ? AND namespace = ? ORDER BY name")
+                    .bind(kind.as_str())
+                    .bind(ns)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            None => {
+                sqlx::query("SELECT * FROM objects WHERE kind = ? ORDER BY namespace, name")
+                    .bind(kind.as_str())
+                    .fetch_all(&self.pool)
+                    .await
+            }
+        }
+        .map_err(backend)?;
+        rows.iter().map(row_to_object).collect()
+    }
+
+    async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<RawObject>> {
+        sqlx::query("SELECT * FROM objects WHERE kind = ? AND namespace = ? AND name = ?")
+            .bind(kind.as_str())
+            .bind(namespace)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?
+            .as_ref()
+            .map(row_to_object)
+            .transpose()
+    }
+
+    async fn create(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        spec: serde_json::Value,
+        status: serde_json::Value,
+    ) -> Result<RawObject> {
+        self.ensure_namespace(namespace).await?;
+        let uid = hex::encode(rand::random::<[u8; 16]>());
+        let row = sqlx::query(
+            "INSERT INTO objects (kind, namespace, name, uid, resource_version, created_at, \
+             annotations, spec, status) VALUES (?, ?, ?, ?, 1, ?, '{}', ?, ?) \
+             ON CONFLICT DO NOTHING RETURNING *",
+        )
+        .bind(kind.as_str())
+        .bind(namespace)
+        .bind(name)
+        .bind(uid)
+        .bind(now())
+        .bind(spec.to_string())
+        .bind(status.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?;
+        let Some(row) = row else {
+            return Err(StoreError::AlreadyExists {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        };
+        let object = row_to_object(&row)?;
+        self.announce(kind, namespace, name);
+        Ok(object)
+    }
+
+    async fn update(&self, object: &RawObject) -> Result<RawObject> {
+        let annotations = serde_json::to_string(&object.meta.annotations)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let row = sqlx::query(
+            "UPDATE objects SET spec = ?, annotations = ?, resource_version = resource_version + 1 \
+             WHERE kind = ? AND namespace = ? AND name = ? AND resource_version = ? RETURNING *",
+        )
+        .bind(object.spec.to_string())
+        .bind(annotations)
+        .bind(object.kind.as_str())
+        .bind(&object.meta.namespace)
+        .bind(&object.meta.name)
+        .bind(Self::expected_version(object)?)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?;
+        match row {
+            Some(row) => {
+                let updated = row_to_object(&row)?;
+                self.announce(object.kind, &object.meta.namespace, &object.meta.name);
+                Ok(updated)
+            }
+            None => Err(self.missed_update(object).await),
+        }
+    }
+
+    async fn update_status(&self, object: &RawObject) -> Result<RawObject> {
+        let row = sqlx::query(
+            "UPDATE objects SET status = ?, resource_version = resource_version + 1 \
+             WHERE kind = ? AND namespace = ? AND name = ? AND resource_version = ? RETURNING *",
+        )
+        .bind(object.status.to_string())
+        .bind(object.kind.as_str())
+        .bind(&object.meta.namespace)
+        .bind(&object.meta.name)
+        .bind(Self::expected_version(object)?)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend)?;
+        match row {
+            Some(row) => {
+                let updated = row_to_object(&row)?;
+                self.announce(object.kind, &object.meta.namespace, &object.meta.name);
+                Ok(updated)
+            }
+            None => Err(self.missed_update(object).await),
+        }
+    }
+
+    async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?")
+            .bind(kind.as_str())
+            .bind(namespace)
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        let deleted = done.rows_affected() == 1;
+        if deleted {
+            self.announce(kind, namespace, name);
+        }
+        Ok(deleted)
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Function;
+    use crate::model::{FunctionSpec, Runtime, WorkloadSpec, WorkloadStatus};
+    use crate::store::StoreExt;
+
+    fn spec() -> FunctionSpec {
+        FunctionSpec {
+            workload: WorkloadSpec {
+                runtime: Runtime::Python311,
+                entrypoint: "handler.handle".into(),
+                memory_mb: 128,
+                timeout_sec: 30,
+                env: BTreeMap::new(),
+                s3_key: None,
+                replicas: None,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn create_get_update_conflict_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = SqliteStore::open(dir.path()).await.unwrap();
+        let mut changes = sqlite.subscribe();
+        let store: &dyn Store = &sqlite;
+
+        let created = store
+            .create_typed::<Function>("ns", "f", &spec())
+            .await
+            .unwrap();
+        assert_eq!(created.meta.resource_version, "1");
+        assert_eq!(created.status, WorkloadStatus::default());
+        assert_eq!(changes.recv().await.unwrap().name, "f");
+        assert!(matches!(
+            store.create_typed::<Function>("ns", "f", &spec()).await,
+            Err(StoreError::AlreadyExists { .. })
+        ));
+
+        let mut first = created.clone();
+        first.spec.workload.memory_mb = 256;
+        let updated = store.update_typed(&first).await.unwrap();
+        assert_eq!(updated.meta.resource_version, "2");
+
+        // The same stale version again: someone else already wrote.
+        let mut second = created.clone();
+        second.spec.workload.memory_mb = 512;
+        assert!(matches!(
+            store.update_typed(&second).await,
+            Err(StoreError::Conflict { .. })
+        ));
+        let current = store
+            .get_typed::<Function>("ns", "f")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(current.spec.workload.memory_mb, 256);
+
+        let mut status = current.clone();
+        status.status.message = Some("hello".into());
+        let with_status = store.update_status_typed(&status).await.unwrap();
+        assert_eq!(with_status.status.message.as_deref(), Some("hello"));
+        assert_eq!(with_status.spec.workload.memory_mb, 256);
+
+        assert!(store.delete(Kind::Function, "ns", "f").await.unwrap());
+        assert!(!store.delete(Kind::Function, "ns", "f").await.unwrap());
+        assert!(matches!(
+            store.update_typed(&with_status).await,
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn ensure_namespace_reports_creation_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).await.unwrap();
+        assert!(store.ensure_namespace("a").await.unwrap());
+        assert!(!store.ensure_namespace("a").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let sqlite = SqliteStore::open(dir.path()).await.unwrap();
+            let store: &dyn Store = &sqlite;
+            store
+                .create_typed::<Function>("ns", "kept", &spec())
+                .await
+                .unwrap();
+        }
+        let sqlite = SqliteStore::open(dir.path()).await.unwrap();
+        let store: &dyn Store = &sqlite;
+        let all = store.list_typed::<Function>(None).await.unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].meta.name, "kept");
+    }
+}

@@ -1,0 +1,131 @@
+//! The generated Dockerfile and the build context (SPEC §4).
+
+use flate2::{Compression, GzBuilder};
+
+use super::archive::ArchiveFile;
+use super::error::UploadError;
+use crate::model::Runtime;
+
+/// The pinned tag of every runtime base image (never `latest`).
+pub const BASE_IMAGE_VERSION: &str = "v0.1.0";
+
+/// Root names the build owns: the generated Dockerfile, and the ignore files Docker
+/// would apply to the context (BuildKit also reads `<Dockerfile>.dockerignore`).
+pub const RESERVED_ROOT_NAMES: [&str; 3] =
+    ["Dockerfile", ".dockerignore", "Dockerfile.dockerignore"];
+
+/// The pinned base image of a runtime: `<prefix>/runtime-<runtime>:v0.1.0`.
+pub fn base_image(prefix: &str, runtime: Runtime) -> String {
+    let prefix = prefix.trim_end_matches('/');
+    let name = format!("runtime-{}:{BASE_IMAGE_VERSION}", runtime.as_str());
+    if prefix.is_empty() {
+        name
+    } else {
+        format!("{prefix}/{name}")
+    }
+}
+
+/// The generated Dockerfile of SPEC §4. The entrypoint CMD is the base image's.
+pub fn dockerfile(
+    prefix: &str,
+    runtime: Runtime,
+    entrypoint: &str,
+    files: &[ArchiveFile],
+) -> String {
+    let has = |name: &str| files.iter().any(|f| f.path == name);
+    let mut lines = vec![
+        format!("FROM {}", base_image(prefix, runtime)),
+        "WORKDIR /app/function".to_string(),
+        // Before COPY/RUN so that build steps (the Go build) see it too.
+        format!("ENV SLESS_ENTRYPOINT={}", quote_env(entrypoint)),
+        "COPY . /app/function/".to_string(),
+    ];
+    match runtime {
+        Runtime::Python311 => {
+            if has("requirements.txt") {
+                lines.push("RUN pip install --no-cache-dir -r requirements.txt".into());
+            }
+        }
+        Runtime::Nodejs20 => {
+            if has("package.json") {
+                lines.push("RUN npm install --omit=dev".into());
+            }
+        }
+        Runtime::Go123 => {
+            if has("go.mod") {
+                lines.push("RUN go mod download".into());
+            }
+            // The Go base image provides the script; it compiles the handler into the server.
+            lines.push("RUN /opt/sless/build.sh /app/function /app/bin/function".into());
+        }
+    }
+    let mut text = lines.join("\n");
+    text.push('\n');
+    text
+}
+
+/// JSON quoting keeps the value on one line (no instruction injection); `$` is
+/// escaped too, since Docker would expand it inside double quotes.
+fn quote_env(value: &str) -> String {
+    let quoted = serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_string());
+    quoted.replace('$', "\\$")
+}
+
+/// The build context as tar.gz: the Dockerfile first, then every file with its path
+/// and mode. Times, owners and the gzip header are fixed, so the same upload always
+/// gives the same bytes.
+pub fn build_context(
+    prefix: &str,
+    runtime: Runtime,
+    entrypoint: &str,
+    files: &[ArchiveFile],
+) -> Result<Vec<u8>, UploadError> {
+    if let Some(file) = files
+        .iter()
+        .find(|f| RESERVED_ROOT_NAMES.contains(&f.path.as_str()))
+    {
+        return Err(UploadError::unsafe_entry(
+            &file.path,
+            format!(
+                "{:?} is reserved at the root of the zip: sless generates the build itself \
+                 (dependencies come from requirements.txt, package.json or go.mod); remove \
+                 it or move it into a subfolder",
+                file.path
+            ),
+        ));
+    }
+    let dockerfile = dockerfile(prefix, runtime, entrypoint, files);
+    let gz = GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    append(&mut tar, "Dockerfile", dockerfile.as_bytes(), 0o644)?;
+    for file in files {
+        append(&mut tar, &file.path, &file.data, file.mode)?;
+    }
+    let gz = tar.into_inner().map_err(context_error)?;
+    gz.finish().map_err(context_error)
+}
+
+fn append<W: std::io::Write>(
+    tar: &mut tar::Builder<W>,
+    path: &str,
+    data: &[u8],
+    mode: u32,
+) -> Result<(), UploadError> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(data.len() as u64);
+    header.set_mode(mode & 0o777);
+    header.set_mtime(0);
+    header.set_uid(0);
+    header.set_gid(0);
+    // append_data refuses absolute and '..' paths itself, a last line of defence.
+    tar.append_data(&mut header, path, data).map_err(|e| {
+        UploadError::unsafe_entry(path, format!("cannot be added to the build context: {e}"))
+    })
+}
+
+fn context_error(e: std::io::Error) -> UploadError {
+    UploadError::Io(format!("writing the build context failed: {e}"))
+}

@@ -1,0 +1,143 @@
+//! A real API server on a loopback port, backed by a real SQLite file and a real
+//! S3-protocol endpoint, for HTTP-level tests.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use operator::api::{ApiConfig, AppState};
+use operator::auth::{AuthConfig, Authenticator, KeySource, issue_hs256};
+use operator::s3::{EmbeddedS3, ObjectStore};
+use operator::store::{SqliteStore, Store};
+use tempfile::TempDir;
+
+pub const SECRET: &[u8] = b"test-secret-0123456789abcdef0123";
+pub const ADMIN_SUB: &str = "the-admin";
+
+pub struct TestServer {
+    pub base: String,
+    pub store: Arc<dyn Store>,
+    pub objects: ObjectStore,
+    pub client: reqwest::Client,
+    _s3: EmbeddedS3,
+    _dir: TempDir,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(
+            ApiConfig::default(),
+            KeySource::Hs256Secret(SECRET.to_vec()),
+        )
+        .await
+    }
+
+    pub async fn start_with(config: ApiConfig, key: KeySource) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).await.unwrap());
+        let s3 = EmbeddedS3::start(
+            &dir.path().join("objects"),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+        )
+        .await
+        .unwrap();
+        let objects = ObjectStore::connect(&s3.config("sless")).await.unwrap();
+        objects.ensure_bucket().await.unwrap();
+        let auth = Authenticator::new(AuthConfig {
+            key,
+            admin_subjects: vec![ADMIN_SUB.to_string()],
+            issuer: None,
+            audience: None,
+            leeway_sec: 0,
+        })
+        .unwrap();
+        let state = Arc::new(AppState {
+            store: store.clone(),
+            objects: objects.clone(),
+            auth: Arc::new(auth),
+            config,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = operator::api::router(state);
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        TestServer {
+            base,
+            store,
+            objects,
+            client: reqwest::Client::new(),
+            _s3: s3,
+            _dir: dir,
+            server,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// A user: their token and the namespace it may act on.
+pub struct User {
+    pub token: String,
+    pub ns: String,
+}
+
+pub fn user(sub: &str) -> User {
+    User {
+        token: issue_hs256(SECRET, sub, 3600).unwrap(),
+        ns: operator::model::namespace_for_sub(sub),
+    }
+}
+
+pub fn admin() -> User {
+    User {
+        token: issue_hs256(SECRET, ADMIN_SUB, 3600).unwrap(),
+        ns: operator::model::namespace_for_sub(ADMIN_SUB),
+    }
+}
+
+/// A zip of (path, content) pairs.
+pub fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    for (path, content) in files {
+        writer.start_file(*path, options).unwrap();
+        writer.write_all(content).unwrap();
+    }
+    writer.finish().unwrap().into_inner()
+}
+
+pub fn code_form(zip: Vec<u8>) -> reqwest::multipart::Form {
+    reqwest::multipart::Form::new().part(
+        "code",
+        reqwest::multipart::Part::bytes(zip).file_name("code.zip"),
+    )
+}
+
+/// Files of a tar.gz, in order.
+pub fn untar(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    archive
+        .entries()
+        .unwrap()
+        .map(|entry| {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).unwrap();
+            (path, data)
+        })
+        .collect()
+}

@@ -1,0 +1,481 @@
+// sless runtime for go1.23 (runtime version v0.1.0).
+//
+// Wraps the user's handler package in a small HTTP server, or calls it once in
+// job mode (SLESS_MODE=job). Stdlib only, and nothing newer than Go 1.19 so it
+// also builds with Debian 12's golang-go. The contract is in runtimes/README.md.
+//
+// This file does not compile alone: build.sh puts it in <build>/_sless/ next to
+// a generated handler_gen.go that binds the user's package:
+//
+//	var userHandle func(map[string]any) (any, error) = userhandler.Handle
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Exit codes shared by all runtimes (3, "cannot load handler", cannot happen
+// here: a broken handler is a build error).
+const (
+	exitHandlerError = 1
+	exitBadEvent     = 2
+)
+
+const (
+	// Longer than any sane proxy pool idle timeout, so the server never closes
+	// a pooled connection the proxy is about to reuse.
+	idleTimeout   = 620 * time.Second
+	shutdownGrace = 10 * time.Second
+)
+
+// Response headers computed by the runtime itself; a handler's values are ignored.
+var managedHeaders = map[string]bool{"content-length": true, "transfer-encoding": true, "connection": true}
+
+func main() {
+	// Relative file access in the handler resolves against its directory.
+	if dir := os.Getenv("SLESS_FUNCTION_DIR"); dir != "" {
+		if err := os.Chdir(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "sless-runtime: warning: %v\n", err)
+		}
+	}
+	if os.Getenv("SLESS_MODE") == "job" {
+		os.Exit(runJob())
+	}
+	os.Exit(serve())
+}
+
+// callHandler turns a panic into an error so the server keeps serving.
+func callHandler(event map[string]any) (result any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fmt.Fprintf(os.Stderr, "panic: %v\n%s", p, debug.Stack())
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	result, err = userHandle(event)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "handler error: %v\n", err)
+	}
+	return result, err
+}
+
+// encodeJSON is compact and does not escape <>& (same output style as python/node).
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func mustJSON(v any) []byte {
+	data, err := encodeJSON(v)
+	if err != nil {
+		data, _ = encodeJSON(map[string]any{"error": err.Error()})
+	}
+	return data
+}
+
+// wrapEvent: the handler always gets an object.
+func wrapEvent(v any) map[string]any {
+	if m, ok := v.(map[string]any); ok {
+		return m
+	}
+	return map[string]any{"body": v}
+}
+
+// ------------------------------------------------------------------ responses
+
+type response struct {
+	status  int
+	headers [][2]string
+	body    []byte
+}
+
+func jsonResponse(status int, data []byte) response {
+	return response{status, [][2]string{{"Content-Type", "application/json"}}, data}
+}
+
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// headerValues decodes one header entry: a string, a list of them, or any
+// other JSON value (sent as its JSON text).
+func headerValues(name string, raw json.RawMessage) ([]string, error) {
+	var list []json.RawMessage
+	if len(raw) > 0 && raw[0] == '[' {
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, err
+		}
+	} else {
+		list = []json.RawMessage{raw}
+	}
+	var out []string
+	for _, item := range list {
+		text := string(item)
+		if text == "null" {
+			continue
+		}
+		if len(item) > 0 && item[0] == '"' {
+			if err := json.Unmarshal(item, &text); err != nil {
+				return nil, err
+			}
+		}
+		if strings.ContainsAny(text, "\r\n\x00") {
+			return nil, fmt.Errorf("invalid value for response header %q", name)
+		}
+		out = append(out, text)
+	}
+	return out, nil
+}
+
+// buildResponse works on the JSON form of the result, so maps and structs
+// with `json:"statusCode"` tags are treated alike.
+func buildResponse(result any) (response, error) {
+	data, err := encodeJSON(result)
+	if err != nil {
+		return response{}, err
+	}
+	plain := jsonResponse(http.StatusOK, data)
+	if len(data) == 0 || data[0] != '{' {
+		return plain, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return plain, nil
+	}
+	var code float64
+	if raw, ok := obj["statusCode"]; !ok || json.Unmarshal(raw, &code) != nil || code != math.Trunc(code) {
+		return plain, nil
+	}
+	if code < 200 || code > 599 {
+		return response{}, fmt.Errorf("invalid statusCode %v: must be 200-599", code)
+	}
+	resp := response{status: int(code)}
+
+	if raw, ok := obj["headers"]; ok && string(raw) != "null" {
+		var hdrs map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &hdrs); err != nil {
+			return response{}, errors.New("headers must be an object")
+		}
+		names := make([]string, 0, len(hdrs))
+		for name := range hdrs {
+			names = append(names, name)
+		}
+		sort.Strings(names) // deterministic order
+		for _, name := range names {
+			if !validHeaderName(name) {
+				return response{}, fmt.Errorf("invalid response header name %q", name)
+			}
+			if managedHeaders[strings.ToLower(name)] {
+				continue
+			}
+			values, err := headerValues(name, hdrs[name])
+			if err != nil {
+				return response{}, err
+			}
+			for _, v := range values {
+				resp.headers = append(resp.headers, [2]string{name, v})
+			}
+		}
+	}
+	hasType := false
+	for _, h := range resp.headers {
+		if strings.EqualFold(h[0], "Content-Type") {
+			hasType = true
+		}
+	}
+
+	defaultType := "application/json"
+	rawBody, hasBody := obj["body"]
+	if m, ok := result.(map[string]any); ok {
+		// []byte would be base64 in JSON: send it raw instead.
+		if b, ok := m["body"].([]byte); ok {
+			resp.body, defaultType = b, "application/octet-stream"
+			hasBody = false
+		}
+	}
+	if hasBody && string(rawBody) != "null" {
+		if rawBody[0] == '"' {
+			var s string
+			if err := json.Unmarshal(rawBody, &s); err != nil {
+				return response{}, err
+			}
+			resp.body, defaultType = []byte(s), "text/plain; charset=utf-8"
+		} else {
+			resp.body = rawBody
+		}
+	}
+	if len(resp.body) > 0 && !hasType {
+		resp.headers = append(resp.headers, [2]string{"Content-Type", defaultType})
+	}
+	return resp, nil
+}
+
+func send(w http.ResponseWriter, r *http.Request, resp response) {
+	h := w.Header()
+	for _, kv := range resp.headers {
+		h.Add(kv[0], kv[1])
+	}
+	noBody := resp.status == http.StatusNoContent || resp.status == http.StatusNotModified
+	if !noBody {
+		h.Set("Content-Length", strconv.Itoa(len(resp.body)))
+	}
+	w.WriteHeader(resp.status)
+	if !noBody && r.Method != http.MethodHead {
+		_, _ = w.Write(resp.body)
+	}
+}
+
+// ------------------------------------------------------------------ HTTP mode
+
+// splitTarget keeps the path exactly as received (still percent-encoded).
+func splitTarget(r *http.Request) (string, string) {
+	if strings.HasPrefix(r.RequestURI, "/") {
+		p, q, _ := strings.Cut(r.RequestURI, "?")
+		p, _, _ = strings.Cut(p, "#")
+		return p, q
+	}
+	return r.URL.EscapedPath(), r.URL.RawQuery // absolute-form request target
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// unescape is lenient like python's unquote_plus: bad escapes stay as they are.
+func unescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '+':
+			b.WriteByte(' ')
+		case s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			v, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			b.WriteByte(byte(v))
+			i += 2
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return strings.ToValidUTF8(b.String(), "\uFFFD")
+}
+
+// parseQuery keeps the first value per key. Not url.ParseQuery: it drops
+// pairs containing ';', which python and node keep.
+func parseQuery(raw string) map[string]any {
+	q := map[string]any{}
+	for _, part := range strings.Split(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		k = unescape(k)
+		if _, seen := q[k]; !seen {
+			q[k] = unescape(v)
+		}
+	}
+	return q
+}
+
+func buildEvent(r *http.Request, body []byte, path, rawQuery string) map[string]any {
+	var event map[string]any
+	if len(bytes.TrimSpace(body)) == 0 {
+		event = map[string]any{}
+	} else {
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			event = map[string]any{"body": strings.ToValidUTF8(string(body), "\uFFFD")}
+		} else {
+			event = wrapEvent(v)
+		}
+	}
+	headers := map[string]any{}
+	// net/http moves Host and Transfer-Encoding out of r.Header; put them back
+	// so the event matches the other runtimes.
+	headers["host"] = r.Host
+	if len(r.TransferEncoding) > 0 {
+		headers["transfer-encoding"] = strings.Join(r.TransferEncoding, ", ")
+	}
+	for name, values := range r.Header {
+		headers[strings.ToLower(name)] = strings.Join(values, ", ")
+	}
+	if path == "" {
+		path = "/"
+	}
+	event["_http"] = map[string]any{
+		"method":    r.Method,
+		"path":      path,
+		"query":     parseQuery(rawQuery),
+		"raw_query": rawQuery,
+		"headers":   headers,
+	}
+	return event
+}
+
+func handleRequest(w http.ResponseWriter, r *http.Request) {
+	path, rawQuery := splitTarget(r)
+	if path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		send(w, r, jsonResponse(http.StatusOK, []byte(`{"status":"ok"}`)))
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // client went away
+	}
+	result, err := callHandler(buildEvent(r, body, path, rawQuery))
+	var resp response
+	if err == nil {
+		resp, err = buildResponse(result)
+	}
+	if err != nil {
+		resp = jsonResponse(http.StatusInternalServerError, mustJSON(map[string]any{"error": err.Error()}))
+	}
+	send(w, r, resp)
+}
+
+func serve() int {
+	host := os.Getenv("SLESS_HOST")
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	// AllowQuerySemicolons only silences net/http's per-request warning about
+	// ';' in queries: the event is built from the raw RequestURI anyway.
+	srv := &http.Server{
+		Addr:              net.JoinHostPort(host, port),
+		Handler:           http.AllowQuerySemicolons(http.HandlerFunc(handleRequest)),
+		ReadHeaderTimeout: 60 * time.Second,
+		IdleTimeout:       idleTimeout,
+	}
+	// On SIGTERM stop accepting, let in-flight requests finish briefly, exit.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		fmt.Fprintf(os.Stderr, "sless-runtime: %v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	return 0
+}
+
+// ------------------------------------------------------------------- job mode
+
+// stdoutTracker routes os.Stdout through a pipe to remember whether the
+// handler's output ended a line, so the result gets a line of its own.
+type stdoutTracker struct {
+	real *os.File
+	w    *os.File
+	mu   sync.Mutex
+	last byte
+	done chan struct{}
+}
+
+func trackStdout() *stdoutTracker {
+	t := &stdoutTracker{real: os.Stdout, last: '\n', done: make(chan struct{})}
+	r, w, err := os.Pipe()
+	if err != nil {
+		close(t.done)
+		return t
+	}
+	t.w = w
+	os.Stdout = w
+	go func() {
+		defer close(t.done)
+		buf := make([]byte, 32*1024)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				_, _ = t.real.Write(buf[:n])
+				t.mu.Lock()
+				t.last = buf[n-1]
+				t.mu.Unlock()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return t
+}
+
+func (t *stdoutTracker) finish(v any, code int) int {
+	os.Stdout = t.real
+	if t.w != nil {
+		_ = t.w.Close()
+		// A child process may still hold the pipe open: do not wait forever.
+		select {
+		case <-t.done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	t.mu.Lock()
+	last := t.last
+	t.mu.Unlock()
+	line := mustJSON(v)
+	if last != '\n' {
+		_, _ = t.real.Write([]byte("\n"))
+	}
+	_, _ = t.real.Write(append(line, '\n'))
+	return code
+}
+
+func runJob() int {
+	t := trackStdout()
+	raw := os.Getenv("SLESS_EVENT_JSON")
+	event := map[string]any{}
+	if strings.TrimSpace(raw) != "" {
+		var v any
+		if err := json.Unmarshal([]byte(raw), &v); err != nil {
+			msg := "invalid SLESS_EVENT_JSON: " + err.Error()
+			fmt.Fprintln(os.Stderr, "sless-runtime: "+msg)
+			return t.finish(map[string]any{"error": msg}, exitBadEvent)
+		}
+		event = wrapEvent(v)
+	}
+	result, err := callHandler(event)
+	if err == nil {
+		_, err = encodeJSON(result) // not encodable counts as a handler error
+	}
+	if err != nil {
+		return t.finish(map[string]any{"error": err.Error()}, exitHandlerError)
+	}
+	return t.finish(result, 0)
+}

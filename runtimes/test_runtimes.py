@@ -1,0 +1,562 @@
+#!/usr/bin/env python3
+"""Manual tests for the sless runtime wrappers (stdlib only).
+
+    python3 runtimes/test_runtimes.py [python3.11] [nodejs20] [go1.23]
+
+For each runtime: writes a test function into a temp dir, starts the wrapper
+on a free port and checks the HTTP contract and job mode (runtimes/README.md).
+Go is skipped with a note when `go` is not installed. Ends with
+"N passed, M failed"; exits 1 on any failure.
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+PY_HANDLER = r'''
+import asyncio
+import time
+
+import sless_testdep  # from .deps
+
+
+def handle(event):
+    http = event.get("_http")
+    action = http["path"] if http else event.get("action", "")
+    if action == "/status":
+        return {"statusCode": 201, "headers": {"X-Test": "yes", "Set-Cookie": ["a=1", "b=2"]}, "body": "created"}
+    if action == "/status-json":
+        return {"statusCode": 202, "body": {"ok": True}}
+    if action == "/status-204":
+        return {"statusCode": 204}
+    if action in ("/boom", "fail"):
+        raise RuntimeError("boom")
+    if action == "/none":
+        return None
+    if action == "/print":
+        print("hello from handler")
+        return "printed"
+    if action == "/sleep":
+        time.sleep(0.5)
+        return "slept"
+    if action == "/dep":
+        return sless_testdep.VALUE
+    if action == "job":
+        print("job output", end="")  # no newline: the result must still get its own line
+        return {"x": event.get("x")}
+    return event
+
+
+async def ahandle(event):
+    await asyncio.sleep(0.01)
+    return {"async": True, "event": event}
+'''
+
+JS_HANDLER = r'''
+const dep = require('sless-testdep'); // from node_modules
+
+exports.handle = async (event) => {
+  const action = event._http ? event._http.path : (event.action || '');
+  switch (action) {
+    case '/status':
+      return { statusCode: 201, headers: { 'X-Test': 'yes', 'Set-Cookie': ['a=1', 'b=2'] }, body: 'created' };
+    case '/status-json':
+      return { statusCode: 202, body: { ok: true } };
+    case '/status-204':
+      return { statusCode: 204 };
+    case '/boom':
+    case 'fail':
+      throw new Error('boom');
+    case '/none':
+      return undefined;
+    case '/print':
+      console.log('hello from handler');
+      return 'printed';
+    case '/sleep':
+      await new Promise((r) => setTimeout(r, 500));
+      return 'slept';
+    case '/dep':
+      return dep.VALUE;
+    case 'job':
+      process.stdout.write('job output'); // no newline
+      setInterval(() => {}, 1000); // a leftover timer must not keep the job alive
+      return { x: event.x };
+    default:
+      return event;
+  }
+};
+
+exports.syncHandle = (event) => ({ sync: true, event });
+'''
+
+GO_HANDLER = r'''
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"example.com/testfn/util"
+)
+
+func Handle(event map[string]any) (any, error) {
+	action, _ := event["action"].(string)
+	if h, ok := event["_http"].(map[string]any); ok {
+		action, _ = h["path"].(string)
+	}
+	switch action {
+	case "/status":
+		return map[string]any{"statusCode": 201, "headers": map[string]any{"X-Test": "yes", "Set-Cookie": []string{"a=1", "b=2"}}, "body": "created"}, nil
+	case "/status-json":
+		return map[string]any{"statusCode": 202, "body": map[string]any{"ok": true}}, nil
+	case "/status-204":
+		return map[string]any{"statusCode": 204}, nil
+	case "/boom", "fail":
+		return nil, errors.New("boom")
+	case "/panic":
+		panic("kaboom")
+	case "/none":
+		return nil, nil
+	case "/print":
+		fmt.Println("hello from handler")
+		return "printed", nil
+	case "/sleep":
+		time.Sleep(500 * time.Millisecond)
+		return "slept", nil
+	case "/dep":
+		return util.Value, nil
+	case "job":
+		fmt.Print("job output") // no newline
+		return map[string]any{"x": event["x"]}, nil
+	}
+	return event, nil
+}
+'''
+
+FILES = {
+    "python3.11": {
+        "handler.py": PY_HANDLER,
+        ".deps/sless_testdep.py": "VALUE = 'dep-ok'\n",
+    },
+    "nodejs20": {
+        "handler.js": JS_HANDLER,
+        "node_modules/sless-testdep/index.js": "exports.VALUE = 'dep-ok';\n",
+        "node_modules/sless-testdep/package.json": '{"name": "sless-testdep", "version": "1.0.0", "main": "index.js"}\n',
+    },
+    "go1.23": {
+        "handler.go": GO_HANDLER,
+        # A user go.mod with a local sub-package: the module path must survive.
+        "go.mod": "module example.com/testfn\n\ngo 1.19\n",
+        "util/util.go": 'package util\n\nconst Value = "dep-ok"\n',
+    },
+}
+
+passed = 0
+failed = 0
+
+
+def report(runtime, name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"PASS {runtime}: {name}")
+    else:
+        failed += 1
+        print(f"FAIL {runtime}: {name}: {detail}")
+    sys.stdout.flush()
+
+
+def check(runtime, name, fn):
+    try:
+        fn()
+        report(runtime, name, True)
+    except Exception as exc:  # one failing check must not stop the others
+        report(runtime, name, False, f"{type(exc).__name__}: {exc}")
+
+
+def expect(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_files(root, files):
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text.lstrip("\n"))
+
+
+def request(port, method, path, body=None, headers=None, conn=None):
+    own = conn is None
+    if own:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp, data
+    finally:
+        if own:
+            conn.close()
+
+
+def request_json(port, method, path, body=None, headers=None):
+    resp, data = request(port, method, path, body, headers)
+    return resp, json.loads(data)
+
+
+class Runtime:
+    """How to start one runtime: argv, plus env for the function dir."""
+
+    def __init__(self, name, argv, fn_dir, tmp):
+        self.name, self.argv, self.fn_dir, self.tmp = name, argv, fn_dir, tmp
+
+    def env(self, **extra):
+        env = dict(os.environ)
+        for k in ("SLESS_MODE", "SLESS_EVENT_JSON", "SLESS_ENTRYPOINT", "SLESS_HOST", "PORT"):
+            env.pop(k, None)
+        env["SLESS_FUNCTION_DIR"] = self.fn_dir
+        env.update(extra)
+        return env
+
+    def job(self, event_json, **extra):
+        env = self.env(SLESS_MODE="job", **extra)
+        if event_json is not None:
+            env["SLESS_EVENT_JSON"] = event_json
+        return subprocess.run(self.argv, env=env, capture_output=True, text=True, timeout=60, cwd=self.tmp)
+
+
+def prepare(name, tmp):
+    fn_dir = os.path.join(tmp, "function")
+    write_files(fn_dir, FILES[name])
+    if name == "python3.11":
+        return Runtime(name, [sys.executable, os.path.join(HERE, "python3.11", "sless_runtime.py")], fn_dir, tmp)
+    if name == "nodejs20":
+        return Runtime(name, ["node", os.path.join(HERE, "nodejs20", "sless_runtime.js")], fn_dir, tmp)
+    binary = os.path.join(tmp, "bin", "function")
+    build = subprocess.run(["sh", os.path.join(HERE, "go1.23", "build.sh"), fn_dir, binary],
+                           capture_output=True, text=True, timeout=600)
+    if build.returncode != 0:
+        raise RuntimeError(f"build.sh failed:\n{build.stdout}{build.stderr}")
+    return Runtime(name, [binary], fn_dir, tmp)
+
+
+def start_server(rt, port, **extra):
+    out = open(os.path.join(rt.tmp, f"stdout-{port}.log"), "w+")
+    err = open(os.path.join(rt.tmp, f"stderr-{port}.log"), "w+")
+    proc = subprocess.Popen(rt.argv, env=rt.env(PORT=str(port), SLESS_HOST="127.0.0.1", **extra),
+                            stdout=out, stderr=err, cwd=rt.tmp)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            err.seek(0)
+            raise RuntimeError(f"server exited with {proc.returncode}: {err.read()[-2000:]}")
+        try:
+            resp, _ = request(port, "GET", "/health")
+            if resp.status == 200:
+                return proc, out, err
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not become healthy in 30 s")
+
+
+def test_http(rt):
+    port = free_port()
+    proc, out, err = start_server(rt, port)
+    n = rt.name
+    try:
+        def health():
+            resp, data = request(port, "GET", "/health")
+            expect(resp.status == 200, f"status {resp.status}")
+            expect(resp.getheader("Content-Type", "").startswith("application/json"), resp.getheader("Content-Type"))
+            expect(json.loads(data) == {"status": "ok"}, data)
+
+        def echo():
+            body = json.dumps({"k": "v", "n": [1, 2], "_http": "overwritten"})
+            resp, ev = request_json(port, "POST", "/a/b?x=1&y=two+words&x=3&e=%C3%A9", body,
+                                    {"Content-Type": "application/json", "X-Custom": "abc"})
+            expect(resp.status == 200, f"status {resp.status}")
+            expect(ev["k"] == "v" and ev["n"] == [1, 2], ev)
+            h = ev["_http"]
+            expect(h["method"] == "POST", h)
+            expect(h["path"] == "/a/b", h["path"])
+            expect(h["query"] == {"x": "1", "y": "two words", "e": "é"}, h["query"])
+            expect(h["raw_query"] == "x=1&y=two+words&x=3&e=%C3%A9", h["raw_query"])
+            expect(h["headers"].get("x-custom") == "abc", h["headers"])
+            expect(h["headers"].get("content-type") == "application/json", h["headers"])
+            expect("host" in h["headers"], h["headers"])
+
+        def root_and_empty():
+            resp, ev = request_json(port, "GET", "/")
+            expect(resp.status == 200, f"status {resp.status}")
+            expect(set(ev) == {"_http"}, ev)
+            expect(ev["_http"]["path"] == "/" and ev["_http"]["query"] == {} and ev["_http"]["raw_query"] == "", ev)
+
+        def non_json():
+            _, ev = request_json(port, "PUT", "/t", "hello world", {"Content-Type": "text/plain"})
+            expect(ev["body"] == "hello world" and ev["_http"]["method"] == "PUT", ev)
+            _, ev = request_json(port, "POST", "/t", "[1, 2]")
+            expect(ev["body"] == [1, 2], ev)
+            _, ev = request_json(port, "POST", "/t", "NaN")
+            expect(ev["body"] == "NaN", ev)
+
+        def status_shape():
+            resp, data = request(port, "GET", "/status")
+            expect(resp.status == 201, f"status {resp.status}")
+            expect(resp.getheader("X-Test") == "yes", resp.getheaders())
+            expect(data == b"created", data)
+            expect(resp.getheader("Content-Type", "").startswith("text/plain"), resp.getheader("Content-Type"))
+            cookies = [v for k, v in resp.getheaders() if k.lower() == "set-cookie"]
+            expect(sorted(cookies) == ["a=1", "b=2"], cookies)
+            resp, data = request(port, "GET", "/status-json")
+            expect(resp.status == 202 and json.loads(data) == {"ok": True}, (resp.status, data))
+            expect(resp.getheader("Content-Type", "").startswith("application/json"), resp.getheader("Content-Type"))
+            resp, data = request(port, "GET", "/status-204")
+            expect(resp.status == 204 and data == b"", (resp.status, data))
+
+        def exception_then_ok():
+            resp, data = request(port, "POST", "/boom", "{}")
+            expect(resp.status == 500, f"status {resp.status}")
+            msg = json.loads(data)["error"]
+            want = {"python3.11": "RuntimeError: boom", "nodejs20": "Error: boom", "go1.23": "boom"}[n]
+            expect(msg == want, msg)
+            resp, data = request(port, "GET", "/after")
+            expect(resp.status == 200, f"status {resp.status}")
+            if n == "go1.23":
+                resp, data = request(port, "GET", "/panic")
+                expect(resp.status == 500 and "kaboom" in json.loads(data)["error"], (resp.status, data))
+                resp, _ = request(port, "GET", "/after")
+                expect(resp.status == 200, f"status {resp.status}")
+
+        def none_is_null():
+            resp, data = request(port, "GET", "/none")
+            expect(resp.status == 200 and data == b"null", (resp.status, data))
+
+        def keep_alive():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                socks = []
+                for path in ("/k1", "/boom", "/status", "/k2"):
+                    resp, _ = request(port, "GET", path, conn=conn)
+                    expect(not resp.will_close, f"{path}: server closes the connection")
+                    socks.append(conn.sock)
+                expect(all(s is socks[0] for s in socks), "connection was not reused")
+            finally:
+                conn.close()
+
+        def chunked_body():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                conn.request("POST", "/chunked", body=iter([b'{"a":', b' "chunk"}']),
+                             headers={"Content-Type": "application/json"}, encode_chunked=True)
+                resp = conn.getresponse()
+                ev = json.loads(resp.read())
+                expect(ev.get("a") == "chunk", ev)
+                resp, _ = request(port, "GET", "/again", conn=conn)  # connection still in sync
+                expect(resp.status == 200, f"status {resp.status}")
+            finally:
+                conn.close()
+
+        def head():
+            resp, data = request(port, "HEAD", "/h")
+            expect(resp.status == 200 and data == b"", (resp.status, data))
+
+        def concurrency():
+            results = []
+
+            def one():
+                results.append(request(port, "GET", "/sleep")[0].status)
+
+            t0 = time.time()
+            threads = [threading.Thread(target=one) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            took = time.time() - t0
+            expect(results == [200] * 4, results)
+            expect(took < 1.6, f"4 x 0.5 s requests took {took:.2f} s")
+
+        def dependency():
+            _, value = request_json(port, "GET", "/dep")
+            expect(value == "dep-ok", value)
+
+        def logs_only_handler_output():
+            request(port, "GET", "/print")
+            time.sleep(0.2)
+            out.seek(0)
+            lines = [line for line in out.read().splitlines() if line]
+            expect(lines and set(lines) == {"hello from handler"}, lines)
+
+        for name, fn in [("health", health), ("JSON echo with sub-path, query, headers", echo),
+                         ("root path, empty body", root_and_empty), ("non-JSON and non-object bodies", non_json),
+                         ("statusCode/headers/body shape", status_shape),
+                         ("exception -> 500, then 200", exception_then_ok), ("None -> null", none_is_null),
+                         ("keep-alive", keep_alive), ("chunked request body", chunked_body), ("HEAD", head),
+                         ("concurrent requests", concurrency), ("dependency dir", dependency),
+                         ("stdout carries only handler output", logs_only_handler_output)]:
+            check(n, name, fn)
+
+        def sigterm():
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=15)
+            expect(code == 0, f"exit code {code}")
+
+        check(n, "SIGTERM exits 0", sigterm)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+        err.close()
+
+
+def last_json_line(stdout):
+    lines = stdout.rstrip("\n").split("\n")
+    return json.loads(lines[-1]), lines
+
+
+def test_job(rt):
+    n = rt.name
+
+    def success():
+        p = rt.job('{"action": "job", "x": 1}')
+        expect(p.returncode == 0, f"rc {p.returncode}: {p.stderr}")
+        value, lines = last_json_line(p.stdout)
+        expect(value == {"x": 1}, value)
+        expect(lines[:-1] == ["job output"], lines)
+
+    def default_event():
+        p = rt.job(None)
+        expect(p.returncode == 0, f"rc {p.returncode}: {p.stderr}")
+        value, _ = last_json_line(p.stdout)
+        expect(value == {}, value)
+
+    def non_object_event():
+        p = rt.job("[1, 2]")
+        value, _ = last_json_line(p.stdout)
+        expect(p.returncode == 0 and value == {"body": [1, 2]}, (p.returncode, value))
+
+    def failure():
+        p = rt.job('{"action": "fail"}')
+        expect(p.returncode == 1, f"rc {p.returncode}")
+        value, _ = last_json_line(p.stdout)
+        expect("boom" in value.get("error", ""), value)
+        expect(p.stderr.strip() != "", "no traceback on stderr")
+
+    def invalid_event():
+        p = rt.job("{not json")
+        expect(p.returncode == 2, f"rc {p.returncode}")
+        expect("SLESS_EVENT_JSON" in p.stderr, p.stderr)
+        value, _ = last_json_line(p.stdout)
+        expect("SLESS_EVENT_JSON" in value.get("error", ""), value)
+
+    checks = [("job success, result is the last line", success), ("job default event {}", default_event),
+              ("job non-object event", non_object_event), ("job failure exits 1", failure),
+              ("job invalid SLESS_EVENT_JSON exits 2", invalid_event)]
+
+    if n in ("python3.11", "nodejs20"):
+        other = "handler.ahandle" if n == "python3.11" else "handler.syncHandle"
+        key = "async" if n == "python3.11" else "sync"
+
+        def other_kind():
+            p = rt.job('{"y": 2}', SLESS_ENTRYPOINT=other)
+            value, _ = last_json_line(p.stdout)
+            expect(p.returncode == 0 and value == {key: True, "event": {"y": 2}}, (p.returncode, value, p.stderr))
+
+        def load_failure():
+            p = rt.job("{}", SLESS_ENTRYPOINT="handler.missing")
+            expect(p.returncode == 3, f"job rc {p.returncode}")
+            p = subprocess.run(rt.argv, env=rt.env(SLESS_ENTRYPOINT="nomodule.handle", PORT=str(free_port())),
+                               capture_output=True, text=True, timeout=30, cwd=rt.tmp)
+            expect(p.returncode == 3, f"http rc {p.returncode}")
+            expect("nomodule" in p.stderr and p.stdout == "", (p.stdout, p.stderr[-500:]))
+
+        checks += [(f"job with {key} handler", other_kind), ("handler load failure exits 3", load_failure)]
+
+    if n == "nodejs20":
+        def esm_handler():
+            esm_dir = os.path.join(rt.tmp, "esm")
+            write_files(esm_dir, {"package.json": '{"type": "module"}\n',
+                                  "handler.js": "export const handle = async (event) => ({ esm: true, event });\n"})
+            p = rt.job('{"z": 3}', SLESS_FUNCTION_DIR=esm_dir)
+            value, _ = last_json_line(p.stdout)
+            expect(p.returncode == 0 and value == {"esm": True, "event": {"z": 3}}, (p.returncode, value, p.stderr))
+
+        checks.append(("ES module handler (\"type\": \"module\")", esm_handler))
+
+    if n == "go1.23":
+        def without_go_mod():
+            src = os.path.join(rt.tmp, "nomod")
+            write_files(src, {"handler.go": 'package handler\n\nfunc Handle(event map[string]any) (any, error) {\n'
+                                            '\treturn map[string]any{"nomod": event["v"]}, nil\n}\n'})
+            binary = os.path.join(rt.tmp, "bin", "nomod")
+            b = subprocess.run(["sh", os.path.join(HERE, "go1.23", "build.sh"), src, binary],
+                               capture_output=True, text=True, timeout=600)
+            expect(b.returncode == 0, b.stderr[-2000:])
+            expect(not os.path.exists(os.path.join(src, "go.mod")), "build.sh wrote into the function dir")
+            p = subprocess.run([binary], env=rt.env(SLESS_MODE="job", SLESS_EVENT_JSON='{"v": "ok"}'),
+                               capture_output=True, text=True, timeout=60)
+            value, _ = last_json_line(p.stdout)
+            expect(p.returncode == 0 and value == {"nomod": "ok"}, (p.returncode, value))
+
+        def bad_signature():
+            src = os.path.join(rt.tmp, "badsig")
+            write_files(src, {"handler.go": "package handler\n\nfunc Handle(event string) string { return event }\n"})
+            b = subprocess.run(["sh", os.path.join(HERE, "go1.23", "build.sh"), src, os.path.join(rt.tmp, "bin", "bad")],
+                               capture_output=True, text=True, timeout=600)
+            expect(b.returncode != 0 and "Handle" in b.stderr, (b.returncode, b.stderr[-1000:]))
+
+        checks += [("build without a go.mod", without_go_mod), ("wrong Handle signature fails the build", bad_signature)]
+
+    for name, fn in checks:
+        check(n, name, fn)
+
+
+def main():
+    wanted = sys.argv[1:] or ["python3.11", "nodejs20", "go1.23"]
+    tools = {"python3.11": sys.executable, "nodejs20": shutil.which("node"), "go1.23": shutil.which("go")}
+    for name in wanted:
+        if not tools.get(name):
+            print(f"SKIP {name}: {'go' if name == 'go1.23' else 'node'} is not installed")
+            continue
+        tmp = tempfile.mkdtemp(prefix=f"sless-test-{name}-")
+        try:
+            try:
+                rt = prepare(name, tmp)
+            except Exception as exc:
+                report(name, "prepare", False, str(exc))
+                continue
+            for part in (test_http, test_job):
+                try:
+                    part(rt)
+                except Exception as exc:
+                    report(name, part.__name__, False, f"{type(exc).__name__}: {exc}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+//! The `sless` binary: `sless up` runs the embedded all-in-one platform, `sless token`
+//! issues a token signed with its key.
+
+mod settings;
+mod up;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "sless",
+    version,
+    about = "Serverless functions on one machine or on Kubernetes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the embedded all-in-one server: API (and later proxy and console) on one address,
+    /// state in SQLite and an embedded S3 endpoint under the data dir.
+    Up(Box<up::UpArgs>),
+    /// Print a JWT signed with the embedded key of a data dir.
+    Token {
+        /// The user's identity; their namespace is derived from it.
+        #[arg(long)]
+        sub: String,
+        #[arg(long, env = "SLESS_DATA_DIR", default_value = settings::DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 24 * 3600)]
+        ttl: u64,
+        /// Issue an admin token (acts on every namespace); ignores --sub.
+        #[arg(long)]
+        admin: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLESS_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn,aws=warn,hyper=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Up(args) => up::run(*args).await,
+        Command::Token {
+            sub,
+            data_dir,
+            ttl,
+            admin,
+        } => {
+            let key = operator::auth::load_or_create_signing_key(&data_dir)?;
+            let sub = if admin {
+                settings::EMBEDDED_ADMIN_SUBJECT.to_string()
+            } else {
+                sub
+            };
+            let token = operator::auth::issue_hs256(&key, &sub, ttl)?;
+            if admin {
+                eprintln!("admin token (any namespace), valid {ttl} s");
+            } else {
+                eprintln!(
+                    "token for namespace {}, valid {ttl} s",
+                    operator::model::namespace_for_sub(&sub)
+                );
+            }
+            println!("{token}");
+            Ok(())
+        }
+    }
+}
