@@ -4,7 +4,10 @@
 pub mod api;
 pub mod apitypes;
 pub mod auth;
+pub mod local;
+pub mod logs;
 pub mod model;
+pub mod proxy;
 pub mod s3;
 pub mod store;
 pub mod upload;

@@ -4,7 +4,7 @@
 //! just points the client at an in-process s3s + s3s-fs server on loopback.
 
 use std::error::Error as StdError;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
@@ -189,7 +189,7 @@ impl ObjectStore {
 
     /// Creates the bucket if missing; an existing bucket we can access is fine.
     pub async fn ensure_bucket(&self) -> Result<(), StorageError> {
-        if self.bucket_accessible("head_bucket").await? {
+        if self.bucket_accessible().await? {
             return Ok(());
         }
         let mut req = self.client.create_bucket().bucket(&self.bucket);
@@ -213,7 +213,7 @@ impl ObjectStore {
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), CreateBucketError::BucketAlreadyExists(_)) =>
             {
-                if self.bucket_accessible("head_bucket").await? {
+                if self.bucket_accessible().await? {
                     Ok(())
                 } else {
                     Err(self.request_error(
@@ -228,7 +228,7 @@ impl ObjectStore {
     }
 
     /// Ok(false) when the bucket does not exist.
-    async fn bucket_accessible(&self, op: &'static str) -> Result<bool, StorageError> {
+    async fn bucket_accessible(&self) -> Result<bool, StorageError> {
         match self.client.head_bucket().bucket(&self.bucket).send().await {
             Ok(_) => Ok(true),
             Err(SdkError::ServiceError(e))
@@ -237,7 +237,7 @@ impl ObjectStore {
             {
                 Ok(false)
             }
-            Err(e) => Err(self.classify(op, "", e)),
+            Err(e) => Err(self.classify("head_bucket", "", e)),
         }
     }
 
@@ -420,7 +420,8 @@ pub struct EmbeddedS3 {
 
 impl EmbeddedS3 {
     /// Serves `root` (created if missing) on `listen` (port 0 → a free port), with random
-    /// credentials generated per start, path-style.
+    /// credentials generated per start, path-style. One server per root at a time: s3s-fs
+    /// deletes leftover temp files of the root when it opens it.
     pub async fn start(root: &Path, listen: SocketAddr) -> Result<Self, StorageError> {
         tokio::fs::create_dir_all(root)
             .await
@@ -454,7 +455,11 @@ impl EmbeddedS3 {
             .map_err(|e| embedded_error("reading the bound address".into(), e.into()))?;
         if addr.ip().is_unspecified() {
             // Clients cannot connect to 0.0.0.0; loopback reaches a wildcard bind.
-            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            addr.set_ip(if addr.is_ipv4() {
+                Ipv4Addr::LOCALHOST.into()
+            } else {
+                Ipv6Addr::LOCALHOST.into()
+            });
         }
 
         let task = tokio::spawn(async move {

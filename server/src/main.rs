@@ -1,6 +1,7 @@
 //! The `sless` binary: `sless up` runs the embedded all-in-one platform, `sless token`
 //! issues a token signed with its key.
 
+mod demo;
 mod settings;
 mod up;
 

@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::Args;
 use operator::api::{ApiConfig, AppState};
 use operator::auth::Authenticator;
+use operator::local::{LocalRunner, RunnerConfig};
+use operator::proxy::{Proxy, ProxyConfig};
 use operator::s3::{EmbeddedS3, ObjectStore};
 use operator::store::SqliteStore;
 
@@ -25,6 +27,15 @@ pub struct UpArgs {
     /// Registry prefix of the runtime base images named in build contexts.
     #[arg(long, env = "SLESS_BASE_IMAGE_PREFIX", default_value = "sless")]
     pub base_image_prefix: String,
+    /// Base of the URLs shown for functions; default: http://<listen address>.
+    #[arg(long, env = "SLESS_EXTERNAL_URL")]
+    pub external_url: Option<String>,
+    /// Largest request body `/fn` forwards, in MiB (413 above).
+    #[arg(long, env = "SLESS_MAX_INVOKE_BODY_MB", default_value_t = 256)]
+    pub max_invoke_body_mb: u64,
+    /// Deploy the examples (a Python and a Node function, a job, a service) at start.
+    #[arg(long)]
+    pub demo: bool,
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
@@ -62,14 +73,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ..ApiConfig::default()
     };
     config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;
-    let state = Arc::new(AppState {
-        store,
-        objects,
-        auth,
-        config,
-    });
-    let app = operator::api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
 
+    // Bind first: the runner writes URLs with the real port (--listen may say :0).
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| {
@@ -79,18 +84,87 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             )
         })?;
     let address = listener.local_addr()?;
+    let external_url = args
+        .external_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
+
+    let mut runner_config = RunnerConfig::new(data_dir.clone(), external_url.clone());
+    runner_config.limits = config.upload_limits.clone();
+    if let Some(scale) = std::env::var("SLESS_TEST_CRON_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        tracing::warn!(
+            scale,
+            "SLESS_TEST_CRON_TIME_SCALE: cron runs on an accelerated clock"
+        );
+        runner_config.cron_time_scale = scale;
+    }
+    let runner = LocalRunner::start(store.clone(), objects.clone(), runner_config)
+        .context("starting the runner")?;
+    let proxy = Arc::new(Proxy::new(
+        Arc::new(runner.clone()),
+        ProxyConfig {
+            max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
+            ..ProxyConfig::default()
+        },
+    ));
+    let state = Arc::new(AppState {
+        store,
+        objects,
+        auth,
+        logs: Arc::new(runner),
+        proxy: proxy.clone(),
+        config,
+    });
+    let app = operator::api::router(state)
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .merge(operator::proxy::router(proxy));
+
     println!("sless is up on http://{address}");
     println!("  API:       http://{address}/v1/namespaces/<namespace>/...");
+    println!("  functions: {external_url}/fn/<namespace>/<name>");
     println!("  data dir:  {}", data_dir.display());
     println!(
         "  get a token: sless token --sub <you> --data-dir {}",
         data_dir.display()
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("serving")?;
+    if args.demo {
+        let token = demo_token(&args, &data_dir)?;
+        let base = format!("http://{address}");
+        tokio::spawn(async move {
+            if let Err(e) = crate::demo::deploy(base, token).await {
+                eprintln!("demo: {e:#}");
+            }
+        });
+    }
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .context("serving")?;
     Ok(())
+}
+
+/// The demo deploys through the API, as its own user: it needs the embedded key.
+fn demo_token(args: &UpArgs, data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let a = &args.auth;
+    anyhow::ensure!(
+        a.jwt_public_key_file.is_none() && a.jwks_url.is_none() && !a.insecure_skip_jwt_verify,
+        "--demo signs its own token: use it with the embedded key or SLESS_JWT_HS256_SECRET"
+    );
+    let key = match &a.jwt_hs256_secret {
+        Some(secret) => secret.as_bytes().to_vec(),
+        None => operator::auth::load_or_create_signing_key(data_dir)?,
+    };
+    Ok(operator::auth::issue_hs256(
+        &key,
+        crate::demo::DEMO_SUBJECT,
+        3600,
+    )?)
 }

@@ -21,7 +21,9 @@ pub use error::ApiError;
 
 use crate::apitypes::NamespaceResponse;
 use crate::auth::Authenticator;
+use crate::logs::WorkloadLogs;
 use crate::model::{Function, Kind, Service};
+use crate::proxy::Proxy;
 use crate::s3::ObjectStore;
 use crate::store::{Object, Resource, Store, StoreError, StoreExt};
 use crate::upload::UploadLimits;
@@ -50,6 +52,9 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub objects: ObjectStore,
     pub auth: Arc<Authenticator>,
+    pub logs: Arc<dyn WorkloadLogs>,
+    /// The `/fn` proxy, for the invocation history it records.
+    pub proxy: Arc<Proxy>,
     pub config: ApiConfig,
 }
 
@@ -88,6 +93,18 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(workloads::source::<Function>),
         )
         .route(
+            "/v1/namespaces/{ns}/functions/{name}/logs",
+            get(workloads::logs::<Function>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/build-log",
+            get(workloads::build_log::<Function>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/invocations",
+            get(workloads::invocations::<Function>),
+        )
+        .route(
             "/v1/namespaces/{ns}/services",
             get(workloads::list::<Service>).post(workloads::create::<Service>),
         )
@@ -100,6 +117,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/namespaces/{ns}/services/{name}/source",
             get(workloads::source::<Service>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services/{name}/logs",
+            get(workloads::logs::<Service>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services/{name}/build-log",
+            get(workloads::build_log::<Service>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services/{name}/invocations",
+            get(workloads::invocations::<Service>),
         )
         .route(
             "/v1/namespaces/{ns}/triggers",

@@ -187,3 +187,55 @@ async fn mark_building<R: WorkloadKind>(
     })
     .await?)
 }
+
+#[derive(serde::Deserialize)]
+pub struct TailQuery {
+    tail: Option<usize>,
+}
+
+/// Captured stdout/stderr of the workload's instances, oldest first.
+pub async fn logs<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+    axum::extract::Query(query): axum::extract::Query<TailQuery>,
+) -> Result<Json<Vec<crate::logs::LogLine>>, ApiError> {
+    load::<R>(&state, &auth.namespace, &name).await?;
+    let lines = query.tail.unwrap_or(100).min(10_000);
+    Ok(Json(state.logs.tail(&auth.namespace, &name, lines)))
+}
+
+/// The whole log of the latest build, as text.
+pub async fn build_log<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+) -> Result<String, ApiError> {
+    load::<R>(&state, &auth.namespace, &name).await?;
+    state
+        .logs
+        .build_log(R::KIND, &auth.namespace, &name)
+        .await
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "{} {name:?} has not been built yet",
+                R::KIND.noun()
+            ))
+        })
+}
+
+/// Recent calls through `/fn` (newest first) and their totals.
+pub async fn invocations<R: WorkloadKind>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+    axum::extract::Query(query): axum::extract::Query<TailQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    load::<R>(&state, &auth.namespace, &name).await?;
+    let log = state.proxy.invocations();
+    let limit = query.tail.unwrap_or(100);
+    Ok(Json(serde_json::json!({
+        "stats": log.stats(&auth.namespace, &name),
+        "invocations": log.recent(&auth.namespace, &name, limit),
+    })))
+}

@@ -439,7 +439,7 @@ fn warn_insecure_use(last_warn: &Mutex<Option<Instant>>) {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     if last.is_none_or(|t| t.elapsed() >= INSECURE_WARN_EVERY) {
         *last = Some(Instant::now());
-        tracing::warn!("accepted a JWT WITHOUT verifying its signature (insecure auth mode)");
+        tracing::warn!("accepting JWTs WITHOUT verifying their signatures (insecure auth mode)");
     }
 }
 

@@ -31,7 +31,61 @@ impl Drop for TestServer {
     }
 }
 
+/// Tweaks of the embedded runner for one test.
+pub type RunnerTweak = fn(&mut operator::local::RunnerConfig);
+
 impl TestServer {
+    /// The whole embedded platform: API, runner with real processes, `/fn` proxy.
+    pub async fn platform(tweak: RunnerTweak) -> (Self, operator::local::LocalRunner) {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).await.unwrap());
+        let s3 = EmbeddedS3::start(
+            &dir.path().join("objects"),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+        )
+        .await
+        .unwrap();
+        let objects = ObjectStore::connect(&s3.config("sless")).await.unwrap();
+        objects.ensure_bucket().await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let mut config = operator::local::RunnerConfig::new(dir.path().to_path_buf(), base.clone());
+        tweak(&mut config);
+        let runner =
+            operator::local::LocalRunner::start(store.clone(), objects.clone(), config).unwrap();
+        let proxy = Arc::new(operator::proxy::Proxy::new(
+            Arc::new(runner.clone()),
+            operator::proxy::ProxyConfig::default(),
+        ));
+        let state = Arc::new(AppState {
+            store: store.clone(),
+            objects: objects.clone(),
+            auth: Arc::new(test_authenticator(KeySource::Hs256Secret(SECRET.to_vec()))),
+            logs: Arc::new(runner.clone()),
+            proxy: proxy.clone(),
+            config: ApiConfig::default(),
+        });
+        let app = operator::api::router(state).merge(operator::proxy::router(proxy));
+        let server = tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap();
+        });
+        let server = TestServer {
+            base,
+            store,
+            objects,
+            client: reqwest::Client::new(),
+            _s3: s3,
+            _dir: dir,
+            server,
+        };
+        (server, runner)
+    }
+
     pub async fn start() -> Self {
         Self::start_with(
             ApiConfig::default(),
@@ -51,18 +105,16 @@ impl TestServer {
         .unwrap();
         let objects = ObjectStore::connect(&s3.config("sless")).await.unwrap();
         objects.ensure_bucket().await.unwrap();
-        let auth = Authenticator::new(AuthConfig {
-            key,
-            admin_subjects: vec![ADMIN_SUB.to_string()],
-            issuer: None,
-            audience: None,
-            leeway_sec: 0,
-        })
-        .unwrap();
+        let auth = test_authenticator(key);
         let state = Arc::new(AppState {
             store: store.clone(),
             objects: objects.clone(),
             auth: Arc::new(auth),
+            logs: Arc::new(operator::logs::LogBook::new(100)),
+            proxy: Arc::new(operator::proxy::Proxy::new(
+                Arc::new(NoRoutes),
+                operator::proxy::ProxyConfig::default(),
+            )),
             config,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -85,6 +137,26 @@ impl TestServer {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+}
+
+/// The API-only server runs nothing: every name is unknown to its proxy.
+struct NoRoutes;
+
+impl operator::proxy::RouteTable for NoRoutes {
+    fn route(&self, _namespace: &str, _name: &str) -> operator::proxy::Route {
+        operator::proxy::Route::Unknown
+    }
+}
+
+fn test_authenticator(key: KeySource) -> Authenticator {
+    Authenticator::new(AuthConfig {
+        key,
+        admin_subjects: vec![ADMIN_SUB.to_string()],
+        issuer: None,
+        audience: None,
+        leeway_sec: 0,
+    })
+    .unwrap()
 }
 
 /// A user: their token and the namespace it may act on.

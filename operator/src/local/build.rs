@@ -1,0 +1,254 @@
+//! Embedded builds: unpack an upload into a versioned directory and install its
+//! dependencies with the machine's tools, keeping the whole log.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use super::runtimes::{GO_BINARY, Toolchain, Wrappers};
+use crate::model::Runtime;
+use crate::s3::ObjectStore;
+use crate::upload::{UploadLimits, read_zip, unpack, zip_key_for_context};
+
+/// A build that did not finish; the message ends with the log tail.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BuildError(pub String);
+
+/// Dependency installs (pip, npm, go) get this long before they are killed.
+const STEP_TIMEOUT: Duration = Duration::from_secs(600);
+/// How much of the log a failure message carries.
+const TAIL_BYTES: usize = 2000;
+
+pub struct Builder {
+    pub objects: ObjectStore,
+    pub wrappers: Wrappers,
+    pub toolchain: Toolchain,
+    pub limits: UploadLimits,
+}
+
+/// The version directory of a context key: `contexts/ns/name/v.tar.gz` → `<root>/v`.
+pub fn version_of(context_key: &str) -> &str {
+    let file = context_key.rsplit('/').next().unwrap_or(context_key);
+    file.strip_suffix(".tar.gz").unwrap_or(file)
+}
+
+pub fn log_path(dir: &Path) -> PathBuf {
+    dir.with_extension("log")
+}
+
+/// The last `TAIL_BYTES` of a text, cut at a line start when possible.
+pub fn tail(text: &str) -> String {
+    if text.len() <= TAIL_BYTES {
+        return text.trim_end().to_string();
+    }
+    let mut start = text.len() - TAIL_BYTES;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let cut = &text[start..];
+    let cut = cut.find('\n').map_or(cut, |i| &cut[i + 1..]);
+    format!("...\n{}", cut.trim_end())
+}
+
+impl Builder {
+    /// Builds the upload behind `context_key` into `<root>/<version>` unless that
+    /// directory already holds a finished build. Returns the directory.
+    pub async fn build(
+        &self,
+        root: &Path,
+        context_key: &str,
+        runtime: Runtime,
+    ) -> Result<PathBuf, BuildError> {
+        let dir = root.join(version_of(context_key));
+        if dir.is_dir() {
+            return Ok(dir);
+        }
+        let staging = root.join(format!(".{}.staging", version_of(context_key)));
+        let log_file = log_path(&dir);
+        let mut log = Log::create(&log_file).await?;
+        let result = self
+            .build_into(&staging, context_key, runtime, &mut log)
+            .await;
+        match result {
+            Ok(()) => {
+                log.line("build succeeded").await;
+                tokio::fs::rename(&staging, &dir)
+                    .await
+                    .map_err(|e| BuildError(format!("moving the build into place: {e}")))?;
+                Ok(dir)
+            }
+            Err(e) => {
+                log.line(&format!("build failed: {e}")).await;
+                let _ = tokio::fs::remove_dir_all(&staging).await;
+                let text = tokio::fs::read_to_string(&log_file)
+                    .await
+                    .unwrap_or_default();
+                Err(BuildError(tail(&text)))
+            }
+        }
+    }
+
+    async fn build_into(
+        &self,
+        staging: &Path,
+        context_key: &str,
+        runtime: Runtime,
+        log: &mut Log,
+    ) -> Result<(), BuildError> {
+        let _ = tokio::fs::remove_dir_all(staging).await;
+        let zip_key = zip_key_for_context(context_key)
+            .ok_or_else(|| BuildError(format!("unexpected s3 key {context_key:?}")))?;
+        log.line(&format!("fetching {zip_key}")).await;
+        let zip = self
+            .objects
+            .get(&zip_key)
+            .await
+            .map_err(|e| BuildError(format!("fetching the upload: {e}")))?
+            .ok_or_else(|| BuildError(format!("the upload {zip_key} is missing; upload again")))?;
+        let limits = self.limits.clone();
+        let target = staging.to_path_buf();
+        let count = tokio::task::spawn_blocking(move || {
+            let files = read_zip(&zip, &limits)?;
+            unpack(&files, &target)?;
+            Ok::<_, crate::upload::UploadError>(files.len())
+        })
+        .await
+        .map_err(|e| BuildError(format!("unpacking: {e}")))?
+        .map_err(|e| BuildError(format!("unpacking: {e}")))?;
+        log.line(&format!("unpacked {count} files")).await;
+
+        let tools = &self.toolchain;
+        match runtime {
+            Runtime::Python311 if staging.join("requirements.txt").is_file() => {
+                let deps = staging.join(".deps");
+                let args = [
+                    "-m",
+                    "pip",
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "--no-cache-dir",
+                    "--target",
+                    &deps.display().to_string(),
+                    "-r",
+                    "requirements.txt",
+                ]
+                .map(String::from);
+                log.run(&tools.python, &args, staging).await
+            }
+            Runtime::Nodejs20 if staging.join("package.json").is_file() => {
+                let args = ["install", "--omit=dev", "--no-audit", "--no-fund"].map(String::from);
+                log.run(&tools.npm, &args, staging).await
+            }
+            Runtime::Go123 => {
+                let out = staging.join(GO_BINARY);
+                let args = [staging.display().to_string(), out.display().to_string()];
+                log.run(
+                    &self.wrappers.go_build().display().to_string(),
+                    &args,
+                    staging,
+                )
+                .await
+            }
+            Runtime::Python311 | Runtime::Nodejs20 => {
+                log.line("no dependency file; nothing to install").await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The build log file; every step's output goes in it.
+struct Log {
+    file: tokio::fs::File,
+    path: PathBuf,
+}
+
+impl Log {
+    async fn create(path: &Path) -> Result<Self, BuildError> {
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| BuildError(format!("creating {}: {e}", parent.display())))?;
+        }
+        let file = tokio::fs::File::create(path)
+            .await
+            .map_err(|e| BuildError(format!("creating {}: {e}", path.display())))?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    async fn line(&mut self, text: &str) {
+        let stamp = chrono::Utc::now().format("%H:%M:%S");
+        if let Err(e) = self
+            .file
+            .write_all(format!("[{stamp}] {text}\n").as_bytes())
+            .await
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot write build log");
+        }
+    }
+
+    /// Runs a step with its output appended to the log.
+    async fn run(&mut self, program: &str, args: &[String], dir: &Path) -> Result<(), BuildError> {
+        self.line(&format!("$ {program} {}", args.join(" "))).await;
+        let _ = self.file.flush().await;
+        let out = self
+            .file
+            .try_clone()
+            .await
+            .map_err(|e| BuildError(e.to_string()))?
+            .into_std()
+            .await;
+        let err = out.try_clone().map_err(|e| BuildError(e.to_string()))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| BuildError(format!("cannot run {program}: {e}; is it installed?")))?;
+        let status = match tokio::time::timeout(STEP_TIMEOUT, child.wait()).await {
+            Ok(status) => status.map_err(|e| BuildError(e.to_string()))?,
+            Err(_) => {
+                let _ = child.kill().await;
+                return Err(BuildError(format!(
+                    "{program} did not finish within {} s",
+                    STEP_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        if status.success() {
+            Ok(())
+        } else {
+            Err(BuildError(format!("{program} exited with {status}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_tails() {
+        assert_eq!(
+            version_of("contexts/ns/f/20260101120000-1.tar.gz"),
+            "20260101120000-1"
+        );
+        let long: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let cut = tail(&long);
+        assert!(cut.starts_with("...\nline "));
+        assert!(cut.ends_with("line 999"));
+        assert!(cut.len() <= TAIL_BYTES + 4);
+        assert_eq!(tail("short\n"), "short");
+    }
+}

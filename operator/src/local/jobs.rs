@@ -1,0 +1,450 @@
+//! The actor of one FunctionJob: `run_id` 0 is Skipped, every higher `run_id` is one run
+//! of the handler in job mode, its last stdout line the result.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::Shared;
+use super::build::{tail, version_of};
+use super::process::base_env;
+use crate::model::{DEFAULT_ENTRYPOINT, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
+use crate::store::{StoreError, StoreExt, modify_status};
+
+/// While a job waits for its function's build, it looks again this often.
+const RECHECK: Duration = Duration::from_secs(1);
+/// Output kept for `log_tail`.
+const LOG_TAIL_BYTES: usize = 4096;
+/// Output read from a job at most; the rest is dropped.
+const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+struct Run {
+    run_id: i64,
+    task: JoinHandle<()>,
+}
+
+/// What to execute for one run.
+struct Plan {
+    dir: PathBuf,
+    runtime: Runtime,
+    entrypoint: String,
+    env: BTreeMap<String, String>,
+}
+
+enum Next {
+    Idle,
+    Recheck,
+    Deleted,
+}
+
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    ns: String,
+    name: String,
+    mut pokes: mpsc::Receiver<()>,
+) {
+    let mut current: Option<Run> = None;
+    loop {
+        let next = match reconcile(&shared, &ns, &name, &mut current).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::warn!(%ns, %name, error = %e, "job reconcile failed; retrying");
+                Next::Recheck
+            }
+        };
+        match next {
+            Next::Deleted => {
+                if let Some(run) = current.take() {
+                    run.task.abort();
+                }
+                return;
+            }
+            Next::Idle => {
+                if pokes.recv().await.is_none() {
+                    return;
+                }
+            }
+            Next::Recheck => {
+                tokio::select! {
+                    poke = pokes.recv() => if poke.is_none() { return },
+                    _ = tokio::time::sleep(RECHECK) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn reconcile(
+    shared: &Arc<Shared>,
+    ns: &str,
+    name: &str,
+    current: &mut Option<Run>,
+) -> Result<Next, StoreError> {
+    let store = &*shared.store;
+    let Some(job) = store.get_typed::<FunctionJob>(ns, name).await? else {
+        return Ok(Next::Deleted);
+    };
+    let run_id = job.spec.run_id;
+    if let Some(run) = current {
+        if run.run_id == run_id && !run.task.is_finished() {
+            return Ok(Next::Idle);
+        }
+        if run.run_id != run_id {
+            // A newer run replaces this one; aborting drops (and kills) its process.
+            run.task.abort();
+        }
+        *current = None;
+    }
+    if run_id == 0 {
+        write(shared, ns, name, 0, |s| {
+            s.phase = JobPhase::Skipped;
+            s.message = Some("run_id is 0: raise it to run the job".into());
+        })
+        .await?;
+        return Ok(Next::Idle);
+    }
+    if job.status.observed_run_id == Some(run_id) {
+        match job.status.phase {
+            JobPhase::Succeeded | JobPhase::Failed | JobPhase::Skipped => return Ok(Next::Idle),
+            JobPhase::Running => {
+                write(shared, ns, name, run_id, |s| {
+                    s.phase = JobPhase::Failed;
+                    s.message = Some(
+                        "interrupted: sless restarted while the job ran; raise run_id to run it again"
+                            .into(),
+                    );
+                })
+                .await?;
+                return Ok(Next::Idle);
+            }
+            JobPhase::Pending | JobPhase::Building => {}
+        }
+    }
+
+    let spec = &job.spec;
+    let plan = match &spec.function_ref {
+        Some(function) => match store.get_typed::<Function>(ns, function).await? {
+            None => {
+                fail(
+                    shared,
+                    ns,
+                    name,
+                    run_id,
+                    format!("function {function:?} not found in {ns}"),
+                )
+                .await?;
+                return Ok(Next::Idle);
+            }
+            Some(f) => {
+                let workload = &f.spec.workload;
+                let dir = workload.s3_key.as_ref().map(|key| {
+                    shared
+                        .builds_root(Kind::Function, ns, function)
+                        .join(version_of(key))
+                });
+                match (f.status.phase, dir) {
+                    (Phase::Ready, Some(dir)) if dir.is_dir() => {
+                        let mut env = workload.env.clone();
+                        env.extend(spec.env.clone());
+                        Plan {
+                            dir,
+                            runtime: workload.runtime,
+                            entrypoint: workload.entrypoint.clone(),
+                            env,
+                        }
+                    }
+                    (Phase::Failed, _) => {
+                        fail(
+                            shared,
+                            ns,
+                            name,
+                            run_id,
+                            format!("function {function:?} failed to build"),
+                        )
+                        .await?;
+                        return Ok(Next::Idle);
+                    }
+                    (phase, _) => {
+                        write(shared, ns, name, run_id, |s| {
+                            s.phase = JobPhase::Pending;
+                            s.message = Some(format!(
+                                "waiting for function {function:?} to be built (it is {})",
+                                phase.as_str()
+                            ));
+                        })
+                        .await?;
+                        return Ok(Next::Recheck);
+                    }
+                }
+            }
+        },
+        None => {
+            let (Some(runtime), Some(key)) = (spec.runtime, spec.s3_key.clone()) else {
+                write(shared, ns, name, run_id, |s| {
+                    s.phase = JobPhase::Pending;
+                    s.message = Some(format!(
+                        "no code yet: upload a zip to .../jobs/{name}/upload"
+                    ));
+                })
+                .await?;
+                return Ok(Next::Idle);
+            };
+            write(shared, ns, name, run_id, |s| {
+                s.phase = JobPhase::Building;
+                s.message = Some(format!("building version {}", version_of(&key)));
+            })
+            .await?;
+            let root = shared.builds_root(Kind::FunctionJob, ns, name);
+            match shared.builder.build(&root, &key, runtime).await {
+                Ok(dir) => Plan {
+                    dir,
+                    runtime,
+                    entrypoint: spec
+                        .entrypoint
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string()),
+                    env: spec.env.clone(),
+                },
+                Err(e) => {
+                    fail(shared, ns, name, run_id, format!("build failed:\n{e}")).await?;
+                    return Ok(Next::Idle);
+                }
+            }
+        }
+    };
+
+    let started = now();
+    write(shared, ns, name, run_id, |s| {
+        s.phase = JobPhase::Running;
+        s.job_name = Some(format!("{name}-{run_id}"));
+        s.start_time = Some(started.clone());
+        s.completion_time = None;
+        s.message = None;
+        s.log_tail = None;
+    })
+    .await?;
+    let event = spec.event_json.clone();
+    let timeout = (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()));
+    let task_shared = shared.clone();
+    let (task_ns, task_name) = (ns.to_string(), name.to_string());
+    let task = tokio::spawn(async move {
+        let outcome = execute(&task_shared, &plan, &event, timeout).await;
+        let result = write(&task_shared, &task_ns, &task_name, run_id, |s| {
+            s.phase = if outcome.succeeded {
+                JobPhase::Succeeded
+            } else {
+                JobPhase::Failed
+            };
+            s.message = Some(outcome.message.clone());
+            s.log_tail = Some(outcome.log_tail.clone());
+            s.completion_time = Some(now());
+        })
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(ns = %task_ns, name = %task_name, error = %e, "job result not written");
+        }
+    });
+    *current = Some(Run { run_id, task });
+    Ok(Next::Idle)
+}
+
+struct Outcome {
+    succeeded: bool,
+    message: String,
+    log_tail: String,
+}
+
+/// Output lines in arrival order, stdout ones flagged.
+type Output = Arc<Mutex<(Vec<(bool, String)>, usize)>>;
+
+fn collect(
+    reader: impl AsyncRead + Unpin + Send + 'static,
+    stdout: bool,
+    output: Output,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(reader).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
+            if output.1 + line.len() <= MAX_OUTPUT_BYTES {
+                output.1 += line.len();
+                output.0.push((stdout, line));
+            }
+        }
+    })
+}
+
+async fn execute(shared: &Shared, plan: &Plan, event: &str, timeout: Option<Duration>) -> Outcome {
+    let (program, args) =
+        shared
+            .builder
+            .wrappers
+            .command(&shared.config.toolchain, plan.runtime, &plan.dir);
+    let spawned = Command::new(&program)
+        .args(&args)
+        .current_dir(&plan.dir)
+        .env_clear()
+        .envs(base_env())
+        .envs(&plan.env)
+        .env("SLESS_MODE", "job")
+        .env("SLESS_EVENT_JSON", event)
+        .env("SLESS_ENTRYPOINT", &plan.entrypoint)
+        .env("SLESS_FUNCTION_DIR", &plan.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            return Outcome {
+                succeeded: false,
+                message: format!("cannot start {program}: {e}; is it installed?"),
+                log_tail: String::new(),
+            };
+        }
+    };
+    let output: Output = Arc::new(Mutex::new((Vec::new(), 0)));
+    let mut readers = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        readers.push(collect(stdout, true, output.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        readers.push(collect(stderr, false, output.clone()));
+    }
+    let waited = match timeout {
+        Some(limit) => tokio::time::timeout(limit, child.wait()).await.ok(),
+        None => Some(child.wait().await),
+    };
+    let status = match waited {
+        Some(status) => status,
+        None => {
+            let _ = child.kill().await;
+            for reader in readers {
+                let _ = reader.await;
+            }
+            return Outcome {
+                succeeded: false,
+                message: format!(
+                    "timed out: the job ran longer than its timeout_sec ({} s) and was killed",
+                    timeout.map_or(0, |t| t.as_secs())
+                ),
+                log_tail: log_tail(&output),
+            };
+        }
+    };
+    for reader in readers {
+        let _ = reader.await;
+    }
+    let last_stdout = {
+        let output = output.lock().unwrap_or_else(|e| e.into_inner());
+        output
+            .0
+            .iter()
+            .rev()
+            .find(|(stdout, line)| *stdout && !line.trim().is_empty())
+            .map(|(_, line)| line.clone())
+    };
+    match status {
+        Ok(status) if status.success() => Outcome {
+            succeeded: true,
+            message: last_stdout.unwrap_or_else(|| "null".into()),
+            log_tail: log_tail(&output),
+        },
+        Ok(status) => {
+            // The runtime prints {"error": ...} last when the handler raised.
+            let reason = last_stdout
+                .as_deref()
+                .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
+                .unwrap_or_else(|| format!("the job exited with {status}"));
+            Outcome {
+                succeeded: false,
+                message: reason,
+                log_tail: log_tail(&output),
+            }
+        }
+        Err(e) => Outcome {
+            succeeded: false,
+            message: format!("waiting for the job: {e}"),
+            log_tail: log_tail(&output),
+        },
+    }
+}
+
+fn log_tail(output: &Output) -> String {
+    let output = output.lock().unwrap_or_else(|e| e.into_inner());
+    let text: String = output
+        .0
+        .iter()
+        .map(|(_, line)| format!("{line}\n"))
+        .collect();
+    let text = if text.len() > LOG_TAIL_BYTES {
+        tail(&text)
+    } else {
+        text.trim_end().to_string()
+    };
+    text
+}
+
+/// Writes the status of run `run_id` (unless a newer run took over) when it changes.
+async fn write(
+    shared: &Shared,
+    ns: &str,
+    name: &str,
+    run_id: i64,
+    change: impl Fn(&mut crate::model::FunctionJobStatus) + Send,
+) -> Result<(), StoreError> {
+    let Some(job) = shared.store.get_typed::<FunctionJob>(ns, name).await? else {
+        return Ok(());
+    };
+    if job.spec.run_id != run_id {
+        return Ok(());
+    }
+    let mut wanted = job.status.clone();
+    if wanted.observed_run_id != Some(run_id) {
+        wanted = Default::default();
+        wanted.observed_run_id = Some(run_id);
+    }
+    change(&mut wanted);
+    if wanted == job.status {
+        return Ok(());
+    }
+    match modify_status::<FunctionJob, _>(&*shared.store, ns, name, |o| {
+        if o.spec.run_id == run_id {
+            o.status = wanted.clone();
+        }
+    })
+    .await
+    {
+        Err(StoreError::NotFound { .. }) => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+async fn fail(
+    shared: &Shared,
+    ns: &str,
+    name: &str,
+    run_id: i64,
+    message: String,
+) -> Result<(), StoreError> {
+    write(shared, ns, name, run_id, |s| {
+        s.phase = JobPhase::Failed;
+        s.message = Some(message.clone());
+        s.completion_time = Some(now());
+    })
+    .await
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

@@ -1,0 +1,313 @@
+//! The embedded runner: makes the store's desired state true with local processes.
+//! It reacts to the store's change notifications; each workload and each job has one
+//! actor task that reconciles it, so work on one never blocks another.
+
+mod build;
+mod cron;
+mod jobs;
+mod process;
+mod runtimes;
+mod workload;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+
+pub use runtimes::Toolchain;
+
+use crate::logs::{LogBook, LogLine, WorkloadLogs};
+use crate::model::Kind;
+use crate::proxy::{Route, RouteTable};
+use crate::s3::ObjectStore;
+use crate::store::Store;
+use crate::upload::UploadLimits;
+use build::Builder;
+use runtimes::Wrappers;
+
+#[derive(Clone, Debug)]
+pub struct RunnerConfig {
+    pub data_dir: PathBuf,
+    /// Base of the URLs written to status (`<external_url>/fn/<ns>/<name>`).
+    pub external_url: String,
+    pub toolchain: Toolchain,
+    pub limits: UploadLimits,
+    /// How long a new instance may take to answer `/health`.
+    pub health_timeout: Duration,
+    /// How often the cron scheduler looks at the clock.
+    pub cron_tick: Duration,
+    /// Test-only: scheduler seconds per real second (1 in production), so a test
+    /// sees a 5-field `* * * * *` schedule fire without waiting a minute.
+    pub cron_time_scale: u32,
+    /// Lines of output kept per workload.
+    pub log_lines: usize,
+    /// A full pass over every object, as a safety net behind change notifications.
+    pub resync_every: Duration,
+}
+
+impl RunnerConfig {
+    pub fn new(data_dir: PathBuf, external_url: String) -> Self {
+        Self {
+            data_dir,
+            external_url,
+            toolchain: Toolchain::default(),
+            limits: UploadLimits::default(),
+            health_timeout: Duration::from_secs(30),
+            cron_tick: Duration::from_secs(1),
+            cron_time_scale: 1,
+            log_lines: 1000,
+            resync_every: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What a running instance of a workload answers on, for routes and cron calls.
+#[derive(Clone, Debug)]
+struct Endpoint {
+    authority: String,
+    timeout: Option<Duration>,
+    pid: Option<u32>,
+}
+
+type Key = (String, String);
+
+struct Shared {
+    store: Arc<dyn Store>,
+    builder: Builder,
+    config: RunnerConfig,
+    logs: Arc<LogBook>,
+    http: reqwest::Client,
+    /// Namespace → name → route, so the invoke path looks up borrowed strings.
+    routes: RwLock<HashMap<String, HashMap<String, Route>>>,
+    endpoints: RwLock<HashMap<Key, Endpoint>>,
+    actors: Mutex<HashMap<(Kind, String, String), mpsc::Sender<()>>>,
+}
+
+/// Handle to the runner; also the embedded [`RouteTable`] of the proxy.
+#[derive(Clone)]
+pub struct LocalRunner {
+    shared: Arc<Shared>,
+}
+
+impl RouteTable for LocalRunner {
+    fn route(&self, namespace: &str, name: &str) -> Route {
+        let routes = self.shared.routes.read().unwrap_or_else(|e| e.into_inner());
+        routes
+            .get(namespace)
+            .and_then(|names| names.get(name))
+            .cloned()
+            .unwrap_or(Route::Unknown)
+    }
+}
+
+impl LocalRunner {
+    /// Writes the runtime wrappers, then starts reconciling every object.
+    pub fn start(
+        store: Arc<dyn Store>,
+        objects: ObjectStore,
+        config: RunnerConfig,
+    ) -> std::io::Result<Self> {
+        let wrappers = Wrappers::install(&config.data_dir.join("runtimes"))?;
+        let shared = Arc::new(Shared {
+            builder: Builder {
+                objects,
+                wrappers,
+                toolchain: config.toolchain.clone(),
+                limits: config.limits.clone(),
+            },
+            logs: Arc::new(LogBook::new(config.log_lines)),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .map_err(std::io::Error::other)?,
+            routes: RwLock::new(HashMap::new()),
+            endpoints: RwLock::new(HashMap::new()),
+            actors: Mutex::new(HashMap::new()),
+            store,
+            config,
+        });
+        let changes = shared.store.subscribe();
+        tokio::spawn(watch(shared.clone(), changes));
+        tokio::spawn(cron::schedule(shared.clone()));
+        Ok(Self { shared })
+    }
+
+    pub fn logs(&self) -> Arc<LogBook> {
+        self.shared.logs.clone()
+    }
+
+    /// The process serving a workload now, if one is.
+    pub fn pid(&self, namespace: &str, name: &str) -> Option<u32> {
+        self.shared.endpoint(namespace, name).and_then(|e| e.pid)
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkloadLogs for LocalRunner {
+    fn tail(&self, namespace: &str, name: &str, lines: usize) -> Vec<LogLine> {
+        self.shared.logs.tail(namespace, name, lines)
+    }
+
+    /// The whole log of the latest build of a workload or job, if there was one.
+    async fn build_log(&self, kind: Kind, namespace: &str, name: &str) -> Option<String> {
+        let root = self.shared.builds_root(kind, namespace, name);
+        let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+        let mut entries = tokio::fs::read_dir(&root).await.ok()?;
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log")
+                && let Ok(meta) = entry.metadata().await
+                && let Ok(modified) = meta.modified()
+                && newest.as_ref().is_none_or(|(t, _)| modified > *t)
+            {
+                newest = Some((modified, path));
+            }
+        }
+        tokio::fs::read_to_string(newest?.1).await.ok()
+    }
+}
+
+impl Shared {
+    fn builds_root(&self, kind: Kind, namespace: &str, name: &str) -> PathBuf {
+        self.config
+            .data_dir
+            .join("builds")
+            .join(namespace)
+            .join(format!("{}-{name}", kind.noun()))
+    }
+
+    fn url(&self, namespace: &str, name: &str) -> String {
+        format!(
+            "{}/fn/{namespace}/{name}",
+            self.config.external_url.trim_end_matches('/')
+        )
+    }
+
+    fn set_route(&self, namespace: &str, name: &str, route: Route) {
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        routes
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(name.to_string(), route);
+    }
+
+    fn remove_route(&self, namespace: &str, name: &str) {
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(names) = routes.get_mut(namespace) {
+            names.remove(name);
+        }
+    }
+
+    fn set_endpoint(&self, namespace: &str, name: &str, endpoint: Option<Endpoint>) {
+        let mut endpoints = self.endpoints.write().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), name.to_string());
+        match endpoint {
+            Some(endpoint) => endpoints.insert(key, endpoint),
+            None => endpoints.remove(&key),
+        };
+    }
+
+    fn endpoint(&self, namespace: &str, name: &str) -> Option<Endpoint> {
+        let endpoints = self.endpoints.read().unwrap_or_else(|e| e.into_inner());
+        endpoints
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Wakes (or starts) the actor of one object. Pokes coalesce: an actor that is
+    /// busy reconciles once more when it is done, not once per change.
+    fn poke(self: &Arc<Self>, kind: Kind, namespace: &str, name: &str) {
+        if kind == Kind::Trigger {
+            // A trigger only changes what its function must do; which function, the
+            // deleted trigger no longer says: wake every function of the namespace.
+            self.poke_functions(namespace);
+            return;
+        }
+        let key = (kind, namespace.to_string(), name.to_string());
+        let mut actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sender) = actors.get(&key)
+            && !sender.is_closed()
+        {
+            let _ = sender.try_send(());
+            return;
+        }
+        let (sender, receiver) = mpsc::channel(1);
+        let _ = sender.try_send(());
+        actors.insert(key, sender);
+        let shared = self.clone();
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        tokio::spawn(async move {
+            match kind {
+                Kind::Function | Kind::Service => {
+                    workload::run(
+                        shared.clone(),
+                        kind,
+                        namespace.clone(),
+                        name.clone(),
+                        receiver,
+                    )
+                    .await
+                }
+                Kind::FunctionJob => {
+                    jobs::run(shared.clone(), namespace.clone(), name.clone(), receiver).await
+                }
+                Kind::Trigger => {}
+            }
+            shared.actor_done(kind, &namespace, &name);
+        });
+    }
+
+    fn actor_done(&self, kind: Kind, namespace: &str, name: &str) {
+        let mut actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (kind, namespace.to_string(), name.to_string());
+        if actors.get(&key).is_some_and(|s| s.is_closed()) {
+            actors.remove(&key);
+        }
+    }
+
+    fn poke_functions(self: &Arc<Self>, namespace: &str) {
+        let names: Vec<String> = {
+            let actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
+            actors
+                .keys()
+                .filter(|(k, ns, _)| *k == Kind::Function && ns == namespace)
+                .map(|(_, _, name)| name.clone())
+                .collect()
+        };
+        for name in names {
+            self.poke(Kind::Function, namespace, &name);
+        }
+    }
+
+    /// Every object once: at start, after missed notifications, and now and then.
+    async fn resync(self: &Arc<Self>) {
+        for kind in [Kind::Function, Kind::Service, Kind::FunctionJob] {
+            match self.store.list(kind, None).await {
+                Ok(objects) => {
+                    for object in objects {
+                        self.poke(kind, &object.meta.namespace, &object.meta.name);
+                    }
+                }
+                Err(e) => tracing::warn!(%kind, error = %e, "resync: cannot list"),
+            }
+        }
+    }
+}
+
+async fn watch(shared: Arc<Shared>, mut changes: broadcast::Receiver<crate::store::Change>) {
+    shared.resync().await;
+    let mut resync = tokio::time::interval(shared.config.resync_every);
+    resync.tick().await;
+    loop {
+        tokio::select! {
+            change = changes.recv() => match change {
+                Ok(change) => shared.poke(change.kind, &change.namespace, &change.name),
+                Err(broadcast::error::RecvError::Lagged(_)) => shared.resync().await,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = resync.tick() => shared.resync().await,
+        }
+    }
+}

@@ -1,0 +1,602 @@
+//! The actor of one Function or Service: build each upload once, keep one healthy
+//! instance of the latest build running while something needs it, roll new versions
+//! in before the old one stops, restart crashes with backoff, publish its route.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::build::version_of;
+use super::process::{Instance, Launch};
+use super::{Endpoint, Shared};
+use crate::logs::Stream;
+use crate::model::{
+    ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Trigger, TriggerStatus, TriggerType, WorkloadSpec,
+    WorkloadStatus,
+};
+use crate::proxy::Route;
+use crate::store::{Object, RawObject, StoreError, StoreExt};
+
+/// How long the old instance keeps serving calls already sent to it after a switch.
+const DRAIN: Duration = Duration::from_secs(1);
+const STOP_GRACE: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// An instance up this long has recovered: its crash count starts over.
+const HEALTHY_RESET: Duration = Duration::from_secs(60);
+
+/// What an instance was started with; any change means a new instance.
+#[derive(Clone, Debug, PartialEq)]
+struct LaunchConfig {
+    version: String,
+    entrypoint: String,
+    env: BTreeMap<String, String>,
+}
+
+struct Running {
+    config: LaunchConfig,
+    instance: Instance,
+    started: Instant,
+}
+
+struct Actor {
+    shared: Arc<Shared>,
+    kind: Kind,
+    ns: String,
+    name: String,
+    running: Option<Running>,
+    /// Consecutive crashes or failed starts, for the backoff.
+    failures: u32,
+    /// A version that built but would not start; it is retried after the backoff.
+    failed_start: Option<(LaunchConfig, String)>,
+}
+
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    kind: Kind,
+    ns: String,
+    name: String,
+    mut pokes: mpsc::Receiver<()>,
+) {
+    let mut actor = Actor {
+        shared,
+        kind,
+        ns,
+        name,
+        running: None,
+        failures: 0,
+        failed_start: None,
+    };
+    loop {
+        match actor.reconcile().await {
+            Ok(true) => {}
+            Ok(false) => {
+                actor.deleted().await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(kind = %actor.kind, ns = %actor.ns, name = %actor.name, error = %e, "reconcile failed; retrying");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+        }
+        if actor.failed_start.is_some() {
+            let delay = actor.backoff();
+            tokio::select! {
+                poke = pokes.recv() => if poke.is_none() { return },
+                _ = tokio::time::sleep(delay) => actor.failed_start = None,
+            }
+            continue;
+        }
+        tokio::select! {
+            poke = pokes.recv() => if poke.is_none() { return },
+            status = exited(&mut actor.running) => actor.crashed(status).await,
+        }
+    }
+}
+
+async fn exited(running: &mut Option<Running>) -> String {
+    match running {
+        Some(running) => running.instance.exited().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Actor {
+    fn backoff(&self) -> Duration {
+        let exponent = self.failures.saturating_sub(1).min(6);
+        (Duration::from_millis(500) * 2u32.pow(exponent)).min(MAX_BACKOFF)
+    }
+
+    fn log(&self, line: &str) {
+        let version = self
+            .running
+            .as_ref()
+            .map_or("-", |r| r.config.version.as_str());
+        self.shared.logs.push(
+            &self.ns,
+            &self.name,
+            Stream::Stderr,
+            version,
+            &format!("[sless] {line}"),
+        );
+    }
+
+    fn unavailable(&self, reason: String) {
+        self.shared
+            .set_route(&self.ns, &self.name, Route::Unavailable { reason });
+    }
+
+    async fn crashed(&mut self, status: String) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        if running.started.elapsed() > HEALTHY_RESET {
+            self.failures = 0;
+        }
+        self.failures += 1;
+        let delay = self.backoff();
+        self.shared.set_endpoint(&self.ns, &self.name, None);
+        self.unavailable(format!(
+            "{} {:?} crashed ({status}) and is restarting",
+            self.kind.noun(),
+            self.name
+        ));
+        self.log(&format!(
+            "instance exited with {status}; restarting in {} ms",
+            delay.as_millis()
+        ));
+        tokio::time::sleep(delay).await;
+    }
+
+    async fn deleted(&mut self) {
+        self.shared.remove_route(&self.ns, &self.name);
+        self.shared.set_endpoint(&self.ns, &self.name, None);
+        if let Some(running) = self.running.take() {
+            running.instance.stop(STOP_GRACE).await;
+        }
+        self.shared.logs.forget(&self.ns, &self.name);
+        let root = self.shared.builds_root(self.kind, &self.ns, &self.name);
+        if let Err(e) = tokio::fs::remove_dir_all(&root).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %root.display(), error = %e, "cannot remove old builds");
+        }
+        if self.kind == Kind::Function {
+            let message = format!("function {:?} not found", self.name);
+            self.update_triggers(|_| (false, None, Some(message.clone())))
+                .await;
+        }
+    }
+
+    async fn stop_instance(&mut self) {
+        self.shared.set_endpoint(&self.ns, &self.name, None);
+        if let Some(running) = self.running.take() {
+            running.instance.stop(STOP_GRACE).await;
+        }
+    }
+
+    /// `Ok(false)` once the object is gone.
+    async fn reconcile(&mut self) -> Result<bool, StoreError> {
+        let store = self.shared.store.clone();
+        let Some(raw) = store.get(self.kind, &self.ns, &self.name).await? else {
+            return Ok(false);
+        };
+        let spec: WorkloadSpec = decode(&raw, &raw.spec)?;
+        let status: WorkloadStatus = decode(&raw, &raw.status)?;
+        let triggers = self.triggers().await?;
+        let noun = self.kind.noun();
+        let name = &self.name.clone();
+
+        let http: Vec<&Object<Trigger>> = triggers
+            .iter()
+            .filter(|t| t.spec.trigger_type == TriggerType::Http)
+            .collect();
+        let needed = self.kind == Kind::Service || triggers.iter().any(|t| t.spec.enabled);
+        let exposure = match (
+            self.kind,
+            http.iter().find(|t| t.spec.enabled),
+            http.first(),
+        ) {
+            (Kind::Service, _, _) | (_, Some(_), _) => Ok(()),
+            (_, None, Some(disabled)) => Err(format!(
+                "the http trigger {:?} of function {name:?} is stopped; start it with \
+                 PATCH .../triggers/{} {{\"enabled\": true}}",
+                disabled.meta.name, disabled.meta.name
+            )),
+            (_, None, None) => Err(format!(
+                "function {name:?} has no http trigger; create one (type http) to call it here"
+            )),
+        };
+        let url = (self.kind == Kind::Service || !http.is_empty())
+            .then(|| self.shared.url(&self.ns, name));
+
+        let Some(key) = spec.s3_key.clone() else {
+            self.stop_instance().await;
+            self.unavailable(format!(
+                "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
+            ));
+            self.write_status(|s| {
+                s.phase = Phase::Pending;
+                s.url = url.clone();
+            })
+            .await?;
+            self.update_triggers(|_| (false, None, None)).await;
+            return Ok(true);
+        };
+
+        let version = version_of(&key).to_string();
+        let root = self.shared.builds_root(self.kind, &self.ns, name);
+        let dir = root.join(&version);
+        let built_key = raw
+            .meta
+            .annotations
+            .get(ANNOTATION_LAST_BUILT_S3KEY)
+            .cloned();
+        let failed_before =
+            built_key.as_deref() == Some(key.as_str()) && status.phase == Phase::Failed;
+        if !dir.is_dir() && !failed_before {
+            self.build(&raw, &key, &version, &root, &spec, url.clone())
+                .await?;
+        } else if built_key.as_deref() != Some(key.as_str()) {
+            self.mark_built(&raw, &key).await?;
+        }
+        if !dir.is_dir() {
+            // The build failed: an older instance, if any, keeps serving its code.
+            if self.running.is_none() {
+                let reason = status.message.clone().unwrap_or_default();
+                self.unavailable(format!(
+                    "{noun} {name:?} failed to build: {}",
+                    first_line(&reason)
+                ));
+            }
+            self.update_triggers(|_| {
+                (
+                    false,
+                    None,
+                    Some(format!("{noun} {name:?} failed to build")),
+                )
+            })
+            .await;
+            return Ok(true);
+        }
+
+        if !needed {
+            self.stop_instance().await;
+            self.unavailable(
+                exposure
+                    .clone()
+                    .err()
+                    .unwrap_or_else(|| format!("{noun} {name:?} has no enabled trigger")),
+            );
+            self.write_ready(&version, url.clone(), None).await?;
+            self.update_triggers(|_| (false, None, None)).await;
+            return Ok(true);
+        }
+
+        let wanted = LaunchConfig {
+            version: version.clone(),
+            entrypoint: spec.entrypoint.clone(),
+            env: spec.env.clone(),
+        };
+        if self.running.as_ref().map(|r| &r.config) != Some(&wanted) {
+            if let Some((config, message)) = &self.failed_start
+                && config == &wanted
+            {
+                let message = message.clone();
+                self.write_status(|s| {
+                    s.phase = Phase::Failed;
+                    s.message = Some(message.clone());
+                })
+                .await?;
+                return Ok(true);
+            }
+            match self.start(&dir, &spec, &wanted).await {
+                Ok(instance) => self.switch_to(instance, wanted),
+                Err(message) => {
+                    self.failures += 1;
+                    self.log(&message);
+                    if self.running.is_none() {
+                        self.unavailable(format!(
+                            "{noun} {name:?} did not start: {}",
+                            first_line(&message)
+                        ));
+                    }
+                    self.write_status(|s| {
+                        s.phase = Phase::Failed;
+                        s.message = Some(message.clone());
+                    })
+                    .await?;
+                    self.failed_start = Some((wanted, message));
+                    return Ok(true);
+                }
+            }
+        }
+        let timeout = (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()));
+        if let Some(running) = &self.running {
+            let authority = running.instance.authority();
+            self.shared.set_endpoint(
+                &self.ns,
+                name,
+                Some(Endpoint {
+                    authority: authority.clone(),
+                    timeout,
+                    pid: running.instance.pid(),
+                }),
+            );
+            let route = match &exposure {
+                Ok(()) => Route::Ready {
+                    kind: self.kind,
+                    authority,
+                    timeout,
+                },
+                Err(reason) => Route::Unavailable {
+                    reason: reason.clone(),
+                },
+            };
+            self.shared.set_route(&self.ns, name, route);
+        }
+        self.write_ready(&version, url.clone(), None).await?;
+        let function_url = self.shared.url(&self.ns, name);
+        self.update_triggers(|t| {
+            let url = (t.spec.trigger_type == TriggerType::Http).then(|| function_url.clone());
+            (t.spec.enabled, url, None)
+        })
+        .await;
+        Ok(true)
+    }
+
+    async fn build(
+        &mut self,
+        raw: &RawObject,
+        key: &str,
+        version: &str,
+        root: &Path,
+        spec: &WorkloadSpec,
+        url: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.write_status(|s| {
+            s.phase = Phase::Building;
+            s.message = Some(format!("building version {version}"));
+            s.url = url.clone();
+        })
+        .await?;
+        let result = self.shared.builder.build(root, key, spec.runtime).await;
+        self.mark_built(raw, key).await?;
+        match result {
+            Ok(_) => {
+                self.write_ready(version, url, Some(now())).await?;
+            }
+            Err(e) => {
+                self.log(&format!("build of version {version} failed"));
+                self.write_status(|s| {
+                    s.phase = Phase::Failed;
+                    s.message = Some(e.0.clone());
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_ready(
+        &self,
+        version: &str,
+        url: Option<String>,
+        built_at: Option<String>,
+    ) -> Result<(), StoreError> {
+        let image = format!("local/{}/{}:{version}", self.ns, self.name);
+        self.write_status(|s| {
+            s.phase = Phase::Ready;
+            s.message = None;
+            s.url = url.clone();
+            s.image_ref = Some(image.clone());
+            if let Some(at) = &built_at {
+                s.last_built_at = Some(at.clone());
+            }
+        })
+        .await
+    }
+
+    async fn start(
+        &self,
+        dir: &Path,
+        spec: &WorkloadSpec,
+        config: &LaunchConfig,
+    ) -> Result<Instance, String> {
+        let shared = &self.shared;
+        let (program, args) =
+            shared
+                .builder
+                .wrappers
+                .command(&shared.config.toolchain, spec.runtime, dir);
+        let mut env = spec.env.clone();
+        env.insert("SLESS_ENTRYPOINT".into(), config.entrypoint.clone());
+        let launch = Launch {
+            program: &program,
+            args: &args,
+            dir,
+            env,
+            namespace: &self.ns,
+            name: &self.name,
+            version: &config.version,
+        };
+        let mut instance = Instance::spawn(&launch, &shared.logs)
+            .map_err(|e| format!("cannot start {program}: {e}; is it installed?"))?;
+        match instance
+            .wait_healthy(&shared.http, shared.config.health_timeout)
+            .await
+        {
+            Ok(()) => Ok(instance),
+            Err(reason) => {
+                instance.stop(Duration::from_secs(1)).await;
+                // Give the output readers a moment to drain what the process printed.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let output: Vec<String> = shared
+                    .logs
+                    .tail(&self.ns, &self.name, 20)
+                    .into_iter()
+                    .filter(|l| l.version == config.version)
+                    .map(|l| l.line)
+                    .collect();
+                Err(format!(
+                    "version {} did not start: {reason}\n{}",
+                    config.version,
+                    output.join("\n")
+                ))
+            }
+        }
+    }
+
+    /// The new instance is healthy: it takes the traffic, the old one drains and stops.
+    fn switch_to(&mut self, instance: Instance, config: LaunchConfig) {
+        self.log(&format!(
+            "version {} is serving on port {}",
+            config.version, instance.port
+        ));
+        self.failed_start = None;
+        if let Some(old) = self.running.replace(Running {
+            config,
+            instance,
+            started: Instant::now(),
+        }) {
+            tokio::spawn(async move {
+                tokio::time::sleep(DRAIN).await;
+                old.instance.stop(STOP_GRACE).await;
+            });
+        }
+    }
+
+    async fn mark_built(&self, raw: &RawObject, key: &str) -> Result<(), StoreError> {
+        for _ in 0..8 {
+            let Some(mut current) = self
+                .shared
+                .store
+                .get(raw.kind, &self.ns, &self.name)
+                .await?
+            else {
+                return Ok(());
+            };
+            if current
+                .meta
+                .annotations
+                .get(ANNOTATION_LAST_BUILT_S3KEY)
+                .map(String::as_str)
+                == Some(key)
+            {
+                return Ok(());
+            }
+            current
+                .meta
+                .annotations
+                .insert(ANNOTATION_LAST_BUILT_S3KEY.into(), key.into());
+            match self.shared.store.update(&current).await {
+                Err(StoreError::Conflict { .. }) => continue,
+                other => return other.map(|_| ()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes status only when `change` changes it; retries on conflicts.
+    async fn write_status(&self, change: impl Fn(&mut WorkloadStatus)) -> Result<(), StoreError> {
+        for _ in 0..8 {
+            let Some(mut raw) = self
+                .shared
+                .store
+                .get(self.kind, &self.ns, &self.name)
+                .await?
+            else {
+                return Ok(());
+            };
+            let before: WorkloadStatus = decode(&raw, &raw.status)?;
+            let mut after = before.clone();
+            change(&mut after);
+            if after == before {
+                return Ok(());
+            }
+            raw.status = serde_json::to_value(&after).map_err(|e| corrupt(&raw, e))?;
+            match self.shared.store.update_status(&raw).await {
+                Err(StoreError::Conflict { .. }) => continue,
+                other => return other.map(|_| ()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn triggers(&self) -> Result<Vec<Object<Trigger>>, StoreError> {
+        if self.kind != Kind::Function {
+            return Ok(Vec::new());
+        }
+        let all = self
+            .shared
+            .store
+            .list_typed::<Trigger>(Some(&self.ns))
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|t| t.spec.function_ref == self.name)
+            .collect())
+    }
+
+    /// Sets each trigger's (active, url, message) when it differs.
+    async fn update_triggers(
+        &self,
+        state: impl Fn(&Object<Trigger>) -> (bool, Option<String>, Option<String>),
+    ) {
+        let Ok(triggers) = self.triggers().await else {
+            return;
+        };
+        for trigger in triggers {
+            let (active, url, message) = state(&trigger);
+            let wanted = TriggerStatus {
+                active,
+                url,
+                message,
+                last_schedule_time: trigger.status.last_schedule_time.clone(),
+            };
+            if trigger.status == wanted {
+                continue;
+            }
+            let result = crate::store::modify_status::<Trigger, _>(
+                &*self.shared.store,
+                &self.ns,
+                &trigger.meta.name,
+                |t| {
+                    t.status.active = wanted.active;
+                    t.status.url = wanted.url.clone();
+                    t.status.message = wanted.message.clone();
+                },
+            )
+            .await;
+            if let Err(e) = result {
+                tracing::debug!(trigger = %trigger.meta.name, error = %e, "trigger status not written");
+            }
+        }
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    raw: &RawObject,
+    value: &serde_json::Value,
+) -> Result<T, StoreError> {
+    serde_json::from_value(value.clone()).map_err(|e| corrupt(raw, e))
+}
+
+fn corrupt(raw: &RawObject, e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt {
+        kind: raw.kind,
+        name: raw.meta.name.clone(),
+        message: e.to_string(),
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

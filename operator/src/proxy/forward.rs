@@ -1,0 +1,277 @@
+//! One call through the proxy: resolve the route, rewrite the request, stream it to
+//! the function and its answer back.
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::header::CONTENT_LENGTH;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, Version};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::body::{RequestBody, RequestBodyError};
+use super::headers::{set_forwarding, strip_hop_by_hop};
+use super::{Invocation, InvokeError, Proxy, Route};
+
+/// The parts of `/fn/{ns}/{name}{rest}?{query}`, borrowed from the request URI as
+/// received (no percent-decoding).
+#[derive(Debug, PartialEq)]
+struct Target<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    /// Starts with `/`.
+    rest: &'a str,
+    query: Option<&'a str>,
+}
+
+impl<'a> Target<'a> {
+    fn parse(uri: &'a Uri) -> Option<Self> {
+        let after = uri.path().strip_prefix("/fn/")?;
+        let (namespace, after) = after.split_once('/')?;
+        let (name, rest) = match after.find('/') {
+            Some(i) => after.split_at(i),
+            None => (after, "/"),
+        };
+        if namespace.is_empty() || name.is_empty() {
+            return None;
+        }
+        Some(Self {
+            namespace,
+            name,
+            rest,
+            query: uri.query(),
+        })
+    }
+}
+
+pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (mut parts, body) = request.into_parts();
+    // The router only sends `/fn/{ns}/{name}...` here, so the URI can leave `parts`
+    // (which travels on upstream) and the target borrow from it.
+    let uri = std::mem::take(&mut parts.uri);
+    let Some(target) = Target::parse(&uri) else {
+        return InvokeError::Unknown {
+            namespace: String::new(),
+            name: String::new(),
+        }
+        .into_response();
+    };
+
+    let (authority, timeout) = match proxy.routes.route(target.namespace, target.name) {
+        // Not recorded: random names must not grow the log.
+        Route::Unknown => {
+            return InvokeError::Unknown {
+                namespace: target.namespace.to_owned(),
+                name: target.name.to_owned(),
+            }
+            .into_response();
+        }
+        Route::Unavailable { reason } => {
+            let response = InvokeError::Unavailable(reason).into_response();
+            proxy.record(&target, &parts.method, response.status(), started);
+            return response;
+        }
+        Route::Ready {
+            authority, timeout, ..
+        } => (authority, timeout),
+    };
+
+    let method = parts.method.clone();
+    let response = match proxy
+        .forward(
+            parts,
+            body,
+            &target,
+            uri.authority().map(|a| a.as_str()),
+            &authority,
+            timeout,
+        )
+        .await
+    {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    };
+    proxy.record(&target, &method, response.status(), started);
+    response
+}
+
+impl Proxy {
+    async fn forward(
+        &self,
+        mut parts: Parts,
+        body: Body,
+        target: &Target<'_>,
+        incoming_authority: Option<&str>,
+        authority: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Response, InvokeError> {
+        let limit = self.config.max_body_bytes;
+        if content_length(&parts.headers).is_some_and(|len| len > limit) {
+            return Err(InvokeError::BodyTooLarge { limit });
+        }
+        let unreachable = |detail: String| InvokeError::Unreachable {
+            name: target.name.to_owned(),
+            detail,
+        };
+        let upstream_uri = upstream_uri(authority, target.rest, target.query)
+            .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
+        let host = HeaderValue::from_str(authority)
+            .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
+
+        let client_ip = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|info| info.0.ip());
+        strip_hop_by_hop(&mut parts.headers);
+        set_forwarding(&mut parts.headers, host, client_ip, incoming_authority);
+        parts.uri = upstream_uri;
+        // The upstream client speaks HTTP/1.1 whatever the caller used.
+        parts.version = Version::HTTP_11;
+        parts.extensions.clear();
+        let request = hyper::Request::from_parts(parts, RequestBody::new(body, limit));
+
+        let call = self.client.request(request);
+        let answer = match timeout {
+            Some(timeout) => {
+                let deadline = timeout.saturating_add(self.config.timeout_margin);
+                tokio::time::timeout(deadline, call)
+                    .await
+                    .map_err(|_| InvokeError::Timeout {
+                        name: target.name.to_owned(),
+                        timeout,
+                    })?
+            }
+            None => call.await,
+        };
+        let answer = answer.map_err(|e| classify(&e, target.name))?;
+
+        let (mut parts, body) = answer.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+
+    fn record(&self, target: &Target<'_>, method: &Method, status: StatusCode, started: Instant) {
+        let elapsed = started.elapsed();
+        let arrived: DateTime<Utc> = Utc::now() - elapsed;
+        self.invocations.record(
+            target.namespace,
+            target.name,
+            Invocation {
+                time: arrived.to_rfc3339_opts(SecondsFormat::Millis, true),
+                method: method.as_str().to_owned(),
+                path: target.rest.to_owned(),
+                status: status.as_u16(),
+                duration_ms: elapsed.as_secs_f64() * 1000.0,
+            },
+        );
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn upstream_uri(authority: &str, rest: &str, query: Option<&str>) -> Result<Uri, String> {
+    let query_len = query.map_or(0, |q| q.len() + 1);
+    let mut uri = String::with_capacity("http://".len() + authority.len() + rest.len() + query_len);
+    uri.push_str("http://");
+    uri.push_str(authority);
+    uri.push_str(rest);
+    if let Some(query) = query {
+        uri.push('?');
+        uri.push_str(query);
+    }
+    let uri = Uri::try_from(uri).map_err(|e| e.to_string())?;
+    match uri.authority() {
+        Some(a) if a.as_str() == authority && !authority.contains('@') => Ok(uri),
+        _ => Err("not a host:port".into()),
+    }
+}
+
+/// Tells the caller's own faults (a body over the limit, a body that broke off) from
+/// the function's, by looking for [`RequestBodyError`] among the error's causes.
+fn classify(error: &(dyn StdError + 'static), name: &str) -> InvokeError {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(body_error) = e.downcast_ref::<RequestBodyError>() {
+            return match body_error {
+                RequestBodyError::TooLarge { limit } => InvokeError::BodyTooLarge { limit: *limit },
+                RequestBodyError::Caller(e) => InvokeError::BadRequestBody(e.to_string()),
+            };
+        }
+        cause = e.source();
+    }
+    InvokeError::Unreachable {
+        name: name.to_owned(),
+        detail: error_chain(error),
+    }
+}
+
+/// `client error (Connect): tcp connect error: Connection refused (os error 111)`.
+fn error_chain(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let part = e.to_string();
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(uri: &Uri) -> Option<Target<'_>> {
+        Target::parse(uri)
+    }
+
+    #[test]
+    fn parses_targets_without_decoding() {
+        let uri: Uri = "/fn/ns/f/a/b%2F?x=1&y=%20".parse().unwrap();
+        assert_eq!(
+            target(&uri),
+            Some(Target {
+                namespace: "ns",
+                name: "f",
+                rest: "/a/b%2F",
+                query: Some("x=1&y=%20"),
+            })
+        );
+        let uri: Uri = "/fn/ns/f".parse().unwrap();
+        assert_eq!(target(&uri).unwrap().rest, "/");
+        let uri: Uri = "/fn/ns/f/".parse().unwrap();
+        assert_eq!(target(&uri).unwrap().rest, "/");
+        for bad in ["/fn/ns", "/fn//f", "/fn/ns/", "/other/ns/f"] {
+            let uri: Uri = bad.parse().unwrap();
+            assert_eq!(target(&uri), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn builds_upstream_uris() {
+        let uri = upstream_uri("127.0.0.1:8080", "/a/b", Some("x=1&y=%20")).unwrap();
+        assert_eq!(uri.to_string(), "http://127.0.0.1:8080/a/b?x=1&y=%20");
+        let uri = upstream_uri("f.sless-fn-ns.svc.cluster.local:8080", "/", None).unwrap();
+        assert_eq!(uri.path(), "/");
+        assert!(upstream_uri("a b", "/", None).is_err());
+        assert!(upstream_uri("host/evil", "/", None).is_err());
+        assert!(upstream_uri("user@host:1", "/", None).is_err());
+    }
+}

@@ -1,0 +1,112 @@
+//! The public invoke proxy `ANY /fn/{ns}/{name}/{rest...}` (SPEC §7).
+
+mod body;
+mod error;
+mod forward;
+mod headers;
+mod log;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::any;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::model::Kind;
+use body::RequestBody;
+
+pub use error::InvokeError;
+pub use log::{Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS};
+
+/// Where a call to `/fn/{ns}/{name}` goes right now. The only part of the proxy that
+/// differs between embedded mode (the runner's local ports) and Kubernetes (Service DNS).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// No function or service of that name.
+    Unknown,
+    /// It exists but cannot take calls; the reason is for the caller.
+    Unavailable { reason: String },
+    Ready {
+        kind: Kind,
+        /// `host:port` of the instance.
+        authority: String,
+        /// `None` = no limit.
+        timeout: Option<Duration>,
+    },
+}
+
+/// Answers [`Route`]s from memory: the invoke path never waits on the store.
+pub trait RouteTable: Send + Sync + 'static {
+    fn route(&self, namespace: &str, name: &str) -> Route;
+}
+
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// Larger request bodies are refused with 413.
+    pub max_body_bytes: u64,
+    /// Added to a function's timeout for the network in between.
+    pub timeout_margin: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 256 * 1024 * 1024,
+            timeout_margin: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Idle upstream connections are kept this long for reuse.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// A function that does not accept a connection in this time is unreachable, also when
+/// it has no call timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Proxy {
+    routes: Arc<dyn RouteTable>,
+    client: Client<HttpConnector, RequestBody>,
+    config: ProxyConfig,
+    invocations: InvocationLog,
+}
+
+impl Proxy {
+    pub fn new(routes: Arc<dyn RouteTable>, config: ProxyConfig) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        Self {
+            routes,
+            client,
+            config,
+            invocations: InvocationLog::new(),
+        }
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    pub fn invocations(&self) -> &InvocationLog {
+        &self.invocations
+    }
+}
+
+/// `ANY /fn/{ns}/{name}` and everything below it, for the server to merge into its
+/// main router (served with `into_make_service_with_connect_info::<SocketAddr>()` so
+/// X-Forwarded-For can name the caller).
+pub fn router(proxy: Arc<Proxy>) -> Router {
+    Router::new()
+        .route("/fn/{ns}/{name}", any(forward::invoke))
+        .route("/fn/{ns}/{name}/", any(forward::invoke))
+        .route("/fn/{ns}/{name}/{*rest}", any(forward::invoke))
+        .with_state(proxy)
+}

@@ -1,0 +1,654 @@
+//! The embedded platform end to end: uploads become real runtime processes behind
+//! `/fn`, triggers start and stop them, cron fires, jobs run.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct Api<'a> {
+    server: &'a TestServer,
+    user: User,
+}
+
+impl<'a> Api<'a> {
+    fn new(server: &'a TestServer, sub: &str) -> Self {
+        Self {
+            server,
+            user: user(sub),
+        }
+    }
+
+    fn v1(&self, path: &str) -> String {
+        self.server
+            .url(&format!("/v1/namespaces/{}/{path}", self.user.ns))
+    }
+
+    fn fn_url(&self, path: &str) -> String {
+        self.server.url(&format!("/fn/{}/{path}", self.user.ns))
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self
+            .server
+            .client
+            .request(method, self.v1(path))
+            .bearer_auth(&self.user.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let (status, value) = self.send(reqwest::Method::POST, path, Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "POST {path}: {value}");
+        value
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (status, value) = self.send(reqwest::Method::GET, path, None).await;
+        assert_eq!(status, StatusCode::OK, "GET {path}: {value}");
+        value
+    }
+
+    async fn upload(&self, path: &str, files: &[(&str, &[u8])]) -> Value {
+        let response = self
+            .server
+            .client
+            .post(self.v1(&format!("{path}/upload")))
+            .bearer_auth(&self.user.token)
+            .multipart(code_form(zip_of(files)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    /// Polls until the resource satisfies `done`; panics with the last state.
+    async fn wait_until(
+        &self,
+        path: &str,
+        within: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let value = self.get(path).await;
+            if done(&value) {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path}: never reached the wanted state: {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_for(&self, path: &str, field: &str, wanted: &[&str], within: Duration) -> Value {
+        self.wait_until(path, within, |v| wanted.iter().any(|w| v[field] == *w))
+            .await
+    }
+
+    /// A function with an http trigger, uploaded and Ready.
+    async fn deploy(&self, name: &str, runtime: &str, files: &[(&str, &[u8])]) -> Value {
+        self.post(
+            "functions",
+            json!({"name": name, "runtime": runtime, "timeout_sec": 5}),
+        )
+        .await;
+        self.post(
+            "triggers",
+            json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
+        )
+        .await;
+        self.upload(&format!("functions/{name}"), files).await;
+        let ready = self
+            .wait_for(
+                &format!("functions/{name}"),
+                "phase",
+                &["Ready", "Failed"],
+                Duration::from_secs(180),
+            )
+            .await;
+        assert_eq!(ready["phase"], "Ready", "{ready}");
+        ready
+    }
+
+    /// Calls `/fn/...` until it stops answering 503 (the instance is starting).
+    async fn invoke(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let response = self
+                .server
+                .client
+                .post(self.fn_url(path))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            let value: Value = response.json().await.unwrap_or(Value::Null);
+            if status != StatusCode::SERVICE_UNAVAILABLE || Instant::now() > deadline {
+                return (status, value);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+const PY_HANDLER: &[u8] = br#"
+import six
+
+def handle(event):
+    if event.get("fail"):
+        raise ValueError("asked to fail")
+    print("python handled", event["_http"]["path"], flush=True)
+    return {"runtime": "python", "path": event["_http"]["path"], "query": event["_http"]["query"],
+            "six": six.__name__, "echo": event.get("msg")}
+"#;
+
+const JS_HANDLER: &[u8] = br#"
+const isNumber = require('is-number');
+exports.handle = async (event) => {
+  if (event.fail) { throw new Error('asked to fail'); }
+  return { runtime: 'node', path: event._http.path, query: event._http.query,
+           isNumber: isNumber(event.n), echo: event.msg };
+};
+"#;
+
+const GO_HANDLER: &[u8] = br#"package handler
+
+import "errors"
+
+func Handle(event map[string]any) (any, error) {
+	if event["fail"] == true {
+		return nil, errors.New("asked to fail")
+	}
+	http, _ := event["_http"].(map[string]any)
+	return map[string]any{"runtime": "go", "path": http["path"], "query": http["query"], "echo": event["msg"]}, nil
+}
+"#;
+
+async fn check_runtime(api: &Api<'_>, name: &str) {
+    let (status, body) = api
+        .invoke(
+            &format!("{name}/sub/path?x=1&y=two"),
+            json!({"msg": "hi", "n": 5}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{name}: {body}");
+    assert_eq!(body["path"], "/sub/path", "{body}");
+    assert_eq!(body["query"]["x"], "1");
+    assert_eq!(body["query"]["y"], "two");
+    assert_eq!(body["echo"], "hi");
+    let (status, body) = api.invoke(name, json!({"fail": true})).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        body["error"].as_str().unwrap().contains("asked to fail"),
+        "{body}"
+    );
+    let (status, _) = api.invoke(name, json!({})).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{name} keeps serving after an exception"
+    );
+}
+
+#[tokio::test]
+async fn python_function_with_a_dependency() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "py-user");
+    let ready = api
+        .deploy(
+            "py",
+            "python3.11",
+            &[
+                ("handler.py", PY_HANDLER),
+                ("requirements.txt", b"six==1.16.0\n"),
+            ],
+        )
+        .await;
+    assert!(ready["last_built_at"].is_string());
+    assert_eq!(ready["url"], api.fn_url("py"));
+    check_runtime(&api, "py").await;
+    let (_, body) = api.invoke("py", json!({})).await;
+    assert_eq!(
+        body["six"], "six",
+        "the requirements.txt dependency is importable"
+    );
+
+    // What the handler printed reaches the logs endpoint.
+    let logs = api.get("functions/py/logs?tail=50").await;
+    assert!(
+        logs.as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["line"] == "python handled /sub/path"),
+        "{logs}"
+    );
+    let build_log = server
+        .client
+        .get(api.v1("functions/py/build-log"))
+        .bearer_auth(&api.user.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        build_log.contains("pip") && build_log.contains("build succeeded"),
+        "{build_log}"
+    );
+    let invocations = api.get("functions/py/invocations").await;
+    assert!(
+        invocations["stats"]["count"].as_u64().unwrap() >= 3,
+        "{invocations}"
+    );
+    assert!(
+        invocations["stats"]["errors"].as_u64().unwrap() >= 1,
+        "{invocations}"
+    );
+    assert_eq!(invocations["invocations"][0]["method"], "POST");
+}
+
+#[tokio::test]
+async fn node_function_with_a_dependency() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "js-user");
+    let package = br#"{"name": "fn", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}}"#;
+    api.deploy(
+        "js",
+        "nodejs20",
+        &[("handler.js", JS_HANDLER), ("package.json", package)],
+    )
+    .await;
+    check_runtime(&api, "js").await;
+    let (_, body) = api.invoke("js", json!({"n": 5})).await;
+    assert_eq!(
+        body["isNumber"], true,
+        "the package.json dependency is importable"
+    );
+}
+
+#[tokio::test]
+async fn go_function() {
+    assert!(
+        std::process::Command::new("go")
+            .arg("version")
+            .output()
+            .is_ok(),
+        "the go1.23 runtime needs `go` on PATH: apt-get install golang-go"
+    );
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "go-user");
+    api.deploy("gofn", "go1.23", &[("handler.go", GO_HANDLER)])
+        .await;
+    check_runtime(&api, "gofn").await;
+}
+
+#[tokio::test]
+async fn stopping_and_starting_the_http_trigger() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "toggle-user");
+    api.deploy(
+        "tog",
+        "python3.11",
+        &[("handler.py", b"def handle(e):\n    return 'up'\n")],
+    )
+    .await;
+    let (status, _) = api.invoke("tog", json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, _) = api
+        .send(
+            reqwest::Method::PATCH,
+            "triggers/tog-http",
+            Some(json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reason = loop {
+        let response = server.client.post(api.fn_url("tog")).send().await.unwrap();
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            let body: Value = response.json().await.unwrap();
+            break body["error"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "never 503 after stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        reason.contains("stopped") && reason.contains("tog-http"),
+        "{reason}"
+    );
+    api.wait_until("triggers/tog-http", Duration::from_secs(5), |t| {
+        t["active"] == false
+    })
+    .await;
+
+    api.send(
+        reqwest::Method::PATCH,
+        "triggers/tog-http",
+        Some(json!({"enabled": true})),
+    )
+    .await;
+    let (status, body) = api.invoke("tog", json!({})).await;
+    assert_eq!((status, body), (StatusCode::OK, json!("up")));
+
+    let (status, body) = api.invoke("does-not-exist", json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+#[tokio::test]
+async fn cron_trigger_calls_the_function_until_disabled() {
+    // 60 scheduler seconds per real second: "* * * * *" fires about every second.
+    let (server, _runner) = TestServer::platform(|c| {
+        c.cron_time_scale = 60;
+        c.cron_tick = Duration::from_millis(200);
+    })
+    .await;
+    let api = Api::new(&server, "cron-user");
+    api.post(
+        "functions",
+        json!({"name": "ticker", "runtime": "python3.11"}),
+    )
+    .await;
+    api.post(
+        "triggers",
+        json!({"name": "every-minute", "type": "cron", "function_ref": "ticker",
+        "schedule": "* * * * *"}),
+    )
+    .await;
+    api.upload("functions/ticker", &[("handler.py",
+        b"def handle(event):\n    print('tick from', event.get('trigger'), flush=True)\n    return 'ok'\n")]).await;
+    let fired = api
+        .wait_until("triggers/every-minute", Duration::from_secs(120), |t| {
+            t["last_schedule_time"].is_string()
+        })
+        .await;
+    assert_eq!(fired["active"], true, "{fired}");
+    let ticks = |logs: &Value| {
+        logs.as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["line"] == "tick from every-minute")
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ticks(&api.get("functions/ticker/logs?tail=200").await) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the cron trigger did not call the handler twice"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    api.send(
+        reqwest::Method::PATCH,
+        "triggers/every-minute",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = ticks(&api.get("functions/ticker/logs?tail=200").await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = ticks(&api.get("functions/ticker/logs?tail=200").await);
+    assert_eq!(before, after, "a disabled cron trigger does not fire");
+}
+
+const JOB_HANDLER: &[u8] = br#"
+import time
+
+def handle(event):
+    print("job got", event, flush=True)
+    if event.get("fail"):
+        raise RuntimeError("job asked to fail")
+    if event.get("sleep"):
+        time.sleep(event["sleep"])
+    return {"doubled": event.get("n", 0) * 2}
+"#;
+
+#[tokio::test]
+async fn jobs_follow_run_id() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "job-user");
+    let long = Duration::from_secs(120);
+
+    // Self-contained job: its own code, run_id 0 → Skipped.
+    api.post(
+        "jobs",
+        json!({"name": "double", "runtime": "python3.11", "event_json": "{\"n\": 21}",
+        "timeout_sec": 30}),
+    )
+    .await;
+    api.upload("jobs/double", &[("handler.py", JOB_HANDLER)])
+        .await;
+    api.wait_for("jobs/double", "phase", &["Skipped"], long)
+        .await;
+
+    api.send(
+        reqwest::Method::PATCH,
+        "jobs/double",
+        Some(json!({"run_id": 1})),
+    )
+    .await;
+    let first = api
+        .wait_until("jobs/double", long, |j| {
+            j["phase"] == "Succeeded" || j["phase"] == "Failed"
+        })
+        .await;
+    assert_eq!(first["phase"], "Succeeded", "{first}");
+    assert_eq!(
+        serde_json::from_str::<Value>(first["message"].as_str().unwrap()).unwrap(),
+        json!({"doubled": 42})
+    );
+    assert!(
+        first["log_tail"].as_str().unwrap().contains("job got"),
+        "{first}"
+    );
+    assert_eq!(first["job_name"], "double-1");
+
+    api.send(
+        reqwest::Method::PATCH,
+        "jobs/double",
+        Some(json!({"run_id": 2, "event_json": "{\"n\": 5}"})),
+    )
+    .await;
+    let second = api
+        .wait_until("jobs/double", long, |j| {
+            j["run_id"] == 2
+                && j["job_name"] == "double-2"
+                && (j["phase"] == "Succeeded" || j["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(second["message"].as_str().unwrap()).unwrap(),
+        json!({"doubled": 10})
+    );
+
+    // A job of an existing function, failing and timing out.
+    api.post(
+        "functions",
+        json!({"name": "worker", "runtime": "python3.11"}),
+    )
+    .await;
+    api.upload("functions/worker", &[("handler.py", JOB_HANDLER)])
+        .await;
+    api.wait_for("functions/worker", "phase", &["Ready"], long)
+        .await;
+    api.post("jobs", json!({"name": "boom", "function_ref": "worker", "event_json": "{\"fail\": true}", "run_id": 1})).await;
+    let failed = api
+        .wait_until("jobs/boom", long, |j| {
+            j["phase"] == "Failed" || j["phase"] == "Succeeded"
+        })
+        .await;
+    assert_eq!(failed["phase"], "Failed");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("job asked to fail"),
+        "{failed}"
+    );
+
+    api.post(
+        "jobs",
+        json!({"name": "slow", "function_ref": "worker", "event_json": "{\"sleep\": 30}",
+        "run_id": 1, "timeout_sec": 1}),
+    )
+    .await;
+    let started = Instant::now();
+    let timed_out = api
+        .wait_until("jobs/slow", long, |j| {
+            j["phase"] == "Failed" || j["phase"] == "Succeeded"
+        })
+        .await;
+    assert_eq!(timed_out["phase"], "Failed");
+    assert!(
+        timed_out["message"]
+            .as_str()
+            .unwrap()
+            .contains("timeout_sec"),
+        "{timed_out}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the job was killed at its timeout"
+    );
+
+    api.post(
+        "jobs",
+        json!({"name": "orphan", "function_ref": "nobody", "run_id": 1}),
+    )
+    .await;
+    let orphan = api
+        .wait_for("jobs/orphan", "phase", &["Failed"], long)
+        .await;
+    assert!(
+        orphan["message"].as_str().unwrap().contains("not found"),
+        "{orphan}"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_process_is_restarted() {
+    let (server, runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "crash-user");
+    api.deploy(
+        "phoenix",
+        "python3.11",
+        &[("handler.py", b"def handle(e):\n    return 'alive'\n")],
+    )
+    .await;
+    let (status, _) = api.invoke("phoenix", json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    let pid = runner
+        .pid(&api.user.ns, "phoenix")
+        .expect("an instance runs");
+    unsafe_kill(pid);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let new_pid = runner.pid(&api.user.ns, "phoenix");
+        if new_pid.is_some_and(|p| p != pid) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no new instance after the kill");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = api.invoke("phoenix", json!({})).await;
+    assert_eq!((status, body), (StatusCode::OK, json!("alive")));
+    let logs = api.get("functions/phoenix/logs?tail=50").await;
+    assert!(logs.to_string().contains("restarting"), "{logs}");
+}
+
+fn unsafe_kill(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn redeploy_under_load_loses_no_request() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "deploy-user");
+    api.deploy(
+        "rolling",
+        "python3.11",
+        &[("handler.py", b"def handle(e):\n    return 'v1'\n")],
+    )
+    .await;
+    let (status, _) = api.invoke("rolling", json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let url = api.fn_url("rolling");
+    let client = server.client.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut seen, mut failures) = (Vec::new(), Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match client.post(&url).send().await {
+                    Ok(r) if r.status() == StatusCode::OK => {
+                        seen.push(r.json::<Value>().await.unwrap())
+                    }
+                    Ok(r) => failures.push(format!(
+                        "{} {}",
+                        r.status(),
+                        r.text().await.unwrap_or_default()
+                    )),
+                    Err(e) => failures.push(e.to_string()),
+                }
+            }
+            (seen, failures)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.upload(
+        "functions/rolling",
+        &[("handler.py", b"def handle(e):\n    return 'v2'\n")],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = api.invoke("rolling", json!({})).await;
+        if body == json!("v2") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "v2 never served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (seen, failures) = load.await.unwrap();
+    assert!(
+        failures.is_empty(),
+        "failed requests during the redeploy: {failures:?}"
+    );
+    assert!(
+        seen.contains(&json!("v1")) && seen.contains(&json!("v2")),
+        "{} answers",
+        seen.len()
+    );
+}
