@@ -168,3 +168,13 @@ pub struct SourceFileResponse {
 pub struct ErrorBody {
     pub error: String,
 }
+
+/// One captured line of a workload's output (`GET .../logs?tail=N`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogLineResponse {
+    pub time: String,
+    /// "stdout" or "stderr".
+    pub stream: String,
+    pub version: String,
+    pub line: String,
+}

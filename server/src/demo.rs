@@ -137,9 +137,6 @@ pub async fn deploy(base: String, token: String) -> anyhow::Result<()> {
             body["event_json"] = json!("{\"numbers\": [1, 2, 3]}");
         }
         client.send(M::POST, example.kind, Some(body)).await?;
-        client
-            .upload(example.kind, example.name, zip(example.files)?)
-            .await?;
     }
     for (name, function, schedule) in [
         ("hello-python-http", "hello-python", None),
@@ -152,6 +149,12 @@ pub async fn deploy(base: String, token: String) -> anyhow::Result<()> {
                                      "schedule": schedule}),
         };
         client.send(M::POST, "triggers", Some(body)).await?;
+    }
+    // Code last: the functions see their triggers from their first build on.
+    for example in &EXAMPLES {
+        client
+            .upload(example.kind, example.name, zip(example.files)?)
+            .await?;
     }
     client
         .send(M::PATCH, "jobs/report-job", Some(json!({"run_id": 1})))

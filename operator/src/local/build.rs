@@ -207,7 +207,9 @@ impl Log {
             .into_std()
             .await;
         let err = out.try_clone().map_err(|e| BuildError(e.to_string()))?;
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        super::process::die_with_parent(&mut command);
+        let mut child = command
             .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::Shared;
 use super::build::{tail, version_of};
-use super::process::base_env;
+use super::process::{base_env, die_with_parent};
 use crate::model::{DEFAULT_ENTRYPOINT, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
 use crate::store::{StoreError, StoreExt, modify_status};
 
@@ -287,7 +287,9 @@ async fn execute(shared: &Shared, plan: &Plan, event: &str, timeout: Option<Dura
             .builder
             .wrappers
             .command(&shared.config.toolchain, plan.runtime, &plan.dir);
-    let spawned = Command::new(&program)
+    let mut command = Command::new(&program);
+    die_with_parent(&mut command);
+    let spawned = command
         .args(&args)
         .current_dir(&plan.dir)
         .env_clear()

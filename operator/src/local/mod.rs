@@ -223,6 +223,11 @@ impl Shared {
             // A trigger only changes what its function must do; which function, the
             // deleted trigger no longer says: wake every function of the namespace.
             self.poke_functions(namespace);
+            tokio::spawn(report_missing_function(
+                self.clone(),
+                namespace.to_string(),
+                name.to_string(),
+            ));
             return;
         }
         let key = (kind, namespace.to_string(), name.to_string());
@@ -293,6 +298,33 @@ impl Shared {
                 Err(e) => tracing::warn!(%kind, error = %e, "resync: cannot list"),
             }
         }
+    }
+}
+
+/// A trigger whose function does not exist says so; the function's actor takes over
+/// its status once the function is created.
+async fn report_missing_function(shared: Arc<Shared>, namespace: String, name: String) {
+    use crate::model::{Function, Trigger};
+    use crate::store::StoreExt;
+    let store = &*shared.store;
+    let Ok(Some(trigger)) = store.get_typed::<Trigger>(&namespace, &name).await else {
+        return;
+    };
+    let function = &trigger.spec.function_ref;
+    if !matches!(store.get_typed::<Function>(&namespace, function).await, Ok(None)) {
+        return;
+    }
+    let message = format!("function {function:?} not found in {namespace}");
+    if trigger.status.message.as_ref() == Some(&message) && !trigger.status.active {
+        return;
+    }
+    let written = crate::store::modify_status::<Trigger, _>(store, &namespace, &name, |t| {
+        t.status.active = false;
+        t.status.message = Some(message.clone());
+    })
+    .await;
+    if let Err(e) = written {
+        tracing::debug!(trigger = %name, error = %e, "trigger status not written");
     }
 }
 

@@ -55,7 +55,9 @@ fn capture(
 impl Instance {
     pub fn spawn(launch: &Launch<'_>, logs: &Arc<LogBook>) -> std::io::Result<Self> {
         let port = free_port()?;
-        let mut child = Command::new(launch.program)
+        let mut command = Command::new(launch.program);
+        die_with_parent(&mut command);
+        let mut child = command
             .args(launch.args)
             .current_dir(launch.dir)
             .env_clear()
@@ -156,6 +158,23 @@ impl Instance {
         }
         let _ = self.child.kill().await;
     }
+}
+
+/// Children must not outlive a `sless` that was killed (SIGKILL runs no cleanup): the
+/// kernel sends them SIGKILL when their parent dies.
+pub fn die_with_parent(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl is async-signal-safe and only affects the child being spawned.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
 }
 
 /// The environment every runtime process gets besides its own: enough to find the

@@ -1,0 +1,330 @@
+//! A typed HTTP client of the REST API, for the CLI and the console. It speaks only the
+//! JSON types of [`crate::apitypes`] and acts with the caller's own token.
+
+use std::time::Duration;
+
+use base64::Engine;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::apitypes::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach sless at {endpoint}: {message}; is it running (sless up) and is SLESS_ENDPOINT right?")]
+    Unreachable { endpoint: String, message: String },
+    #[error("{message} (HTTP {status})")]
+    Api { status: u16, message: String },
+    #[error("unexpected answer from {url}: {message}")]
+    Decode { url: String, message: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ClientError {
+    /// The HTTP status of an API error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// The API collections under `/v1/namespaces/{ns}/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collection {
+    Functions,
+    Services,
+    Triggers,
+    Jobs,
+}
+
+impl Collection {
+    pub fn path(self) -> &'static str {
+        match self {
+            Collection::Functions => "functions",
+            Collection::Services => "services",
+            Collection::Triggers => "triggers",
+            Collection::Jobs => "jobs",
+        }
+    }
+}
+
+/// The answer of a call through `/fn`.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: bytes::Bytes,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    endpoint: String,
+    token: String,
+    namespace: String,
+}
+
+/// The `sub` claim of a JWT, read without verifying it: the server verifies; the client
+/// only needs to know which namespace the token is for.
+pub fn token_subject(token: &str) -> Result<String> {
+    let bad = || ClientError::Config("the token is not a JWT (three base64url parts)".into());
+    let payload = token.split('.').nth(1).ok_or_else(bad)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    claims["sub"]
+        .as_str()
+        .map(String::from)
+        .ok_or_else(|| ClientError::Config("the token has no sub claim".into()))
+}
+
+impl Client {
+    /// A client for the namespace of the token's `sub`.
+    pub fn new(endpoint: &str, token: &str) -> Result<Self> {
+        let namespace = crate::model::namespace_for_sub(&token_subject(token)?);
+        Self::for_namespace(endpoint, token, &namespace)
+    }
+
+    /// A client for an explicit namespace (an admin acting on another user's).
+    pub fn for_namespace(endpoint: &str, token: &str, namespace: &str) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        Ok(Self {
+            http,
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            namespace: namespace.to_string(),
+        })
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1/namespaces/{}/{path}", self.endpoint, self.namespace)
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder, url: &str) -> Result<reqwest::Response> {
+        let response = request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                message: e.to_string(),
+            })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<ErrorBody>(&text)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| if text.is_empty() { format!("{url} failed") } else { text });
+        Err(ClientError::Api { status, message })
+    }
+
+    async fn json<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder, url: &str) -> Result<T> {
+        self.send(request, url)
+            .await?
+            .json()
+            .await
+            .map_err(|e| ClientError::Decode {
+                url: url.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let url = self.url(path);
+        self.json(self.http.get(&url), &url).await
+    }
+
+    async fn with_body<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &B,
+    ) -> Result<T> {
+        let url = self.url(path);
+        self.json(self.http.request(method, &url).json(body), &url).await
+    }
+
+    pub async fn ensure_namespace(&self) -> Result<NamespaceResponse> {
+        let url = self.url("ensure");
+        self.json(self.http.post(&url), &url).await
+    }
+
+    pub async fn list_workloads(&self, collection: Collection) -> Result<Vec<WorkloadResponse>> {
+        self.get(collection.path()).await
+    }
+
+    pub async fn get_workload(&self, collection: Collection, name: &str) -> Result<WorkloadResponse> {
+        self.get(&format!("{}/{name}", collection.path())).await
+    }
+
+    pub async fn create_workload(
+        &self,
+        collection: Collection,
+        request: &WorkloadRequest,
+    ) -> Result<WorkloadResponse> {
+        self.with_body(reqwest::Method::POST, collection.path(), request).await
+    }
+
+    pub async fn replace_workload(
+        &self,
+        collection: Collection,
+        name: &str,
+        request: &WorkloadRequest,
+    ) -> Result<WorkloadResponse> {
+        self.with_body(reqwest::Method::PUT, &format!("{}/{name}", collection.path()), request)
+            .await
+    }
+
+    pub async fn delete(&self, collection: Collection, name: &str) -> Result<()> {
+        let url = self.url(&format!("{}/{name}", collection.path()));
+        self.send(self.http.delete(&url), &url).await.map(|_| ())
+    }
+
+    /// Uploads a zip (functions, services, self-contained jobs); answers the resource's JSON.
+    pub async fn upload(&self, collection: Collection, name: &str, zip: Vec<u8>) -> Result<serde_json::Value> {
+        let url = self.url(&format!("{}/{name}/upload", collection.path()));
+        let form = reqwest::multipart::Form::new().part(
+            "code",
+            reqwest::multipart::Part::bytes(zip).file_name(format!("{name}.zip")),
+        );
+        self.json(self.http.post(&url).multipart(form), &url).await
+    }
+
+    pub async fn source(&self, collection: Collection, name: &str) -> Result<Vec<SourceFileResponse>> {
+        self.get(&format!("{}/{name}/source", collection.path())).await
+    }
+
+    pub async fn logs(&self, collection: Collection, name: &str, tail: usize) -> Result<Vec<LogLineResponse>> {
+        self.get(&format!("{}/{name}/logs?tail={tail}", collection.path())).await
+    }
+
+    pub async fn build_log(&self, collection: Collection, name: &str) -> Result<String> {
+        let url = self.url(&format!("{}/{name}/build-log", collection.path()));
+        self.send(self.http.get(&url), &url)
+            .await?
+            .text()
+            .await
+            .map_err(|e| ClientError::Decode { url, message: e.to_string() })
+    }
+
+    /// Recent calls through `/fn` and their totals:
+    /// `{"stats": {...}, "invocations": [{"time", "method", "path", "status", "duration_ms"}]}`.
+    pub async fn invocations(&self, collection: Collection, name: &str, tail: usize) -> Result<serde_json::Value> {
+        self.get(&format!("{}/{name}/invocations?tail={tail}", collection.path())).await
+    }
+
+    pub async fn list_triggers(&self) -> Result<Vec<TriggerResponse>> {
+        self.get("triggers").await
+    }
+
+    pub async fn get_trigger(&self, name: &str) -> Result<TriggerResponse> {
+        self.get(&format!("triggers/{name}")).await
+    }
+
+    pub async fn replace_trigger(&self, name: &str, request: &TriggerRequest) -> Result<TriggerResponse> {
+        self.with_body(reqwest::Method::PUT, &format!("triggers/{name}"), request).await
+    }
+
+    pub async fn create_trigger(&self, request: &TriggerRequest) -> Result<TriggerResponse> {
+        self.with_body(reqwest::Method::POST, "triggers", request).await
+    }
+
+    /// Starts or stops a trigger in place.
+    pub async fn set_trigger_enabled(&self, name: &str, enabled: bool) -> Result<TriggerResponse> {
+        self.with_body(
+            reqwest::Method::PATCH,
+            &format!("triggers/{name}"),
+            &TriggerPatch { enabled },
+        )
+        .await
+    }
+
+    pub async fn list_jobs(&self) -> Result<Vec<JobResponse>> {
+        self.get("jobs").await
+    }
+
+    pub async fn get_job(&self, name: &str) -> Result<JobResponse> {
+        self.get(&format!("jobs/{name}")).await
+    }
+
+    pub async fn create_job(&self, request: &JobRequest) -> Result<JobResponse> {
+        self.with_body(reqwest::Method::POST, "jobs", request).await
+    }
+
+    pub async fn replace_job(&self, name: &str, request: &JobRequest) -> Result<JobResponse> {
+        self.with_body(reqwest::Method::PUT, &format!("jobs/{name}"), request).await
+    }
+
+    pub async fn patch_job(&self, name: &str, patch: &JobPatch) -> Result<JobResponse> {
+        self.with_body(reqwest::Method::PATCH, &format!("jobs/{name}"), patch).await
+    }
+
+    /// Calls `/fn/{ns}/{name}{path}` (no token: the proxy is public).
+    pub async fn invoke(
+        &self,
+        name: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Invocation> {
+        let path = if path.is_empty() || path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("/{path}")
+        };
+        let url = format!("{}/fn/{}/{name}{path}", self.endpoint, self.namespace);
+        let mut request = self.http.request(method, &url);
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body);
+        }
+        let response = request.send().await.map_err(|e| ClientError::Unreachable {
+            endpoint: self.endpoint.clone(),
+            message: e.to_string(),
+        })?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let body = response.bytes().await.map_err(|e| ClientError::Decode {
+            url,
+            message: e.to_string(),
+        })?;
+        Ok(Invocation { status, content_type, body })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subject_of_a_token() {
+        let token = crate::auth::issue_hs256(b"k", "alice", 60).unwrap();
+        assert_eq!(token_subject(&token).unwrap(), "alice");
+        assert!(token_subject("nope").is_err());
+        let client = Client::new("http://127.0.0.1:1/", &token).unwrap();
+        assert_eq!(client.namespace(), crate::model::namespace_for_sub("alice"));
+        assert_eq!(client.endpoint(), "http://127.0.0.1:1");
+    }
+}
