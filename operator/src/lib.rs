@@ -4,6 +4,8 @@
 pub mod api;
 pub mod apitypes;
 pub mod auth;
+pub mod client;
+pub mod k8s;
 pub mod local;
 pub mod logs;
 pub mod model;

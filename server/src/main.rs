@@ -1,7 +1,11 @@
 //! The `sless` binary: `sless up` runs the embedded all-in-one platform, `sless token`
-//! issues a token signed with its key.
+//! issues a token signed with its key, and the developer commands (`deploy`, `ls`,
+//! `invoke`, `logs`, ...) talk to a running sless over its REST API.
 
+mod cli;
+mod console;
 mod demo;
+mod operator_cmd;
 mod settings;
 mod up;
 
@@ -39,6 +43,12 @@ enum Command {
         #[arg(long)]
         admin: bool,
     },
+    /// Run on Kubernetes: the API and `/fn` proxy on CustomResources, and the controllers.
+    Operator(Box<operator_cmd::OperatorArgs>),
+    /// Print the CustomResourceDefinitions (YAML) for `kubectl apply -f -`.
+    Crds,
+    #[command(flatten)]
+    Cli(cli::CliCommand),
 }
 
 #[tokio::main]
@@ -52,6 +62,9 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Up(args) => up::run(*args).await,
+        Command::Operator(args) => operator_cmd::run(*args).await,
+        Command::Crds => operator_cmd::print_crds(),
+        Command::Cli(command) => std::process::exit(cli::run(command).await),
         Command::Token {
             sub,
             data_dir,

@@ -118,9 +118,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         proxy: proxy.clone(),
         config,
     });
+    let console = crate::console::ConsoleConfig::embedded(&data_dir, address, &external_url)?;
+    let console = crate::console::router(console, state.auth.clone()).await?;
     let app = operator::api::router(state)
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .merge(operator::proxy::router(proxy));
+        .merge(operator::proxy::router(proxy))
+        .merge(console);
 
     println!("sless is up on http://{address}");
     println!("  API:       http://{address}/v1/namespaces/<namespace>/...");

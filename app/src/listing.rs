@@ -1,0 +1,600 @@
+//! The console's view of a namespace: Functions and Services in one list, their
+//! triggers, filtering, sorting, counts, and the text/plain and JSON renderings that
+//! curl gets on the same URL.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use operator::apitypes::{TriggerResponse, WorkloadResponse};
+use operator::client::Collection;
+use serde::{Deserialize, Serialize};
+
+/// Which resource an entry is underneath; users mostly see the badge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    Function,
+    Service,
+}
+
+impl EntryKind {
+    /// The badge of SPEC §9: Functions run as jobs of their triggers, Services always.
+    pub fn badge(self) -> &'static str {
+        match self {
+            EntryKind::Function => "job",
+            EntryKind::Service => "always-on",
+        }
+    }
+
+    /// The `kind=` query value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Function => "function",
+            EntryKind::Service => "service",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "function" | "functions" | "job" => Some(EntryKind::Function),
+            "service" | "services" | "always-on" => Some(EntryKind::Service),
+            _ => None,
+        }
+    }
+
+    pub fn collection(self) -> Collection {
+        match self {
+            EntryKind::Function => Collection::Functions,
+            EntryKind::Service => Collection::Services,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TriggerView {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub trigger_type: String,
+    pub schedule: Option<String>,
+    pub queue: Option<String>,
+    pub enabled: bool,
+    pub active: bool,
+    pub url: Option<String>,
+    pub message: Option<String>,
+    #[serde(skip)]
+    pub function_ref: String,
+}
+
+impl TriggerView {
+    fn from_api(t: TriggerResponse) -> Self {
+        TriggerView {
+            name: t.name,
+            trigger_type: t.trigger_type,
+            schedule: t.schedule,
+            queue: t.queue,
+            enabled: t.enabled,
+            active: t.active,
+            url: t.url,
+            message: t.message,
+            function_ref: t.function_ref,
+        }
+    }
+
+    /// `http`, `cron(*/5 * * * *)`, `event(orders)`.
+    pub fn label(&self) -> String {
+        let detail = match self.trigger_type.as_str() {
+            "cron" => self.schedule.as_deref(),
+            "event" => self.queue.as_deref(),
+            _ => None,
+        };
+        match detail {
+            Some(detail) => format!("{}({detail})", self.trigger_type),
+            None => self.trigger_type.clone(),
+        }
+    }
+
+    /// The label with `-off` when stopped: the text listing's TRIGGERS column.
+    pub fn text_label(&self) -> String {
+        if self.enabled {
+            self.label()
+        } else {
+            format!("{}-off", self.label())
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Entry {
+    pub name: String,
+    pub kind: EntryKind,
+    pub badge: &'static str,
+    pub runtime: String,
+    pub phase: String,
+    pub message: Option<String>,
+    pub url: Option<String>,
+    pub last_built_at: Option<String>,
+    pub memory_mb: u32,
+    pub timeout_sec: u32,
+    /// The latest upload's build context; None before the first upload.
+    #[serde(skip)]
+    pub s3_key: Option<String>,
+    pub triggers: Vec<TriggerView>,
+}
+
+impl Entry {
+    fn from_api(kind: EntryKind, w: WorkloadResponse) -> Self {
+        Entry {
+            name: w.name,
+            kind,
+            badge: kind.badge(),
+            runtime: w.runtime,
+            phase: w.phase,
+            message: w.message,
+            url: w.url,
+            last_built_at: w.last_built_at,
+            memory_mb: w.memory_mb,
+            timeout_sec: w.timeout_sec,
+            s3_key: w.s3_key,
+            triggers: Vec::new(),
+        }
+    }
+
+    /// The workload's URL, else its http trigger's.
+    pub fn display_url(&self) -> Option<&str> {
+        self.url.as_deref().or_else(|| {
+            self.triggers
+                .iter()
+                .find(|t| t.trigger_type == "http")
+                .and_then(|t| t.url.as_deref())
+        })
+    }
+
+    pub fn triggers_text(&self) -> String {
+        if self.triggers.is_empty() {
+            return "-".into();
+        }
+        self.triggers
+            .iter()
+            .map(TriggerView::text_label)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Everything the console shows for one namespace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Listing {
+    pub namespace: String,
+    pub entries: Vec<Entry>,
+    /// Triggers naming a function that does not exist (yet).
+    pub orphan_triggers: Vec<TriggerView>,
+}
+
+impl Listing {
+    pub fn from_api(
+        namespace: &str,
+        functions: Vec<WorkloadResponse>,
+        services: Vec<WorkloadResponse>,
+        triggers: Vec<TriggerResponse>,
+    ) -> Self {
+        let mut entries: Vec<Entry> = functions
+            .into_iter()
+            .map(|w| Entry::from_api(EntryKind::Function, w))
+            .chain(
+                services
+                    .into_iter()
+                    .map(|w| Entry::from_api(EntryKind::Service, w)),
+            )
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut orphan_triggers = Vec::new();
+        let mut triggers: Vec<TriggerView> = triggers.into_iter().map(TriggerView::from_api).collect();
+        triggers.sort_by(|a, b| a.name.cmp(&b.name));
+        for trigger in triggers {
+            // Functions and Services share one name space, so the name finds the entry.
+            match entries.binary_search_by(|e| e.name.as_str().cmp(&trigger.function_ref)) {
+                Ok(i) => entries[i].triggers.push(trigger),
+                Err(_) => orphan_triggers.push(trigger),
+            }
+        }
+        Listing {
+            namespace: namespace.to_string(),
+            entries,
+            orphan_triggers,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    #[default]
+    Name,
+    Phase,
+    LastBuilt,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 3] = [SortKey::Name, SortKey::Phase, SortKey::LastBuilt];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortKey::Name => "name",
+            SortKey::Phase => "phase",
+            SortKey::LastBuilt => "last_built",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            SortKey::Name => "Name",
+            SortKey::Phase => "Phase",
+            SortKey::LastBuilt => "Last built",
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        SortKey::ALL
+            .into_iter()
+            .find(|k| k.as_str() == value.trim().to_ascii_lowercase())
+    }
+}
+
+/// The phases in the order the console shows them; unknown phases follow.
+pub const PHASES: [&str; 4] = ["Ready", "Building", "Pending", "Failed"];
+
+/// Failures first when sorting by phase: they want attention.
+fn phase_rank(phase: &str) -> usize {
+    match phase {
+        "Failed" => 0,
+        "Building" => 1,
+        "Pending" => 2,
+        "Ready" => 3,
+        _ => 4,
+    }
+}
+
+/// The query string of `/funcs/<ns>` (a GET form, so it works without script).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+}
+
+/// A parsed [`ListQuery`]: unknown values mean "no filter" rather than an error, so a
+/// hand-edited URL still shows something.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub text: String,
+    pub kind: Option<EntryKind>,
+    pub phase: Option<String>,
+    pub sort: SortKey,
+}
+
+impl Selection {
+    pub fn from_query(query: &ListQuery) -> Self {
+        let text = query.q.as_deref().unwrap_or("").trim();
+        // Bounded: the filter is echoed into the page and compared with every entry.
+        let text: String = text.chars().take(100).collect();
+        let phase = query.phase.as_deref().and_then(|p| {
+            let p = p.trim();
+            PHASES.into_iter().find(|known| known.eq_ignore_ascii_case(p))
+        });
+        Selection {
+            text,
+            kind: query.kind.as_deref().and_then(EntryKind::parse),
+            phase: phase.map(String::from),
+            sort: query
+                .sort
+                .as_deref()
+                .and_then(SortKey::parse)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The query string that reproduces this selection (without `format`), for the
+    /// redirect after a form post; empty when nothing is selected.
+    pub fn to_query_string(&self) -> String {
+        let mut pairs = Vec::new();
+        if !self.text.is_empty() {
+            pairs.push(("q", self.text.as_str()));
+        }
+        if let Some(kind) = self.kind {
+            pairs.push(("kind", kind.as_str()));
+        }
+        if let Some(phase) = &self.phase {
+            pairs.push(("phase", phase.as_str()));
+        }
+        if self.sort != SortKey::Name {
+            pairs.push(("sort", self.sort.as_str()));
+        }
+        pairs
+            .into_iter()
+            .map(|(k, v)| format!("{k}={}", url_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+
+    pub fn is_filtered(&self) -> bool {
+        !self.text.is_empty() || self.kind.is_some() || self.phase.is_some()
+    }
+
+    fn matches(&self, entry: &Entry, needle: &str) -> bool {
+        self.kind.is_none_or(|k| entry.kind == k)
+            && self.phase.as_deref().is_none_or(|p| entry.phase == p)
+            && (needle.is_empty()
+                || entry.name.contains(needle)
+                || entry.runtime.to_ascii_lowercase().contains(needle))
+    }
+
+    /// The entries to show, in order.
+    pub fn apply<'a>(&self, listing: &'a Listing) -> Vec<&'a Entry> {
+        let needle = self.text.to_lowercase();
+        let mut selected: Vec<&Entry> = listing
+            .entries
+            .iter()
+            .filter(|e| self.matches(e, &needle))
+            .collect();
+        // Entries arrive sorted by name; the sorts below are stable, so name breaks ties.
+        match self.sort {
+            SortKey::Name => {}
+            SortKey::Phase => selected.sort_by_key(|e| phase_rank(&e.phase)),
+            SortKey::LastBuilt => selected.sort_by(|a, b| newest_first(a, b)),
+        }
+        selected
+    }
+}
+
+/// RFC 3339 UTC timestamps compare as strings; never-built entries go last.
+fn newest_first(a: &Entry, b: &Entry) -> Ordering {
+    match (&a.last_built_at, &b.last_built_at) {
+        (Some(x), Some(y)) => y.cmp(x),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+/// Percent-encoding for query values (RFC 3986 unreserved characters pass).
+pub fn url_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Per kind and per phase, over the whole namespace (not the filtered view).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub total: usize,
+    pub functions: usize,
+    pub services: usize,
+    /// Phase → count, only phases that occur, in [`PHASES`] order then by name.
+    pub phases: Vec<(String, usize)>,
+}
+
+impl Counts {
+    pub fn of(listing: &Listing) -> Self {
+        let mut by_phase: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut functions = 0;
+        for entry in &listing.entries {
+            if entry.kind == EntryKind::Function {
+                functions += 1;
+            }
+            *by_phase.entry(entry.phase.as_str()).or_default() += 1;
+        }
+        let mut phases: Vec<(String, usize)> = by_phase
+            .into_iter()
+            .map(|(p, n)| (p.to_string(), n))
+            .collect();
+        phases.sort_by_key(|(p, _)| PHASES.iter().position(|k| k == p).unwrap_or(PHASES.len()));
+        Counts {
+            total: listing.entries.len(),
+            functions,
+            services: listing.entries.len() - functions,
+            phases,
+        }
+    }
+}
+
+/// The text/plain listing: a header and one line per entry, columns padded to the
+/// widest value (the last column is not padded, so lines carry no trailing blanks).
+pub fn render_text(entries: &[&Entry]) -> String {
+    const HEADER: [&str; 6] = ["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"];
+    let rows: Vec<[String; 6]> = entries
+        .iter()
+        .map(|e| {
+            [
+                e.name.clone(),
+                e.badge.to_string(),
+                e.runtime.clone(),
+                e.phase.clone(),
+                e.triggers_text(),
+                e.display_url().unwrap_or("-").to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = HEADER.map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::with_capacity((rows.len() + 1) * (widths.iter().sum::<usize>() + 12));
+    let mut push_row = |cells: [&str; 6]| {
+        for (i, cell) in cells.iter().enumerate() {
+            out.push_str(cell);
+            if i + 1 < cells.len() {
+                let pad = widths[i] - cell.chars().count() + 2;
+                out.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push('\n');
+    };
+    push_row(HEADER);
+    for row in &rows {
+        push_row([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
+    }
+    out
+}
+
+/// The JSON answer of `/funcs/<ns>?format=json`.
+#[derive(Serialize)]
+pub struct JsonListing<'a> {
+    pub namespace: &'a str,
+    pub counts: Counts,
+    pub entries: Vec<&'a Entry>,
+    pub orphan_triggers: &'a [TriggerView],
+}
+
+pub fn render_json(listing: &Listing, entries: Vec<&Entry>) -> String {
+    let body = JsonListing {
+        namespace: &listing.namespace,
+        counts: Counts::of(listing),
+        entries,
+        orphan_triggers: &listing.orphan_triggers,
+    };
+    // Plain data of strings and numbers: serialisation cannot fail.
+    serde_json::to_string_pretty(&body).unwrap_or_else(|_| "{}".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn workload(name: &str, phase: &str, built: Option<&str>) -> WorkloadResponse {
+        WorkloadResponse {
+            namespace: "ns".into(),
+            name: name.into(),
+            kind: "function".into(),
+            runtime: "python3.11".into(),
+            entrypoint: "handler.handle".into(),
+            memory_mb: 128,
+            timeout_sec: 30,
+            env_vars: Default::default(),
+            phase: phase.into(),
+            message: None,
+            image_ref: None,
+            s3_key: None,
+            last_built_at: built.map(String::from),
+            url: None,
+            resource_version: "1".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    pub(crate) fn trigger(name: &str, function: &str, kind: &str, enabled: bool) -> TriggerResponse {
+        TriggerResponse {
+            namespace: "ns".into(),
+            name: name.into(),
+            trigger_type: kind.into(),
+            function_ref: function.into(),
+            schedule: (kind == "cron").then(|| "*/5 * * * *".into()),
+            queue: None,
+            enabled,
+            active: enabled,
+            url: (kind == "http").then(|| format!("http://h/fn/ns/{function}")),
+            last_schedule_time: None,
+            message: None,
+            resource_version: "1".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    fn sample() -> Listing {
+        Listing::from_api(
+            "ns",
+            vec![
+                workload("beta", "Ready", Some("2026-01-02T00:00:00Z")),
+                workload("alpha", "Failed", None),
+            ],
+            vec![workload("gamma-svc", "Building", Some("2026-01-03T00:00:00Z"))],
+            vec![
+                trigger("beta-http", "beta", "http", true),
+                trigger("beta-cron", "beta", "cron", false),
+                trigger("lost", "nobody", "http", true),
+            ],
+        )
+    }
+
+    #[test]
+    fn text_listing_is_aligned_with_a_header() {
+        let listing = sample();
+        let text = render_text(&Selection::default().apply(&listing));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with("NAME       KIND       RUNTIME     PHASE     TRIGGERS"));
+        let url_col = lines[0].find("URL").unwrap();
+        for line in &lines[1..] {
+            assert!(!line.ends_with(' '));
+            assert_eq!(line.as_bytes()[url_col - 1], b' ', "{line}");
+            assert_ne!(line.as_bytes()[url_col], b' ', "{line}");
+        }
+        assert!(lines[2].starts_with("beta       job"), "{}", lines[2]);
+        assert!(
+            lines[2].contains("cron(*/5 * * * *)-off,http  http://h/fn/ns/beta"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[3].starts_with("gamma-svc  always-on"));
+        assert!(lines[1].contains(" -  "), "{}", lines[1]);
+    }
+
+    #[test]
+    fn filters_and_sorts() {
+        let listing = sample();
+        let names = |s: Selection| -> Vec<String> {
+            s.apply(&listing).iter().map(|e| e.name.clone()).collect()
+        };
+        let query = |q: &str| {
+            let query: ListQuery = serde_json::from_value(serde_json::json!({"sort": q})).unwrap();
+            Selection::from_query(&query)
+        };
+        assert_eq!(names(query("phase")), ["alpha", "gamma-svc", "beta"]);
+        assert_eq!(names(query("last_built")), ["gamma-svc", "beta", "alpha"]);
+        let services = Selection {
+            kind: Some(EntryKind::Service),
+            ..Default::default()
+        };
+        assert_eq!(names(services), ["gamma-svc"]);
+        let text = Selection {
+            text: "ALP".into(),
+            ..Default::default()
+        };
+        assert_eq!(names(text), ["alpha"]);
+        assert_eq!(listing.orphan_triggers.len(), 1);
+        let counts = Counts::of(&listing);
+        assert_eq!((counts.functions, counts.services), (2, 1));
+        assert_eq!(counts.phases[0], ("Ready".to_string(), 1));
+    }
+
+    #[test]
+    fn selection_round_trips_through_a_query_string() {
+        let query = ListQuery {
+            q: Some("a b&c".into()),
+            kind: Some("service".into()),
+            phase: Some("failed".into()),
+            sort: Some("phase".into()),
+            format: None,
+        };
+        let selection = Selection::from_query(&query);
+        assert_eq!(selection.phase.as_deref(), Some("Failed"));
+        assert_eq!(
+            selection.to_query_string(),
+            "q=a%20b%26c&kind=service&phase=Failed&sort=phase"
+        );
+        assert_eq!(Selection::default().to_query_string(), "");
+    }
+}

@@ -1,0 +1,119 @@
+//! The document around every page: head, header bar with the user and logout, flash.
+
+use leptos::prelude::*;
+
+/// Per-request facts every page needs.
+#[derive(Clone, Debug, Default)]
+pub struct PageContext {
+    /// The Content-Security-Policy nonce of this response.
+    pub nonce: String,
+    /// The session's CSRF token; None without a session (then no forms are shown).
+    pub csrf: Option<String>,
+    pub user: Option<UserBadge>,
+    pub flash: Option<Flash>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserBadge {
+    pub namespace: String,
+    pub admin: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashKind {
+    Ok,
+    Error,
+}
+
+/// A one-time message shown after a redirect (kept in the session).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Flash {
+    pub kind: FlashKind,
+    pub text: String,
+}
+
+impl Flash {
+    pub fn ok(text: impl Into<String>) -> Self {
+        Flash {
+            kind: FlashKind::Ok,
+            text: text.into(),
+        }
+    }
+
+    pub fn error(text: impl Into<String>) -> Self {
+        Flash {
+            kind: FlashKind::Error,
+            text: text.into(),
+        }
+    }
+}
+
+fn flash_view(flash: Option<Flash>) -> impl IntoView {
+    flash.map(|flash| {
+        let (class, role) = match flash.kind {
+            FlashKind::Ok => ("flash flash-ok", "status"),
+            FlashKind::Error => ("flash flash-error", "alert"),
+        };
+        view! { <p class=class role=role>{flash.text}</p> }
+    })
+}
+
+pub(super) fn csrf_field(csrf: &Option<String>) -> impl IntoView + use<> {
+    let value = csrf.clone().unwrap_or_default();
+    view! { <input type="hidden" name="csrf_token" value=value/> }
+}
+
+fn header_bar(ctx: &PageContext) -> impl IntoView + use<> {
+    let user = ctx.user.clone().map(|user| {
+        let home = format!("/funcs/{}", user.namespace);
+        let csrf = csrf_field(&ctx.csrf);
+        let admin = user.admin.then(|| view! { <span class="badge badge-admin">admin</span> });
+        view! {
+            <div class="user">
+                <a class="user-ns" href=home title="Your namespace">{user.namespace}</a>
+                {admin}
+                <form method="post" action="/logout" class="logout">
+                    {csrf}
+                    <button type="submit" class="button-quiet">"Log out"</button>
+                </form>
+            </div>
+        }
+    });
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/funcs">
+                <img src="/favicon.svg" alt="" width="24" height="24"/>
+                <span>"sless console"</span>
+            </a>
+            {user}
+        </header>
+    }
+}
+
+/// A whole HTML document around `body`.
+pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) -> String {
+    let nonce = ctx.nonce.clone();
+    let page = view! {
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <meta name="color-scheme" content="light dark"/>
+                <title>{title}</title>
+                <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
+                <link rel="stylesheet" href="/style/console.css"/>
+                <link rel="stylesheet" href="/style/highlight.css"/>
+                <script nonce=nonce src="/public/console.js" defer></script>
+            </head>
+            <body>
+                <a class="skip" href="#main">"Skip to content"</a>
+                {header_bar(ctx)}
+                <main id="main">{flash_view(ctx.flash.clone())} {body}</main>
+            </body>
+        </html>
+    };
+    let mut html = String::from("<!DOCTYPE html>");
+    html.push_str(&page.to_html());
+    html
+}

@@ -1,0 +1,133 @@
+//! `/funcs/<ns>/source/<name>`: the files of the latest upload, highlighted.
+
+use leptos::prelude::*;
+
+use super::layout::{PageContext, document};
+use super::{phase_class, short_time};
+use crate::highlight::{FileBody, RenderedFile};
+use crate::listing::EntryKind;
+use crate::source_cache::RenderedSource;
+
+pub struct SourcePage<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub kind: EntryKind,
+    pub runtime: &'a str,
+    pub phase: &'a str,
+    pub last_built_at: Option<&'a str>,
+    /// None before the first upload.
+    pub files: Option<&'a RenderedSource>,
+}
+
+fn size_text(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1024 * 1024 => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+        b if b >= 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        1 => "1 byte".into(),
+        b => format!("{b} bytes"),
+    }
+}
+
+fn file_view(file: &RenderedFile, id: String) -> impl IntoView + use<> {
+    let notices: Vec<_> = file
+        .notices
+        .iter()
+        .map(|n| view! { <p class="notice" role="note">{n.clone()}</p> })
+        .collect();
+    let (body, syntax) = match &file.body {
+        FileBody::Binary => (
+            view! { <p class="muted">"Binary file, not shown."</p> }.into_any(),
+            None,
+        ),
+        FileBody::Empty => (
+            view! { <p class="muted">"Empty file."</p> }.into_any(),
+            None,
+        ),
+        FileBody::Code {
+            html,
+            gutter,
+            syntax,
+            ..
+        } => (
+            view! {
+                <div class="code-wrap">
+                    <pre class="gutter" aria-hidden="true">{gutter.clone()}</pre>
+                    <pre class="hl-code"><code inner_html=html.clone()></code></pre>
+                </div>
+            }
+            .into_any(),
+            Some(syntax.clone()),
+        ),
+    };
+    let syntax = syntax.map(|s| view! { <span class="file-syntax">{s}</span> });
+    view! {
+        <section class="file" id=id>
+            <h3 class="file-name">
+                <span class="file-path">{file.name.clone()}</span>
+                <span class="file-size">{size_text(file.size)}</span>
+                {syntax}
+            </h3>
+            {notices}
+            {body}
+        </section>
+    }
+}
+
+/// One section per file; `id_prefix` keeps ids unique when several entries share a page.
+pub(super) fn files_view(files: &RenderedSource, id_prefix: &str) -> impl IntoView + use<> {
+    if files.is_empty() {
+        return view! { <p class="muted">"The upload holds no files."</p> }.into_any();
+    }
+    let sections: Vec<_> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| file_view(f, format!("{id_prefix}file-{i}")))
+        .collect();
+    view! { <div class="files">{sections}</div> }.into_any()
+}
+
+pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> String {
+    let back = format!("/funcs/{}", page.namespace);
+    let badge_class = match page.kind {
+        EntryKind::Function => "badge badge-job",
+        EntryKind::Service => "badge badge-always-on",
+    };
+    let built = page
+        .last_built_at
+        .map(|at| view! { <span class="muted">"built " {short_time(at)}</span> });
+    let body = match page.files {
+        None => view! {
+            <p class="muted">"No code uploaded yet: upload a zip to "
+                <code>{format!("/v1/namespaces/{}/{}s/{}/upload", page.namespace, page.kind.as_str(), page.name)}</code>
+                "."
+            </p>
+        }
+        .into_any(),
+        Some(files) => {
+            let toc = (files.len() > 1).then(|| {
+                let items: Vec<_> = files
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let href = format!("#file-{i}");
+                        view! { <li><a href=href>{f.name.clone()}</a></li> }
+                    })
+                    .collect();
+                view! { <nav class="toc" aria-label="Files"><ul>{items}</ul></nav> }
+            });
+            view! { {toc} {files_view(files, "")} }.into_any()
+        }
+    };
+    let view = view! {
+        <p class="crumbs"><a href=back>"← " {page.namespace.to_string()}</a></p>
+        <div class="page-head">
+            <h1>{page.name.to_string()}</h1>
+            <span class=badge_class>{page.kind.badge()}</span>
+            <span class="runtime">{page.runtime.to_string()}</span>
+            <span class=phase_class(page.phase)>{page.phase.to_string()}</span>
+            {built}
+        </div>
+        {body}
+    };
+    document(format!("{} · source · sless", page.name), ctx, view)
+}

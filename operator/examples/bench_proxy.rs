@@ -1,0 +1,54 @@
+//! Bench-only proxy for `scripts/bench-proxy`: the real invoke proxy with a fixed route
+//! `bench/f` → `127.0.0.1:<upstream-port>`.
+//!
+//! Usage: `bench_proxy <listen-port> <upstream-port>` (listens on 127.0.0.1).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt;
+use operator::model::Kind;
+use operator::proxy::{self, Proxy, ProxyConfig, Route, RouteTable};
+use tokio::net::TcpListener;
+
+struct StaticRoute(Route);
+
+impl RouteTable for StaticRoute {
+    fn route(&self, namespace: &str, name: &str) -> Route {
+        if namespace == "bench" && name == "f" {
+            self.0.clone()
+        } else {
+            Route::Unknown
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let ports: Vec<u16> = std::env::args()
+        .skip(1)
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let [listen, upstream] = ports[..] else {
+        eprintln!("usage: bench_proxy <listen-port> <upstream-port>");
+        std::process::exit(2);
+    };
+    let routes = Arc::new(StaticRoute(Route::Ready {
+        kind: Kind::Function,
+        authority: format!("127.0.0.1:{upstream}"),
+        timeout: Some(Duration::from_secs(30)),
+    }));
+    let proxy = Arc::new(Proxy::new(routes, ProxyConfig::default()));
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], listen)))
+        .await?
+        .tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+    eprintln!("bench_proxy listening on 127.0.0.1:{listen}, upstream 127.0.0.1:{upstream}");
+    axum::serve(
+        listener,
+        proxy::router(proxy).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}

@@ -1,0 +1,495 @@
+//! kube-runtime controllers for the four resources, in the shape of kube-rs/controller-rs:
+//! one [`Context`], `reconcile(obj, ctx) -> Result<Action>`, an `error_policy` that picks
+//! the requeue, and the `finalizer()` helper for the children in the deploy namespace
+//! (found by labels: owner references cannot cross namespaces).
+
+mod build;
+pub mod job;
+pub mod trigger;
+pub mod workload;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY, MANAGER, owner_of};
+use super::store::{is_already_exists, is_conflict, is_not_found};
+use super::{ContextUrls, KubeConfig, PodLogs, manifests};
+use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
+
+pub use job::reconcile_job;
+pub use trigger::reconcile_trigger;
+pub use workload::{reconcile_function, reconcile_service};
+
+/// The errors of one reconcile; the variant name is what logs show.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("KubeError: {0}")]
+    KubeError(#[source] kube::Error),
+    #[error("FinalizerError: {0}")]
+    FinalizerError(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("SerializationError: {0}")]
+    SerializationError(#[source] serde_json::Error),
+    #[error("PresignError: {0}")]
+    PresignError(String),
+    #[error("MissingObjectKey: {0}")]
+    MissingObjectKey(&'static str),
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Self {
+        Error::KubeError(e)
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::SerializationError(e)
+    }
+}
+
+impl Error {
+    /// The variant name, for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::KubeError(_) => "KubeError",
+            Error::FinalizerError(_) => "FinalizerError",
+            Error::SerializationError(_) => "SerializationError",
+            Error::PresignError(_) => "PresignError",
+            Error::MissingObjectKey(_) => "MissingObjectKey",
+        }
+    }
+
+    /// Someone else wrote the object in between: the next attempt will see it.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Error::KubeError(e) => is_conflict(e),
+            Error::FinalizerError(e) => match &**e {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_conflict(),
+                kube::runtime::finalizer::Error::AddFinalizer(e)
+                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => is_conflict(e),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What every reconciler gets.
+pub struct Context {
+    pub client: Client,
+    pub config: KubeConfig,
+    pub contexts: Arc<dyn ContextUrls>,
+    pub logs: Arc<dyn PodLogs>,
+    /// Deploy namespaces known to exist, to skip a call per reconcile.
+    namespaces: Mutex<HashSet<String>>,
+    /// Deploy namespace → (source secret resourceVersion, when it was copied).
+    secrets: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+/// A copied pull secret is written again after this long even if the source is
+/// unchanged, so a copy deleted by hand comes back.
+const SECRET_RESYNC: Duration = Duration::from_secs(600);
+
+impl Context {
+    pub fn new(
+        client: Client,
+        config: KubeConfig,
+        contexts: Arc<dyn ContextUrls>,
+        logs: Arc<dyn PodLogs>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            config,
+            contexts,
+            logs,
+            namespaces: Mutex::new(HashSet::new()),
+            secrets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The deploy namespace exists and holds a current copy of the registry secret.
+    async fn prepare_deploy_namespace(&self, namespace: &str, deploy_ns: &str) -> Result<()> {
+        let known = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(deploy_ns);
+        if !known {
+            let api: Api<Namespace> = Api::all(self.client.clone());
+            if api.get_opt(deploy_ns).await?.is_none() {
+                match api
+                    .create(
+                        &Default::default(),
+                        &manifests::namespace(deploy_ns, Some(namespace)),
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_already_exists(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            self.namespaces
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(deploy_ns.to_string());
+        }
+        self.sync_pull_secret(deploy_ns).await
+    }
+
+    async fn sync_pull_secret(&self, deploy_ns: &str) -> Result<()> {
+        let Some(name) = &self.config.registry_secret else {
+            return Ok(());
+        };
+        let sources: Api<Secret> =
+            Api::namespaced(self.client.clone(), &self.config.operator_namespace);
+        let Some(source) = sources.get_opt(name).await? else {
+            tracing::warn!(
+                secret = %name,
+                namespace = %self.config.operator_namespace,
+                "the registry secret does not exist; pods may fail to pull"
+            );
+            return Ok(());
+        };
+        let version = source.resource_version().unwrap_or_default();
+        let current = {
+            let secrets = self.secrets.lock().unwrap_or_else(|e| e.into_inner());
+            secrets
+                .get(deploy_ns)
+                .is_some_and(|(v, at)| *v == version && at.elapsed() < SECRET_RESYNC)
+        };
+        if current {
+            return Ok(());
+        }
+        let copies: Api<Secret> = Api::namespaced(self.client.clone(), deploy_ns);
+        apply(&copies, &manifests::pull_secret_copy(&source, deploy_ns)).await?;
+        self.secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(deploy_ns.to_string(), (version, Instant::now()));
+        Ok(())
+    }
+}
+
+/// Conflicts retry at once; anything else after a pause.
+pub fn error_policy<K: Resource>(object: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        name = %object.meta().name.as_deref().unwrap_or_default(),
+        namespace = %object.meta().namespace.as_deref().unwrap_or_default(),
+        error = error.metric_label(),
+        "reconcile failed: {error}"
+    );
+    if error.is_conflict() {
+        Action::requeue(Duration::from_secs(1))
+    } else {
+        Action::requeue(Duration::from_secs(30))
+    }
+}
+
+/// Create or update a child by server-side apply: the same call either way, and only
+/// the fields sless sets are its own.
+pub(crate) async fn apply<K>(api: &Api<K>, object: &K) -> Result<K>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let name = object
+        .meta()
+        .name
+        .clone()
+        .ok_or(Error::MissingObjectKey("metadata.name"))?;
+    Ok(api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(object),
+        )
+        .await?)
+}
+
+/// Deletes every object matching `selector` but `keep`; Jobs take their pods along.
+pub(crate) async fn delete_labelled<K>(api: &Api<K>, selector: &str, keep: Option<&str>) -> Result<usize>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    let list = api.list(&ListParams::default().labels(selector)).await?;
+    let mut deleted = 0;
+    for object in list.items {
+        let name = object.name_any();
+        if Some(name.as_str()) == keep || object.meta().deletion_timestamp.is_some() {
+            continue;
+        }
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => deleted += 1,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(deleted)
+}
+
+/// Replaces the whole status (a JSON patch `add /status`): fields that are `None` now
+/// are removed, which a merge patch would leave behind.
+pub(crate) async fn write_status<K, S>(api: &Api<K>, name: &str, status: &S) -> Result<()>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+    S: Serialize,
+{
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "add", "path": "/status", "value": serde_json::to_value(status)?}
+    ]))?;
+    api.patch_status(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await?;
+    Ok(())
+}
+
+/// Sets (`Some`) or removes (`None`) annotations.
+pub(crate) async fn annotate<K>(api: &Api<K>, name: &str, changes: &[(&str, Option<&str>)]) -> Result<()>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    let annotations: serde_json::Map<String, Value> = changes
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.map_or(Value::Null, |v| Value::String(v.into()))))
+        .collect();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds the finalizer before `finalizer()` runs, with a merge patch guarded by the
+/// resourceVersion. (The helper's own JSON-patch `test` of a missing
+/// `/metadata/finalizers` is accepted by the API server but not by every JSON-patch
+/// implementation; doing it here works against both and saves a round trip.)
+pub(crate) async fn ensure_finalizer<K>(api: &Api<K>, object: Arc<K>) -> Result<Arc<K>>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+{
+    if object.meta().deletion_timestamp.is_some()
+        || object.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        return Ok(object);
+    }
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": object.resource_version(),
+    }});
+    let patched = api
+        .patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(Arc::new(patched))
+}
+
+/// The namespace of a namespaced object, which every one of ours has.
+pub(crate) fn namespace_of<K: Resource>(object: &K) -> Result<String> {
+    object
+        .meta()
+        .namespace
+        .clone()
+        .ok_or(Error::MissingObjectKey("metadata.namespace"))
+}
+
+pub(crate) fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The version stamp of a context key: `contexts/ns/name/<v>.tar.gz` → `<v>`.
+pub(crate) fn version_of(s3_key: &str) -> &str {
+    let file = s3_key.rsplit('/').next().unwrap_or(s3_key);
+    file.strip_suffix(".tar.gz").unwrap_or(file)
+}
+
+/// How a Job ended, or that it has not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobOutcome {
+    Running,
+    Succeeded,
+    Failed { reason: String },
+}
+
+fn condition_true<'a>(conditions: &'a [JobCondition], kind: &str) -> Option<&'a JobCondition> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == kind && c.status == "True")
+}
+
+/// Reads a Job's status the way the Job controller reports it.
+pub fn job_outcome(job: &Job) -> JobOutcome {
+    let Some(status) = &job.status else {
+        return JobOutcome::Running;
+    };
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    if let Some(failed) = condition_true(conditions, "Failed") {
+        let reason = match (failed.reason.as_deref(), failed.message.as_deref()) {
+            (Some(reason), Some(message)) => format!("{reason}: {message}"),
+            (Some(reason), None) => reason.to_string(),
+            (None, Some(message)) => message.to_string(),
+            (None, None) => "the Job failed".to_string(),
+        };
+        return JobOutcome::Failed { reason };
+    }
+    if condition_true(conditions, "Complete").is_some() || status.succeeded.unwrap_or(0) > 0 {
+        return JobOutcome::Succeeded;
+    }
+    JobOutcome::Running
+}
+
+/// The owner a labelled child belongs to, as a reconcile request for kind `K`.
+fn owner_ref<K>(child_labels: &std::collections::BTreeMap<String, String>, kind: Kind) -> Option<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let (owner_kind, namespace, name) = owner_of(child_labels)?;
+    (owner_kind == kind).then(|| ObjectRef::new(&name).within(&namespace))
+}
+
+fn managed() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGER}"))
+}
+
+/// A tick whenever the registry secret changes, so every workload re-copies it.
+fn secret_changes(ctx: &Context) -> impl Stream<Item = ()> + Send + 'static {
+    match &ctx.config.registry_secret {
+        Some(name) => {
+            let api: Api<Secret> =
+                Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
+            watcher(api, watcher::Config::default().fields(&format!("metadata.name={name}")))
+                .default_backoff()
+                .touched_objects()
+                .filter_map(|r| async move { r.ok().map(|_| ()) })
+                .boxed()
+        }
+        None => futures::stream::pending().boxed(),
+    }
+}
+
+async fn drain<K, S>(name: &'static str, stream: S)
+where
+    K: Resource,
+    S: Stream<Item = std::result::Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<Error, watcher::Error>>>,
+{
+    stream
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(controller = name, error = %e, "reconcile error");
+            }
+        })
+        .await;
+}
+
+/// Refuses to start when the CRDs are missing, with the fix in the message.
+pub async fn check_crds(client: &Client) -> anyhow::Result<()> {
+    async fn probe<K>(client: &Client) -> anyhow::Result<()>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    {
+        Api::<K>::all(client.clone())
+            .list(&ListParams::default().limit(1))
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{} cannot be listed ({e}); are the CRDs installed? \
+                     sless crds | kubectl apply -f -",
+                    K::plural(&())
+                )
+            })
+    }
+    probe::<Function>(client).await?;
+    probe::<Service>(client).await?;
+    probe::<Trigger>(client).await?;
+    probe::<FunctionJob>(client).await
+}
+
+/// Runs the four controllers until a shutdown signal.
+pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    check_crds(&client).await?;
+    let all = watcher::Config::default;
+
+    let functions = Controller::new(Api::<Function>::all(client.clone()), all())
+        .watches(Api::<Trigger>::all(client.clone()), all(), |trigger: Trigger| {
+            let namespace = trigger.namespace()?;
+            Some(ObjectRef::new(&trigger.spec.function_ref).within(&namespace))
+        })
+        .watches(Api::<Deployment>::all(client.clone()), managed(), |d: Deployment| {
+            owner_ref(d.labels(), Kind::Function)
+        })
+        .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
+            owner_ref(j.labels(), Kind::Function)
+        })
+        .reconcile_all_on(secret_changes(&ctx))
+        .shutdown_on_signal()
+        .run(reconcile_function, error_policy, ctx.clone());
+
+    let services = Controller::new(Api::<Service>::all(client.clone()), all())
+        .watches(Api::<Deployment>::all(client.clone()), managed(), |d: Deployment| {
+            owner_ref(d.labels(), Kind::Service)
+        })
+        .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
+            owner_ref(j.labels(), Kind::Service)
+        })
+        .reconcile_all_on(secret_changes(&ctx))
+        .shutdown_on_signal()
+        .run(reconcile_service, error_policy, ctx.clone());
+
+    let trigger_controller = Controller::new(Api::<Trigger>::all(client.clone()), all());
+    let known_triggers = trigger_controller.store();
+    let triggers = trigger_controller
+        .watches(Api::<Function>::all(client.clone()), all(), move |function: Function| {
+            let namespace = function.namespace();
+            let name = function.name_any();
+            known_triggers
+                .state()
+                .into_iter()
+                .filter(|t| t.namespace() == namespace && t.spec.function_ref == name)
+                .map(|t| ObjectRef::from_obj(&*t))
+                .collect::<Vec<_>>()
+        })
+        .watches(Api::<CronJob>::all(client.clone()), managed(), |c: CronJob| {
+            owner_ref(c.labels(), Kind::Trigger)
+        })
+        .shutdown_on_signal()
+        .run(reconcile_trigger, error_policy, ctx.clone());
+
+    // Jobs are also polled: watching them across namespaces is not relied on.
+    let jobs = Controller::new(Api::<FunctionJob>::all(client.clone()), all())
+        .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
+            owner_ref(j.labels(), Kind::FunctionJob)
+        })
+        .shutdown_on_signal()
+        .run(reconcile_job, error_policy, ctx.clone());
+
+    tracing::info!("controllers started");
+    tokio::join!(
+        drain("function", functions),
+        drain("service", services),
+        drain("trigger", triggers),
+        drain("job", jobs),
+    );
+    Ok(())
+}

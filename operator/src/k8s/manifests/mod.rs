@@ -1,0 +1,234 @@
+//! Manifest builders: pure functions from a spec and the [`KubeConfig`](super::KubeConfig)
+//! to k8s-openapi objects. Nothing here talks to a cluster.
+
+pub mod build;
+pub mod cron;
+pub mod run;
+pub mod workload;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, EmptyDirVolumeSource, EnvVar, LocalObjectReference, Namespace,
+    PodSecurityContext, SeccompProfile, Secret, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+pub use build::{BuildJob, build_job};
+pub use cron::{CronTrigger, cron_job, http_ingress};
+pub use run::{RunJob, run_job};
+pub use workload::{Workload, deployment, service};
+
+use super::names::{MANAGED_BY, MANAGER};
+
+/// The uid/gid of the runtime images (`runtimes/*/Dockerfile`).
+pub const RUNTIME_UID: i64 = 10001;
+/// The uid/gid of the curl image's user.
+pub const CURL_UID: i64 = 100;
+/// Scratch space for code that writes temporary files under a read-only root.
+pub const TMP_MOUNT: &str = "/tmp";
+
+/// The deploy namespace of a user namespace.
+pub fn namespace(name: &str, user_namespace: Option<&str>) -> Namespace {
+    let mut labels = BTreeMap::from([(MANAGED_BY.to_string(), MANAGER.to_string())]);
+    if let Some(user) = user_namespace {
+        labels.insert(super::names::LABEL_NAMESPACE.to_string(), user.to_string());
+    }
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    }
+}
+
+/// The registry secret as it is copied into a deploy namespace: same name, type and
+/// data, none of the source's server-set metadata.
+pub fn pull_secret_copy(source: &Secret, namespace: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: source.metadata.name.clone(),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY.to_string(),
+                MANAGER.to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: source.type_.clone(),
+        data: source.data.clone(),
+        ..Secret::default()
+    }
+}
+
+/// Sorted `name=value` pairs: a stable pod template means no spurious rollouts.
+pub fn env_vars(env: &BTreeMap<String, String>) -> Vec<EnvVar> {
+    env.iter()
+        .map(|(name, value)| EnvVar {
+            name: name.clone(),
+            value: Some(value.clone()),
+            ..EnvVar::default()
+        })
+        .collect()
+}
+
+fn metadata(
+    name: &str,
+    namespace: &str,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        labels: Some(labels),
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..ObjectMeta::default()
+    }
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        ..SeccompProfile::default()
+    }
+}
+
+/// The Pod Security Standards "restricted" profile for one container.
+fn restricted(uid: i64, read_only_root: bool) -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        read_only_root_filesystem: Some(read_only_root),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..SecurityContext::default()
+    }
+}
+
+fn restricted_pod(uid: i64) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        fs_group: Some(uid),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..PodSecurityContext::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn pull_secrets(secret: &Option<String>) -> Option<Vec<LocalObjectReference>> {
+    secret.as_ref().map(|name| {
+        vec![LocalObjectReference {
+            name: name.clone(),
+        }]
+    })
+}
+
+fn quantity(text: String) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
+    k8s_openapi::apimachinery::pkg::api::resource::Quantity(text)
+}
+
+/// Every runtime can run with a read-only root: Python does not write bytecode
+/// (`PYTHONDONTWRITEBYTECODE` in its image), Node and the Go binary write nothing,
+/// and `/tmp` is an emptyDir for handlers that need scratch space.
+pub fn read_only_root(runtime: crate::model::Runtime) -> bool {
+    use crate::model::Runtime;
+    match runtime {
+        Runtime::Python311 | Runtime::Nodejs20 | Runtime::Go123 => true,
+    }
+}
+
+/// An image reference carries a tag or digest and the tag is not `latest`.
+pub fn is_pinned(image: &str) -> bool {
+    if image.contains('@') {
+        return true;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, tag)) => !tag.is_empty() && tag != "latest",
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_images() {
+        assert!(is_pinned("moby/buildkit:v0.23.2-rootless"));
+        assert!(is_pinned("registry:5000/a/b:1.0"));
+        assert!(is_pinned("a/b@sha256:abc"));
+        assert!(!is_pinned("registry:5000/a/b"));
+        assert!(!is_pinned("curlimages/curl:latest"));
+        assert!(!is_pinned("curlimages/curl"));
+        for image in [
+            super::super::BUILDKIT_IMAGE,
+            super::super::KANIKO_IMAGE,
+            super::super::CURL_IMAGE,
+        ] {
+            assert!(is_pinned(image), "{image}");
+        }
+    }
+
+    #[test]
+    fn env_is_sorted() {
+        let env = BTreeMap::from([
+            ("ZED".to_string(), "1".to_string()),
+            ("ALPHA".to_string(), "2".to_string()),
+        ]);
+        let names: Vec<_> = env_vars(&env).into_iter().map(|e| e.name).collect();
+        assert_eq!(names, ["ALPHA", "ZED"]);
+    }
+
+    #[test]
+    fn pull_secret_copy_keeps_type_and_data_only() {
+        let source = Secret {
+            metadata: ObjectMeta {
+                name: Some("regcred".into()),
+                namespace: Some("sless-system".into()),
+                resource_version: Some("42".into()),
+                uid: Some("u".into()),
+                ..ObjectMeta::default()
+            },
+            type_: Some("kubernetes.io/dockerconfigjson".into()),
+            data: Some(BTreeMap::from([(
+                ".dockerconfigjson".to_string(),
+                k8s_openapi::ByteString(b"{}".to_vec()),
+            )])),
+            ..Secret::default()
+        };
+        let copy = pull_secret_copy(&source, "sless-fn-sless-ab");
+        assert_eq!(copy.metadata.namespace.as_deref(), Some("sless-fn-sless-ab"));
+        assert_eq!(copy.metadata.name.as_deref(), Some("regcred"));
+        assert_eq!(copy.metadata.resource_version, None);
+        assert_eq!(copy.metadata.uid, None);
+        assert_eq!(copy.type_, source.type_);
+        assert_eq!(copy.data, source.data);
+    }
+}

@@ -1,0 +1,188 @@
+//! The `/fn` route table in Kubernetes mode: Ready workloads are reached through their
+//! Service DNS name. Routes are kept in memory, rebuilt per namespace from the store
+//! on every change, so the invoke path never waits on the API server.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+use super::names::service_authority;
+use crate::model::{Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus};
+use crate::proxy::{Route, RouteTable};
+use crate::store::{Object, Store, StoreError, StoreExt};
+
+pub struct KubeRoutes {
+    cluster_domain: String,
+    /// Namespace → name → route.
+    routes: RwLock<HashMap<String, HashMap<String, Route>>>,
+}
+
+impl RouteTable for KubeRoutes {
+    fn route(&self, namespace: &str, name: &str) -> Route {
+        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        routes
+            .get(namespace)
+            .and_then(|names| names.get(name))
+            .cloned()
+            .unwrap_or(Route::Unknown)
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
+}
+
+fn timeout(spec: &WorkloadSpec) -> Option<Duration> {
+    (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()))
+}
+
+/// Not Ready yet, or failed: why, for the caller's 503.
+fn not_ready(kind: Kind, name: &str, spec: &WorkloadSpec, status: &WorkloadStatus) -> Option<String> {
+    let noun = kind.noun();
+    match status.phase {
+        Phase::Ready => None,
+        Phase::Failed => Some(format!(
+            "{noun} {name:?} failed to build: {}",
+            first_line(status.message.as_deref().unwrap_or("see its status"))
+        )),
+        Phase::Pending if spec.s3_key.is_none() => Some(format!(
+            "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
+        )),
+        Phase::Pending | Phase::Building => Some(format!("{noun} {name:?} is being built")),
+    }
+}
+
+/// Where `/fn/<ns>/<name>` goes for a Function: its Service, if it is Ready and an
+/// enabled http trigger exposes it.
+pub fn function_route(function: &Object<Function>, triggers: &[Object<Trigger>], cluster_domain: &str) -> Route {
+    let name = &function.meta.name;
+    let spec = &function.spec.workload;
+    if let Some(reason) = not_ready(Kind::Function, name, spec, &function.status) {
+        return Route::Unavailable { reason };
+    }
+    let http: Vec<&Object<Trigger>> = triggers
+        .iter()
+        .filter(|t| t.spec.trigger_type == TriggerType::Http && &t.spec.function_ref == name)
+        .collect();
+    if http.iter().any(|t| t.spec.enabled) {
+        return Route::Ready {
+            kind: Kind::Function,
+            authority: service_authority(&function.meta.namespace, name, cluster_domain),
+            timeout: timeout(spec),
+        };
+    }
+    let reason = match http.first() {
+        Some(stopped) => format!(
+            "the http trigger {:?} of function {name:?} is stopped; start it with \
+             PATCH .../triggers/{} {{\"enabled\": true}}",
+            stopped.meta.name, stopped.meta.name
+        ),
+        None => format!(
+            "function {name:?} has no http trigger; create one (type http) to call it here"
+        ),
+    };
+    Route::Unavailable { reason }
+}
+
+/// A Service is always exposed once it is Ready.
+pub fn service_route(service: &Object<Service>, cluster_domain: &str) -> Route {
+    let name = &service.meta.name;
+    let spec = &service.spec.workload;
+    match not_ready(Kind::Service, name, spec, &service.status) {
+        Some(reason) => Route::Unavailable { reason },
+        None => Route::Ready {
+            kind: Kind::Service,
+            authority: service_authority(&service.meta.namespace, name, cluster_domain),
+            timeout: timeout(spec),
+        },
+    }
+}
+
+impl KubeRoutes {
+    pub fn new(cluster_domain: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            cluster_domain: cluster_domain.into(),
+            routes: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// Recomputes every route of one namespace.
+    pub async fn refresh_namespace(&self, store: &dyn Store, namespace: &str) -> Result<(), StoreError> {
+        let functions = store.list_typed::<Function>(Some(namespace)).await?;
+        let services = store.list_typed::<Service>(Some(namespace)).await?;
+        let triggers = store.list_typed::<Trigger>(Some(namespace)).await?;
+        let mut routes = HashMap::new();
+        for function in &functions {
+            routes.insert(
+                function.meta.name.clone(),
+                function_route(function, &triggers, &self.cluster_domain),
+            );
+        }
+        for service in &services {
+            routes.insert(
+                service.meta.name.clone(),
+                service_route(service, &self.cluster_domain),
+            );
+        }
+        let mut table = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        if routes.is_empty() {
+            table.remove(namespace);
+        } else {
+            table.insert(namespace.to_string(), routes);
+        }
+        Ok(())
+    }
+
+    /// Recomputes every namespace that has (or had) workloads.
+    pub async fn refresh_all(&self, store: &dyn Store) -> Result<(), StoreError> {
+        let mut namespaces: Vec<String> = {
+            let table = self.routes.read().unwrap_or_else(|e| e.into_inner());
+            table.keys().cloned().collect()
+        };
+        for kind in [Kind::Function, Kind::Service] {
+            for object in store.list(kind, None).await? {
+                namespaces.push(object.meta.namespace);
+            }
+        }
+        namespaces.sort();
+        namespaces.dedup();
+        for namespace in namespaces {
+            self.refresh_namespace(store, &namespace).await?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the table current from the store's change notifications, with a full
+    /// pass at start, after missed notifications and every `resync`.
+    pub fn spawn(self: &Arc<Self>, store: Arc<dyn Store>, resync: Duration) -> JoinHandle<()> {
+        let routes = self.clone();
+        let mut changes = store.subscribe();
+        tokio::spawn(async move {
+            let full = |routes: Arc<KubeRoutes>, store: Arc<dyn Store>| async move {
+                if let Err(e) = routes.refresh_all(&*store).await {
+                    tracing::warn!(error = %e, "routes: full refresh failed");
+                }
+            };
+            full(routes.clone(), store.clone()).await;
+            let mut tick = tokio::time::interval(resync);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    change = changes.recv() => match change {
+                        Ok(change) => {
+                            if let Err(e) = routes.refresh_namespace(&*store, &change.namespace).await {
+                                tracing::warn!(namespace = %change.namespace, error = %e, "routes: refresh failed");
+                            }
+                        }
+                        Err(RecvError::Lagged(_)) => full(routes.clone(), store.clone()).await,
+                        Err(RecvError::Closed) => return,
+                    },
+                    _ = tick.tick() => full(routes.clone(), store.clone()).await,
+                }
+            }
+        })
+    }
+}

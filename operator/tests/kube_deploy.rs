@@ -1,0 +1,291 @@
+//! The install manifests in `operator/deploy/` and the objects the controllers build,
+//! checked as data; when `kubernetes-validate` (PyPI) is installed, also against the
+//! Kubernetes 1.34 schemas with `--strict`, offline.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use operator::k8s::manifests::{
+    self, BuildJob, CronTrigger, RunJob, Workload, is_pinned, pull_secret_copy,
+};
+use operator::k8s::{Builder, KubeConfig};
+use operator::model::{Kind, Runtime, WorkloadSpec};
+use serde::Deserialize;
+use serde_json::Value;
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+/// Every Kubernetes object of the install, as (file, JSON).
+fn install_objects() -> Vec<(String, Value)> {
+    let mut objects = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(deploy_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter(|p| !p.ends_with("kustomization.yaml"))
+        .collect();
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value = Value::deserialize(doc).unwrap();
+            if !value.is_null() {
+                objects.push((path.file_name().unwrap().to_string_lossy().into_owned(), value));
+            }
+        }
+    }
+    objects
+}
+
+fn images(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                if key == "image" {
+                    if let Some(image) = child.as_str() {
+                        out.push(image.to_string());
+                    }
+                } else {
+                    images(child, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| images(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn no_latest_tag_anywhere_in_the_install() {
+    for entry in std::fs::read_dir(deploy_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains(":latest"), "{} names :latest", path.display());
+    }
+    let dockerfile = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
+    let froms: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(froms.len(), 2, "multi-stage");
+    for image in froms {
+        assert!(is_pinned(image), "FROM {image} is not pinned");
+    }
+    assert!(dockerfile.contains("\nUSER 10001"), "the image runs as non-root");
+    let mut all = Vec::new();
+    for (_, object) in install_objects() {
+        images(&object, &mut all);
+    }
+    assert!(!all.is_empty());
+    for image in all {
+        assert!(is_pinned(&image), "{image}");
+    }
+}
+
+#[test]
+fn install_deployments_run_restricted() {
+    let deployments: Vec<Deployment> = install_objects()
+        .into_iter()
+        .filter(|(_, o)| o["kind"] == "Deployment")
+        .map(|(_, o)| serde_json::from_value(o).unwrap())
+        .collect();
+    let names: Vec<_> = deployments
+        .iter()
+        .map(|d| d.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["sless-console", "sless-operator"]);
+    for deployment in deployments {
+        let pod = deployment.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+        for container in pod.containers {
+            let security = container.security_context.unwrap();
+            assert_eq!(security.allow_privilege_escalation, Some(false));
+            assert_eq!(security.read_only_root_filesystem, Some(true));
+            assert_eq!(container.args.as_ref().unwrap()[0], "operator");
+        }
+    }
+}
+
+#[test]
+fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
+    let role: ClusterRole = install_objects()
+        .into_iter()
+        .find(|(_, o)| o["kind"] == "ClusterRole")
+        .map(|(_, o)| serde_json::from_value(o).unwrap())
+        .unwrap();
+    let rules = role.rules.unwrap();
+    let allows = |group: &str, resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            r.api_groups.as_deref().unwrap_or_default().iter().any(|g| g == group)
+                && r.resources.as_deref().unwrap_or_default().iter().any(|x| x == resource)
+                && r.verbs.iter().any(|v| v == verb)
+        })
+    };
+    for resource in ["functions", "services", "triggers", "functionjobs"] {
+        for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+            assert!(allows("sless.kube5s.ru", resource, verb), "{resource} {verb}");
+        }
+        assert!(allows("sless.kube5s.ru", &format!("{resource}/status"), "patch"));
+    }
+    for (group, resource) in [("apps", "deployments"), ("batch", "jobs"), ("batch", "cronjobs")] {
+        for verb in ["list", "watch", "create", "patch", "delete"] {
+            assert!(allows(group, resource, verb), "{resource} {verb}");
+        }
+    }
+    assert!(allows("", "namespaces", "create"));
+    assert!(allows("", "pods/log", "get"));
+    assert!(allows("", "secrets", "patch"));
+    for verb in ["get", "list", "watch"] {
+        assert!(!allows("", "secrets", verb), "secrets {verb} cluster-wide");
+    }
+    assert!(!rules.iter().any(|r| r.verbs.iter().any(|v| v == "*")));
+}
+
+/// One of each object the controllers create, as the controllers build them.
+fn controller_objects() -> Vec<Value> {
+    let mut config = KubeConfig::new("registry.test/sless");
+    config.registry_secret = Some("regcred".into());
+    let spec = WorkloadSpec {
+        runtime: Runtime::Nodejs20,
+        entrypoint: "handler.handle".into(),
+        memory_mb: 128,
+        timeout_sec: 0,
+        env: BTreeMap::from([("A".to_string(), "1".to_string())]),
+        s3_key: Some("contexts/sless-ab/hello/20250101120000.tar.gz".into()),
+        replicas: Some(2),
+    };
+    let image = "registry.test/sless/sless-sless-ab-hello:0123456789ab";
+    let mut out = vec![
+        serde_json::to_value(manifests::namespace("sless-fn-sless-ab", Some("sless-ab"))).unwrap(),
+        serde_json::to_value(manifests::deployment(
+            &Workload {
+                kind: Kind::Function,
+                namespace: "sless-ab",
+                name: "hello",
+                spec: &spec,
+                image,
+                replicas: 2,
+                restarted_at: Some("2025-01-01T12:00:00Z"),
+            },
+            &config,
+        ))
+        .unwrap(),
+        serde_json::to_value(manifests::service(Kind::Function, "sless-ab", "hello")).unwrap(),
+        serde_json::to_value(manifests::cron_job(
+            &CronTrigger {
+                namespace: "sless-ab",
+                trigger: "tick",
+                function: "hello",
+                schedule: "0 * * * *",
+                enabled: false,
+                timeout_sec: 0,
+            },
+            &config,
+        ))
+        .unwrap(),
+        serde_json::to_value(manifests::http_ingress("sless-ab", "web", "hello", &config)).unwrap(),
+        serde_json::to_value(manifests::run_job(
+            &RunJob {
+                namespace: "sless-ab",
+                name: "nightly",
+                run_id: 1,
+                image,
+                entrypoint: "handler.handle",
+                env: &BTreeMap::new(),
+                event_json: "{}",
+                timeout_sec: 60,
+                memory_mb: 128,
+                read_only_root: true,
+            },
+            &config,
+        ))
+        .unwrap(),
+        serde_json::to_value(pull_secret_copy(
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("regcred".into()),
+                    ..Default::default()
+                },
+                type_: Some("kubernetes.io/dockerconfigjson".into()),
+                ..Default::default()
+            },
+            "sless-fn-sless-ab",
+        ))
+        .unwrap(),
+    ];
+    for builder in [Builder::BuildKit, Builder::Kaniko] {
+        config.builder = builder;
+        out.push(
+            serde_json::to_value(manifests::build_job(
+                &BuildJob {
+                    kind: Kind::Function,
+                    namespace: "sless-ab",
+                    name: "hello",
+                    s3_key: "contexts/sless-ab/hello/20250101120000.tar.gz",
+                    context_url: "https://s3.test/x",
+                    image,
+                },
+                &config,
+            ))
+            .unwrap(),
+        );
+    }
+    out
+}
+
+#[test]
+fn controller_objects_validate_against_the_kubernetes_schemas() {
+    let objects = controller_objects();
+    let mut yaml = String::new();
+    for object in &objects {
+        assert!(object["apiVersion"].is_string() && object["kind"].is_string(), "{object}");
+        // JSON documents (valid YAML): a YAML dump would leave RFC 3339 strings
+        // unquoted, and YAML 1.1 readers take them for timestamps.
+        yaml.push_str("---\n");
+        yaml.push_str(&serde_json::to_string_pretty(object).unwrap());
+        yaml.push('\n');
+    }
+    let dump = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sless-controller-objects.yaml");
+    std::fs::write(&dump, yaml).unwrap();
+
+    let validator = std::process::Command::new("kubernetes-validate")
+        .arg("--version")
+        .output();
+    if validator.is_err() {
+        eprintln!(
+            "kubernetes-validate is not installed (pip install kubernetes-validate); \
+             schema validation of {} skipped",
+            dump.display()
+        );
+        return;
+    }
+    let mut files = vec![dump];
+    for name in [
+        "namespace.yaml",
+        "crds.yaml",
+        "rbac.yaml",
+        "config.yaml",
+        "operator.yaml",
+        "console.yaml",
+        "ingress.example.yaml",
+    ] {
+        files.push(deploy_dir().join(name));
+    }
+    let output = std::process::Command::new("kubernetes-validate")
+        .args(["--strict", "--quiet", "-k", "1.34.0"])
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "kubernetes-validate --strict failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -1,0 +1,365 @@
+//! The manifest builders, checked as plain data: no cluster involved.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use operator::k8s::manifests::{
+    self, BuildJob, CronTrigger, RunJob, Workload, build::fetch_script, is_pinned,
+};
+use operator::k8s::names::{
+    ANNOTATION_S3_KEY, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_KIND, LABEL_NAME,
+    LABEL_NAMESPACE, MANAGED_BY, build_job_name,
+};
+use operator::k8s::{Builder, KubeConfig};
+use operator::model::{Kind, Runtime, WorkloadSpec};
+
+const NS: &str = "sless-cdd874dfa31ba6ca";
+const DEPLOY_NS: &str = "sless-fn-sless-cdd874dfa31ba6ca";
+const KEY: &str = "contexts/sless-cdd874dfa31ba6ca/hello/20250101120000.tar.gz";
+
+fn config() -> KubeConfig {
+    let mut config = KubeConfig::new("registry.test/sless");
+    config.registry_secret = Some("regcred".into());
+    config
+}
+
+fn spec() -> WorkloadSpec {
+    WorkloadSpec {
+        runtime: Runtime::Python311,
+        entrypoint: "handler.handle".into(),
+        memory_mb: 256,
+        timeout_sec: 30,
+        env: BTreeMap::from([
+            ("ZETA".to_string(), "z".to_string()),
+            ("ALPHA".to_string(), "a".to_string()),
+            // The platform's PORT wins: the probes depend on it.
+            ("PORT".to_string(), "9999".to_string()),
+        ]),
+        s3_key: Some(KEY.into()),
+        replicas: None,
+    }
+}
+
+fn pod(template: &Option<PodSpec>) -> &PodSpec {
+    template.as_ref().expect("pod spec")
+}
+
+fn env_of(container: &Container) -> Vec<(String, String)> {
+    container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn deployment() -> Deployment {
+    let spec = spec();
+    manifests::deployment(
+        &Workload {
+            kind: Kind::Function,
+            namespace: NS,
+            name: "hello",
+            spec: &spec,
+            image: "registry.test/sless/sless-ns-hello:0123456789ab",
+            replicas: 1,
+            restarted_at: Some("2025-01-01T12:00:05Z"),
+        },
+        &config(),
+    )
+}
+
+#[test]
+fn deployment_lives_in_the_deploy_namespace_with_owner_labels() {
+    let d = deployment();
+    assert_eq!(d.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    assert_eq!(d.metadata.name.as_deref(), Some("hello"));
+    let labels = d.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels[MANAGED_BY], "sless");
+    assert_eq!(labels[LABEL_NAMESPACE], NS);
+    assert_eq!(labels[LABEL_KIND], "function");
+    assert_eq!(labels[LABEL_NAME], "hello");
+    assert_eq!(labels[LABEL_COMPONENT], "workload");
+    assert_eq!(d.metadata.annotations.as_ref().unwrap()[ANNOTATION_S3_KEY], KEY);
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    let selector = spec.selector.match_labels.as_ref().unwrap();
+    let pod_labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+    for (k, v) in selector {
+        assert_eq!(pod_labels.get(k), Some(v), "the selector picks the pods");
+    }
+}
+
+#[test]
+fn deployment_rolls_on_each_build_and_renders_env_sorted() {
+    let d = deployment();
+    let template = &d.spec.as_ref().unwrap().template;
+    let annotations = template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+    assert_eq!(
+        annotations["kubectl.kubernetes.io/restartedAt"],
+        "2025-01-01T12:00:05Z"
+    );
+    let container = &pod(&template.spec).containers[0];
+    let env = env_of(container);
+    let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["ALPHA", "PORT", "SLESS_ENTRYPOINT", "ZETA"]);
+    assert!(env.contains(&("PORT".into(), "8080".into())));
+    assert!(env.contains(&("SLESS_ENTRYPOINT".into(), "handler.handle".into())));
+    // The same input gives the same object: no spurious rollouts.
+    assert_eq!(deployment(), d);
+}
+
+#[test]
+fn deployment_limits_probes_and_security() {
+    let d = deployment();
+    let pod = pod(&d.spec.as_ref().unwrap().template.spec);
+    let container = &pod.containers[0];
+    let resources = container.resources.as_ref().unwrap();
+    assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "256Mi");
+    assert_eq!(resources.requests.as_ref().unwrap()["memory"].0, "256Mi");
+    for probe in [&container.readiness_probe, &container.liveness_probe] {
+        let http = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(http.path.as_deref(), Some("/health"));
+        assert_eq!(http.port, IntOrString::Int(8080));
+    }
+    assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8080);
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        security.capabilities.as_ref().unwrap().drop.as_deref(),
+        Some(&["ALL".to_string()][..])
+    );
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert_eq!(pod.image_pull_secrets.as_ref().unwrap()[0].name, "regcred");
+    // A read-only root still has a writable /tmp.
+    let tmp = container.volume_mounts.as_ref().unwrap();
+    assert!(tmp.iter().any(|m| m.mount_path == "/tmp"));
+}
+
+#[test]
+fn service_selects_the_workload_pods_on_8080() {
+    let svc = manifests::service(Kind::Function, NS, "hello");
+    assert_eq!(svc.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    let spec = svc.spec.as_ref().unwrap();
+    assert_eq!(spec.ports.as_ref().unwrap()[0].port, 8080);
+    let d = deployment();
+    assert_eq!(
+        spec.selector.as_ref(),
+        d.spec.as_ref().unwrap().selector.match_labels.as_ref()
+    );
+}
+
+fn build(builder: Builder, insecure: bool) -> Job {
+    let mut config = config();
+    config.builder = builder;
+    config.insecure_registry = insecure;
+    manifests::build_job(
+        &BuildJob {
+            kind: Kind::Function,
+            namespace: NS,
+            name: "hello",
+            s3_key: KEY,
+            context_url: "https://s3.test/presigned",
+            image: "registry.test/sless/sless-ns-hello:0123456789ab",
+        },
+        &config,
+    )
+}
+
+#[test]
+fn build_job_fetches_the_context_and_pushes_with_buildkit() {
+    let job = build(Builder::BuildKit, false);
+    assert_eq!(job.metadata.name, Some(build_job_name("hello", KEY)));
+    assert_eq!(job.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    assert_eq!(
+        job.metadata.labels.as_ref().unwrap()[LABEL_COMPONENT],
+        "build"
+    );
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(2));
+    let pod = pod(&spec.template.spec);
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+
+    let fetch = &pod.init_containers.as_ref().unwrap()[0];
+    assert_eq!(fetch.image.as_deref(), Some(operator::k8s::CURL_IMAGE));
+    assert_eq!(fetch.command.as_ref().unwrap()[2], fetch_script());
+    assert!(fetch_script().contains("\"$SLESS_CONTEXT_URL\""));
+    assert!(fetch_script().contains("tar -xzf"));
+    assert!(
+        env_of(fetch).contains(&("SLESS_CONTEXT_URL".into(), "https://s3.test/presigned".into()))
+    );
+
+    let builder = &pod.containers[0];
+    assert_eq!(builder.image.as_deref(), Some(operator::k8s::BUILDKIT_IMAGE));
+    assert_eq!(
+        builder.command.as_deref(),
+        Some(&["buildctl-daemonless.sh".to_string()][..])
+    );
+    let args = builder.args.as_ref().unwrap().join(" ");
+    assert!(args.contains("--frontend dockerfile.v0"), "{args}");
+    assert!(args.contains("--local context=/workspace --local dockerfile=/workspace"));
+    assert!(args.ends_with(
+        "--output type=image,name=registry.test/sless/sless-ns-hello:0123456789ab,push=true"
+    ));
+    assert!(
+        env_of(builder).contains(&("BUILDKITD_FLAGS".into(), "--oci-worker-no-process-sandbox".into()))
+    );
+    let security = builder.security_context.as_ref().unwrap();
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    let mounts = builder.volume_mounts.as_ref().unwrap();
+    assert!(mounts.iter().any(|m| m.mount_path == "/home/user/.docker"));
+    // The presigned URL is the only S3 access the build has.
+    assert!(!format!("{pod:?}").contains("AWS_SECRET"));
+}
+
+#[test]
+fn build_job_with_kaniko_and_an_insecure_registry() {
+    let job = build(Builder::Kaniko, true);
+    let pod = pod(&job.spec.as_ref().unwrap().template.spec);
+    let builder = &pod.containers[0];
+    assert_eq!(builder.image.as_deref(), Some(operator::k8s::KANIKO_IMAGE));
+    let args = builder.args.as_ref().unwrap();
+    assert!(args.contains(&"--context=dir:///workspace".to_string()));
+    assert!(args.contains(&"--dockerfile=/workspace/Dockerfile".to_string()));
+    assert!(args.contains(
+        &"--destination=registry.test/sless/sless-ns-hello:0123456789ab".to_string()
+    ));
+    assert!(args.contains(&"--insecure".to_string()));
+    let buildkit = build(Builder::BuildKit, true);
+    let args = pod_args(&buildkit);
+    assert!(args.ends_with(",registry.insecure=true"), "{args}");
+}
+
+fn pod_args(job: &Job) -> String {
+    pod(&job.spec.as_ref().unwrap().template.spec).containers[0]
+        .args
+        .as_ref()
+        .unwrap()
+        .join(" ")
+}
+
+#[test]
+fn cron_job_schedule_suspend_and_call() {
+    let cron = |enabled| {
+        manifests::cron_job(
+            &CronTrigger {
+                namespace: NS,
+                trigger: "tick",
+                function: "hello",
+                schedule: "*/5 * * * *",
+                enabled,
+                timeout_sec: 30,
+            },
+            &config(),
+        )
+    };
+    let on = cron(true);
+    assert_eq!(on.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    assert_eq!(on.metadata.name.as_deref(), Some("tick"));
+    let labels = on.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels[LABEL_KIND], "trigger");
+    assert_eq!(labels[LABEL_FUNCTION], "hello");
+    let spec = on.spec.as_ref().unwrap();
+    assert_eq!(spec.schedule, "*/5 * * * *");
+    assert_eq!(spec.suspend, Some(false));
+    assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
+    assert_eq!(cron(false).spec.unwrap().suspend, Some(true));
+
+    let job = spec.job_template.spec.as_ref().unwrap();
+    assert_eq!(job.backoff_limit, Some(0));
+    let container = &pod(&job.template.spec).containers[0];
+    assert_eq!(container.image.as_deref(), Some(operator::k8s::CURL_IMAGE));
+    let args = container.args.as_ref().unwrap();
+    assert_eq!(
+        args.last().map(String::as_str),
+        Some("http://hello.sless-fn-sless-cdd874dfa31ba6ca.svc.cluster.local:8080/")
+    );
+    assert!(args.windows(2).any(|w| w == ["-X", "POST"]));
+    assert!(args.contains(&"x-sless-trigger: tick".to_string()));
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(security.run_as_non_root, Some(true));
+}
+
+#[test]
+fn run_job_carries_the_event_and_job_mode() {
+    let env = BTreeMap::from([("B".to_string(), "2".to_string()), ("A".to_string(), "1".to_string())]);
+    let job = manifests::run_job(
+        &RunJob {
+            namespace: NS,
+            name: "nightly",
+            run_id: 3,
+            image: "registry.test/sless/sless-ns-hello:0123456789ab",
+            entrypoint: "handler.handle",
+            env: &env,
+            event_json: "{\"day\": 1}",
+            timeout_sec: 10,
+            memory_mb: 128,
+            read_only_root: true,
+        },
+        &config(),
+    );
+    assert_eq!(job.metadata.name.as_deref(), Some("nightly-run-3"));
+    assert_eq!(job.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert_eq!(spec.active_deadline_seconds, Some(10));
+    let container = &pod(&spec.template.spec).containers[0];
+    let env = env_of(container);
+    let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["A", "B", "SLESS_ENTRYPOINT", "SLESS_EVENT_JSON", "SLESS_MODE"]);
+    assert!(env.contains(&("SLESS_EVENT_JSON".into(), "{\"day\": 1}".into())));
+    assert!(env.contains(&("SLESS_MODE".into(), "job".into())));
+}
+
+#[test]
+fn http_ingress_routes_the_fn_path_to_the_service() {
+    let mut config = config();
+    config.external_url = None;
+    config.ingress.host = Some("fn.example.com".into());
+    config.ingress.class = Some("nginx".into());
+    let ingress = manifests::http_ingress(NS, "web", "hello", &config);
+    assert_eq!(ingress.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    let spec = ingress.spec.as_ref().unwrap();
+    assert_eq!(spec.ingress_class_name.as_deref(), Some("nginx"));
+    let rule = &spec.rules.as_ref().unwrap()[0];
+    assert_eq!(rule.host.as_deref(), Some("fn.example.com"));
+    let path = &rule.http.as_ref().unwrap().paths[0];
+    assert_eq!(
+        path.path.as_deref(),
+        Some("/fn/sless-cdd874dfa31ba6ca/hello(/|$)(.*)")
+    );
+    let backend = path.backend.service.as_ref().unwrap();
+    assert_eq!(backend.name, "hello");
+    assert_eq!(backend.port.as_ref().unwrap().number, Some(8080));
+    assert_eq!(
+        config.function_url(NS, "hello").as_deref(),
+        Some("http://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
+    );
+}
+
+#[test]
+fn every_image_the_controllers_use_is_pinned() {
+    let deployment = serde_json::to_string(&deployment()).unwrap();
+    let jobs = [build(Builder::BuildKit, false), build(Builder::Kaniko, false)];
+    let mut images: Vec<String> = jobs
+        .iter()
+        .flat_map(|job| {
+            let pod = pod(&job.spec.as_ref().unwrap().template.spec).clone();
+            pod.containers
+                .into_iter()
+                .chain(pod.init_containers.unwrap_or_default())
+                .filter_map(|c| c.image)
+        })
+        .collect();
+    images.push(operator::k8s::CURL_IMAGE.into());
+    for image in images {
+        assert!(is_pinned(&image), "{image} is not pinned");
+    }
+    assert!(!deployment.contains(":latest"));
+}

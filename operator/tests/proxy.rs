@@ -1,0 +1,545 @@
+//! The invoke proxy against a real upstream on a loopback port, called with reqwest.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt;
+use operator::model::Kind;
+use operator::proxy::{self, Proxy, ProxyConfig, Route, RouteTable};
+use serde_json::{Value, json};
+
+const MIB: usize = 1024 * 1024;
+
+#[derive(Default)]
+struct TestRoutes {
+    routes: Mutex<HashMap<(String, String), Route>>,
+}
+
+impl TestRoutes {
+    fn set(&self, namespace: &str, name: &str, route: Route) {
+        self.routes
+            .lock()
+            .unwrap()
+            .insert((namespace.to_owned(), name.to_owned()), route);
+    }
+}
+
+impl RouteTable for TestRoutes {
+    fn route(&self, namespace: &str, name: &str) -> Route {
+        self.routes
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+            .unwrap_or(Route::Unknown)
+    }
+}
+
+fn ready(authority: &str, timeout: Option<Duration>) -> Route {
+    Route::Ready {
+        kind: Kind::Function,
+        authority: authority.to_owned(),
+        timeout,
+    }
+}
+
+/// `/sleep` answers after 5 s, `/big` streams 50 MiB, `/hop` answers with hop-by-hop
+/// headers; anything else echoes the request (the body only counted).
+async fn upstream(request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    match path.as_str() {
+        "/sleep" => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            "late".into_response()
+        }
+        "/big" => {
+            let chunks = futures::stream::iter(0..50)
+                .map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; MIB])));
+            Body::from_stream(chunks).into_response()
+        }
+        "/hop" => (
+            [
+                ("keep-alive", "timeout=5"),
+                ("connection", "x-upstream-hop"),
+                ("x-upstream-hop", "secret"),
+                ("x-upstream-ordinary", "visible"),
+            ],
+            "hop",
+        )
+            .into_response(),
+        _ => echo(request).await,
+    }
+}
+
+async fn echo(request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let mut headers: HashMap<String, String> = HashMap::new();
+    for (name, value) in &parts.headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers
+            .entry(name.as_str().to_owned())
+            .and_modify(|v| {
+                v.push_str(", ");
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    let mut body_len = 0usize;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => body_len += chunk.len(),
+            Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+        }
+    }
+    axum::Json(json!({
+        "method": parts.method.as_str(),
+        "path": parts.uri.path(),
+        "query": parts.uri.query(),
+        "headers": headers,
+        "body_len": body_len,
+    }))
+    .into_response()
+}
+
+async fn serve(router: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    (addr, task)
+}
+
+struct Harness {
+    base: String,
+    proxy_addr: SocketAddr,
+    upstream: String,
+    routes: Arc<TestRoutes>,
+    proxy: Arc<Proxy>,
+    client: reqwest::Client,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Harness {
+    async fn start() -> Self {
+        Self::start_with(ProxyConfig::default()).await
+    }
+
+    /// Upstream `ns/f` ready with a 30 s timeout.
+    async fn start_with(config: ProxyConfig) -> Self {
+        let (upstream_addr, upstream_task) = serve(Router::new().fallback(upstream)).await;
+        let upstream = upstream_addr.to_string();
+        let routes = Arc::new(TestRoutes::default());
+        routes.set("ns", "f", ready(&upstream, Some(Duration::from_secs(30))));
+        let proxy = Arc::new(Proxy::new(routes.clone(), config));
+        let (proxy_addr, proxy_task) = serve(proxy::router(proxy.clone())).await;
+        Self {
+            base: format!("http://{proxy_addr}"),
+            proxy_addr,
+            upstream,
+            routes,
+            proxy,
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            tasks: vec![upstream_task, proxy_task],
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn echo(&self, request: reqwest::RequestBuilder) -> Value {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+}
+
+async fn error_of(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json",
+        "status {status}"
+    );
+    let body: Value = response.json().await.unwrap();
+    (status, body["error"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn sub_path_and_raw_query_pass_through() {
+    let h = Harness::start().await;
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f/a/b?x=1&y=%20"))).await;
+    assert_eq!(seen["path"], "/a/b");
+    assert_eq!(seen["query"], "x=1&y=%20");
+
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f/a%2Fb/"))).await;
+    assert_eq!(seen["path"], "/a%2Fb/");
+    assert_eq!(seen["query"], Value::Null);
+
+    for root in ["/fn/ns/f", "/fn/ns/f/"] {
+        let seen = h.echo(h.client.get(h.url(root))).await;
+        assert_eq!(seen["path"], "/", "{root}");
+    }
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f?only=query"))).await;
+    assert_eq!(seen["path"], "/");
+    assert_eq!(seen["query"], "only=query");
+}
+
+#[tokio::test]
+async fn all_methods_and_bodies_are_forwarded() {
+    let h = Harness::start().await;
+    for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let seen = h
+            .echo(
+                h.client
+                    .request(method.clone(), h.url("/fn/ns/f/m"))
+                    .body("twelve bytes"),
+            )
+            .await;
+        assert_eq!(seen["method"], method.as_str());
+        assert_eq!(seen["body_len"], 12, "{method}");
+    }
+    let response = h.client.head(h.url("/fn/ns/f/m")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_stay_on_their_hop() {
+    let h = Harness::start().await;
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/h"))
+                .header("connection", "keep-alive, X-Custom-Hop")
+                .header("x-custom-hop", "drop me")
+                .header("te", "trailers")
+                .header("upgrade", "websocket")
+                .header("proxy-authorization", "Basic dXNlcjpwYXNz")
+                .header("keep-alive", "timeout=5")
+                .header("x-ordinary", "keep me"),
+        )
+        .await;
+    let headers = seen["headers"].as_object().unwrap();
+    for hop in [
+        "connection",
+        "x-custom-hop",
+        "te",
+        "upgrade",
+        "proxy-authorization",
+        "keep-alive",
+    ] {
+        assert!(!headers.contains_key(hop), "{hop} reached the upstream");
+    }
+    assert_eq!(headers["x-ordinary"], "keep me");
+    assert_eq!(headers["host"], h.upstream.as_str());
+
+    let response = h.client.get(h.url("/fn/ns/f/hop")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let headers = response.headers();
+    assert!(!headers.contains_key("keep-alive"));
+    assert!(!headers.contains_key("x-upstream-hop"));
+    assert_ne!(
+        headers.get("connection").map(|v| v.to_str().unwrap()),
+        Some("x-upstream-hop")
+    );
+    assert_eq!(headers["x-upstream-ordinary"], "visible");
+    assert_eq!(response.text().await.unwrap(), "hop");
+}
+
+#[tokio::test]
+async fn forwarding_headers_are_added() {
+    let h = Harness::start().await;
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f/"))).await;
+    let headers = &seen["headers"];
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(headers["x-forwarded-proto"], "http");
+    assert_eq!(headers["x-forwarded-host"], h.proxy_addr.to_string());
+    assert_eq!(headers["host"], h.upstream.as_str());
+
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("x-forwarded-for", "10.0.0.1")
+                .header("x-forwarded-proto", "https"),
+        )
+        .await;
+    let headers = &seen["headers"];
+    assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+    assert_eq!(headers["x-forwarded-proto"], "https");
+}
+
+#[tokio::test]
+async fn errors_are_distinct_json() {
+    let h = Harness::start().await;
+
+    let response = h.client.get(h.url("/fn/ns/nope/x")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 404);
+    assert_eq!(error, "no function or service \"nope\" in namespace ns");
+
+    h.routes.set(
+        "ns",
+        "off",
+        Route::Unavailable {
+            reason: "function \"off\" is disabled".into(),
+        },
+    );
+    let response = h.client.post(h.url("/fn/ns/off")).send().await.unwrap();
+    assert_eq!(
+        error_of(response).await,
+        (503, "function \"off\" is disabled".into())
+    );
+
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    h.routes.set("ns", "gone", ready(&closed.to_string(), None));
+    let response = h.client.get(h.url("/fn/ns/gone/")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 502);
+    assert!(
+        error.starts_with("function \"gone\" is unreachable: "),
+        "{error}"
+    );
+    assert!(error.to_lowercase().contains("refused"), "{error}");
+}
+
+#[tokio::test]
+async fn slow_functions_time_out() {
+    let h = Harness::start_with(ProxyConfig {
+        timeout_margin: Duration::from_millis(100),
+        ..ProxyConfig::default()
+    })
+    .await;
+    h.routes.set(
+        "ns",
+        "slow",
+        ready(&h.upstream, Some(Duration::from_secs(1))),
+    );
+    let started = std::time::Instant::now();
+    let response = h
+        .client
+        .get(h.url("/fn/ns/slow/sleep"))
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 504);
+    assert_eq!(
+        error,
+        "function \"slow\" did not answer within 1 s (its timeout_sec)"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1100) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+
+    // Still answers fast calls within the limit.
+    let response = h
+        .client
+        .get(h.url("/fn/ns/slow/quick"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused() {
+    let h = Harness::start_with(ProxyConfig {
+        max_body_bytes: 1024,
+        ..ProxyConfig::default()
+    })
+    .await;
+
+    let response = h
+        .client
+        .post(h.url("/fn/ns/f/up"))
+        .body(vec![0u8; 2048])
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 413);
+    assert!(error.contains("1024"), "{error}");
+
+    let at_limit = h
+        .echo(h.client.post(h.url("/fn/ns/f/up")).body(vec![0u8; 1024]))
+        .await;
+    assert_eq!(at_limit["body_len"], 1024);
+
+    let chunks =
+        futures::stream::iter((0..4).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 512]))));
+    let response = h
+        .client
+        .post(h.url("/fn/ns/f/up"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(response).await.0, 413);
+
+    let small =
+        futures::stream::iter((0..2).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 512]))));
+    let seen = h
+        .echo(
+            h.client
+                .post(h.url("/fn/ns/f/up"))
+                .body(reqwest::Body::wrap_stream(small)),
+        )
+        .await;
+    assert_eq!(seen["body_len"], 1024);
+
+    let stats = h.proxy.invocations().stats("ns", "f");
+    assert_eq!(stats.count, 4);
+    assert_eq!(stats.errors, 0);
+}
+
+fn rss_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// The large-body tests share one process-wide RSS figure, so they take turns.
+static LARGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test]
+async fn large_request_bodies_stream() {
+    let _turn = LARGE.lock().await;
+    let h = Harness::start().await;
+    // Warm up allocator and connection pools before the baseline.
+    h.echo(h.client.post(h.url("/fn/ns/f/warm")).body(vec![0u8; MIB]))
+        .await;
+    let before = rss_bytes();
+
+    let chunks = futures::stream::iter(0..100)
+        .map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; MIB])));
+    let seen = h
+        .echo(
+            h.client
+                .post(h.url("/fn/ns/f/upload"))
+                .body(reqwest::Body::wrap_stream(chunks)),
+        )
+        .await;
+    assert_eq!(seen["body_len"], 100 * MIB);
+
+    let grown = rss_bytes().saturating_sub(before);
+    eprintln!("RSS grew by {} KiB streaming 100 MiB", grown / 1024);
+    assert!(grown < 30 * MIB, "RSS grew by {} MiB", grown / MIB);
+}
+
+#[tokio::test]
+async fn large_responses_stream() {
+    let _turn = LARGE.lock().await;
+    let h = Harness::start().await;
+    let response = h.client.get(h.url("/fn/ns/f/big")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut received = 0usize;
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        received += chunk.unwrap().len();
+    }
+    assert_eq!(received, 50 * MIB);
+}
+
+#[tokio::test]
+async fn invocations_are_logged() {
+    let h = Harness::start().await;
+    h.client
+        .get(h.url("/fn/ns/f/first?q=1"))
+        .send()
+        .await
+        .unwrap();
+    h.client.delete(h.url("/fn/ns/f")).send().await.unwrap();
+    h.client.get(h.url("/fn/ns/nope")).send().await.unwrap();
+    h.routes.set(
+        "ns",
+        "off",
+        Route::Unavailable {
+            reason: "disabled".into(),
+        },
+    );
+    h.client.get(h.url("/fn/ns/off/x")).send().await.unwrap();
+
+    let log = h.proxy.invocations();
+    let recent = log.recent("ns", "f", 10);
+    assert_eq!(recent.len(), 2);
+    assert_eq!(
+        (
+            recent[0].method.as_str(),
+            recent[0].path.as_str(),
+            recent[0].status
+        ),
+        ("DELETE", "/", 200)
+    );
+    assert_eq!(
+        (
+            recent[1].method.as_str(),
+            recent[1].path.as_str(),
+            recent[1].status
+        ),
+        ("GET", "/first", 200)
+    );
+    assert!(recent[0].duration_ms > 0.0);
+    assert!(chrono::DateTime::parse_from_rfc3339(&recent[0].time).is_ok());
+    let stats = log.stats("ns", "f");
+    assert_eq!((stats.count, stats.errors), (2, 0));
+    assert!(stats.total_duration_ms >= recent[0].duration_ms + recent[1].duration_ms - 1e-9);
+
+    let off = log.stats("ns", "off");
+    assert_eq!((off.count, off.errors), (1, 1));
+    assert_eq!(log.recent("ns", "off", 10)[0].status, 503);
+    assert!(log.recent("ns", "nope", 10).is_empty());
+    assert_eq!(log.stats("ns", "nope").count, 0);
+
+    log.forget("ns", "f");
+    assert!(log.recent("ns", "f", 10).is_empty());
+}
+
+#[tokio::test]
+async fn headers_pass_both_ways_on_reused_connections() {
+    let h = Harness::start().await;
+    for i in 0..20 {
+        let response = h
+            .client
+            .put(h.url(&format!("/fn/ns/f/n/{i}")))
+            .header("x-call", i.to_string())
+            .body(format!("{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let seen: Value = response.json().await.unwrap();
+        assert_eq!(seen["headers"]["x-call"], i.to_string());
+        assert_eq!(seen["path"], format!("/n/{i}"));
+    }
+}

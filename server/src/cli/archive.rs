@@ -1,0 +1,127 @@
+//! Zips a folder for upload: `.slessignore` (gitignore syntax) is respected, and
+//! version-control and dependency folders are never packed (the build installs them).
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+
+/// Folders skipped at any depth.
+pub const SKIPPED_DIRS: [&str; 4] = [".git", "node_modules", "__pycache__", ".deps"];
+pub const IGNORE_FILE: &str = ".slessignore";
+
+pub struct Archive {
+    pub zip: Vec<u8>,
+    pub files: Vec<String>,
+}
+
+pub fn zip_folder(dir: &Path) -> anyhow::Result<Archive> {
+    if !dir.exists() {
+        bail!("the folder {} does not exist", dir.display());
+    }
+    if !dir.is_dir() {
+        bail!(
+            "{} is not a folder; pass the folder that holds the function's code",
+            dir.display()
+        );
+    }
+    let mut walk = ignore::WalkBuilder::new(dir);
+    walk.standard_filters(false)
+        .add_custom_ignore_filename(IGNORE_FILE)
+        .follow_links(true)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(|entry| {
+            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+            let name = entry.file_name().to_string_lossy();
+            entry.depth() == 0 || !(is_dir && SKIPPED_DIRS.contains(&name.as_ref()))
+        });
+
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let mut files = Vec::new();
+    for entry in walk.build() {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let relative = entry
+            .path()
+            .strip_prefix(dir)
+            .context("a walked path is outside the folder")?;
+        let name = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        if name == IGNORE_FILE {
+            continue;
+        }
+        let content = std::fs::read(entry.path())
+            .with_context(|| format!("reading {}", entry.path().display()))?;
+        let mut options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(meta) = entry.metadata() {
+                options = options.unix_permissions(meta.permissions().mode() & 0o777);
+            }
+        }
+        writer.start_file(name.as_str(), options)?;
+        writer.write_all(&content)?;
+        files.push(name);
+    }
+    if files.is_empty() {
+        bail!(
+            "the folder {} has no files to deploy (after {IGNORE_FILE})",
+            dir.display()
+        );
+    }
+    let zip = writer.finish()?.into_inner();
+    Ok(Archive { zip, files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(zip: &[u8]) -> Vec<String> {
+        let archive = zip::ZipArchive::new(std::io::Cursor::new(zip)).unwrap();
+        let mut names: Vec<String> = archive.file_names().map(String::from).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn skips_ignored_and_dependency_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for path in [
+            "handler.py",
+            "lib/util.py",
+            "lib/__pycache__/util.pyc",
+            "node_modules/x/index.js",
+            ".git/config",
+            ".deps/pkg/mod.py",
+            "secret.env",
+            "data/big.bin",
+            "data/keep.txt",
+        ] {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "x").unwrap();
+        }
+        std::fs::write(root.join(IGNORE_FILE), "*.env\ndata/*\n!data/keep.txt\n").unwrap();
+        let archive = zip_folder(root).unwrap();
+        assert_eq!(archive.files, ["data/keep.txt", "handler.py", "lib/util.py"]);
+        assert_eq!(names(&archive.zip), archive.files);
+    }
+
+    #[test]
+    fn a_missing_or_empty_folder_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = zip_folder(&dir.path().join("nope")).err().unwrap();
+        assert!(missing.to_string().contains("does not exist"), "{missing}");
+        let empty = zip_folder(dir.path()).err().unwrap();
+        assert!(empty.to_string().contains("no files"), "{empty}");
+    }
+}

@@ -1,0 +1,456 @@
+//! `sless deploy DIR`: zip, create or update, upload, follow the build, create the
+//! triggers, print the URL.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use operator::apitypes::{TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
+use operator::client::{Client, Collection};
+
+use super::{Connection, POLL_INTERVAL, archive, is_not_found, noun};
+
+/// How long a new trigger may take to become active before deploy stops waiting for it.
+const TRIGGER_WAIT: Duration = Duration::from_secs(60);
+/// The message the API sets on upload, before a builder picks the upload up.
+const BUILD_QUEUED: &str = "build queued";
+
+#[derive(Args)]
+pub struct DeployArgs {
+    /// The folder with the code (zipped without .git, node_modules, __pycache__, .deps
+    /// and whatever its .slessignore names).
+    pub dir: PathBuf,
+    /// Name of the function or service (lowercase letters, digits and '-').
+    #[arg(long)]
+    pub name: String,
+    /// python3.11, nodejs20 or go1.23; required to create, kept on update when omitted.
+    #[arg(long)]
+    pub runtime: Option<String>,
+    /// module.function (default handler.handle).
+    #[arg(long)]
+    pub entrypoint: Option<String>,
+    /// Memory in MB (64–4096, default 128).
+    #[arg(long, value_name = "MB")]
+    pub memory: Option<u32>,
+    /// Request timeout in seconds (0 = none, default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u32>,
+    /// An environment variable; repeat for more. Given at all, it replaces all of them.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// `http` or `cron:"<5-field schedule>"`; repeat for more (default: http).
+    #[arg(long = "trigger", value_name = "http|cron:SCHEDULE", value_parser = parse_trigger)]
+    pub triggers: Vec<WantedTrigger>,
+    /// Deploy an always-on service instead of a function.
+    #[arg(long)]
+    pub service: bool,
+    /// Give up waiting for the build after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 900)]
+    pub wait_timeout: u64,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WantedTrigger {
+    Http,
+    Cron(String),
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("{text:?} is not NAME=VALUE")),
+    }
+}
+
+fn parse_trigger(text: &str) -> Result<WantedTrigger, String> {
+    if text == "http" {
+        return Ok(WantedTrigger::Http);
+    }
+    match text.strip_prefix("cron:").map(str::trim) {
+        Some(schedule) if !schedule.is_empty() => Ok(WantedTrigger::Cron(schedule.to_string())),
+        _ => Err(format!(
+            "{text:?} is not a trigger; use http or cron:\"<5-field schedule>\", e.g. cron:\"*/5 * * * *\""
+        )),
+    }
+}
+
+pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
+    if args.service && !args.triggers.is_empty() {
+        bail!(
+            "a service is always on and served at /fn/<namespace>/<name>; --trigger is for functions"
+        );
+    }
+    let client = args.connection.client()?;
+    let archive = archive::zip_folder(&args.dir)?;
+    let collection = if args.service {
+        Collection::Services
+    } else {
+        Collection::Functions
+    };
+    let kind = noun(collection);
+    let name = args.name.as_str();
+    eprintln!(
+        "packed {} file{} ({:.1} KiB) from {}",
+        archive.files.len(),
+        if archive.files.len() == 1 { "" } else { "s" },
+        archive.zip.len() as f64 / 1024.0,
+        args.dir.display()
+    );
+
+    let existing = match client.get_workload(collection, name).await {
+        Ok(workload) => Some(workload),
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let env = (!args.env.is_empty()).then(|| args.env.iter().cloned().collect::<BTreeMap<_, _>>());
+    match &existing {
+        None => {
+            let Some(runtime) = args.runtime.clone() else {
+                bail!("--runtime is required to create {kind} {name:?} (python3.11, nodejs20 or go1.23)");
+            };
+            let request = WorkloadRequest {
+                name: Some(name.to_string()),
+                runtime: Some(runtime),
+                entrypoint: args.entrypoint.clone(),
+                memory_mb: args.memory,
+                timeout_sec: args.timeout,
+                env_vars: env,
+                resource_version: None,
+            };
+            client
+                .create_workload(collection, &request)
+                .await
+                .with_context(|| format!("creating {kind} {name:?}"))?;
+            eprintln!("created {kind} {name}");
+        }
+        Some(current) => {
+            let request = WorkloadRequest {
+                name: Some(name.to_string()),
+                runtime: Some(args.runtime.clone().unwrap_or_else(|| current.runtime.clone())),
+                entrypoint: Some(
+                    args.entrypoint
+                        .clone()
+                        .unwrap_or_else(|| current.entrypoint.clone()),
+                ),
+                memory_mb: Some(args.memory.unwrap_or(current.memory_mb)),
+                timeout_sec: Some(args.timeout.unwrap_or(current.timeout_sec)),
+                env_vars: Some(env.unwrap_or_else(|| current.env_vars.clone())),
+                resource_version: Some(current.resource_version.clone()),
+            };
+            client
+                .replace_workload(collection, name, &request)
+                .await
+                .with_context(|| format!("updating {kind} {name:?}"))?;
+            eprintln!("updated {kind} {name}");
+        }
+    }
+
+    let uploaded = client
+        .upload(collection, name, archive.zip)
+        .await
+        .with_context(|| format!("uploading the code of {kind} {name:?}"))?;
+    let key = uploaded["s3_key"].as_str().map(String::from);
+    let deadline = Instant::now() + Duration::from_secs(args.wait_timeout);
+    let workload = follow_build(&client, collection, name, key.as_deref(), deadline).await?;
+    if workload.phase == "Failed" {
+        let message = workload.message.unwrap_or_default();
+        eprintln!("{kind} {name} is Failed:");
+        for line in last_lines(&message, 20) {
+            eprintln!("  {line}");
+        }
+        bail!(
+            "{kind} {name:?} failed to build: {}",
+            last_lines(&message, 1)
+                .first()
+                .map(|l| strip_stamp(l))
+                .unwrap_or("no reason given")
+        );
+    }
+
+    if args.service {
+        println!("{}", url_of(&client, &workload, None));
+        return Ok(());
+    }
+    let wanted = if args.triggers.is_empty() {
+        vec![WantedTrigger::Http]
+    } else {
+        args.triggers.clone()
+    };
+    let enabled = ensure_triggers(&client, name, &wanted).await?;
+    let triggers = wait_until_active(&client, name, &enabled, deadline).await?;
+    let http = triggers
+        .iter()
+        .find(|t| t.function_ref == name && t.trigger_type == "http");
+    match http {
+        Some(trigger) => {
+            let workload = client.get_workload(collection, name).await?;
+            println!("{}", url_of(&client, &workload, Some(trigger)));
+        }
+        None => eprintln!(
+            "{kind} {name} has no http trigger: it runs on its schedule only (add --trigger http to call it)"
+        ),
+    }
+    Ok(())
+}
+
+/// Polls until the upload is built (Ready) or failed, printing phase changes and the
+/// build log as it grows.
+async fn follow_build(
+    client: &Client,
+    collection: Collection,
+    name: &str,
+    key: Option<&str>,
+    deadline: Instant,
+) -> anyhow::Result<WorkloadResponse> {
+    let kind = noun(collection);
+    let mut shown: Option<(String, Option<String>)> = None;
+    let mut printed = String::new();
+    let mut building = false;
+    loop {
+        let workload = client.get_workload(collection, name).await?;
+        let state = (workload.phase.clone(), first_line(workload.message.as_deref()));
+        if shown.as_ref() != Some(&state) {
+            match &state {
+                (phase, Some(message)) if phase != "Failed" => {
+                    eprintln!("{kind} {name}: {phase} ({message})")
+                }
+                (phase, _) => eprintln!("{kind} {name}: {phase}"),
+            }
+            shown = Some(state);
+        }
+        // Before the builder starts, the newest build log is the previous upload's.
+        building |= workload.phase == "Building"
+            && workload.message.as_deref() != Some(BUILD_QUEUED);
+        let ours = key.is_none() || workload.s3_key.as_deref() == key;
+        let done = ours && (workload.phase == "Ready" || workload.phase == "Failed");
+        if building || done {
+            print_new_log(client, collection, name, &mut printed, done).await;
+        }
+        if done {
+            return Ok(workload);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{kind} {name:?} is still {} after the wait timeout; follow it with sless describe {name}",
+                workload.phase
+            );
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Prints the part of the build log not printed yet (whole lines, unless `all`).
+async fn print_new_log(
+    client: &Client,
+    collection: Collection,
+    name: &str,
+    printed: &mut String,
+    all: bool,
+) {
+    // The log is progress only: a platform without one must not fail the deploy.
+    let Ok(log) = client.build_log(collection, name).await else {
+        return;
+    };
+    if !log.starts_with(printed.as_str()) {
+        printed.clear();
+    }
+    let fresh = &log[printed.len()..];
+    let end = if all {
+        fresh.len()
+    } else {
+        fresh.rfind('\n').map_or(0, |i| i + 1)
+    };
+    for line in fresh[..end].lines() {
+        eprintln!("  {line}");
+    }
+    printed.push_str(&fresh[..end]);
+}
+
+/// Creates the wanted triggers, updates ones whose spec differs, skips the same ones.
+/// Answers the names of the enabled ones.
+async fn ensure_triggers(
+    client: &Client,
+    function: &str,
+    wanted: &[WantedTrigger],
+) -> anyhow::Result<Vec<String>> {
+    let existing = client.list_triggers().await?;
+    let mut enabled = Vec::new();
+    let mut crons = 0;
+    let mut seen = Vec::new();
+    for trigger in wanted {
+        if seen.contains(&trigger) {
+            continue;
+        }
+        seen.push(trigger);
+        let (name, kind, schedule) = match trigger {
+            WantedTrigger::Http => (format!("{function}-http"), "http", None),
+            WantedTrigger::Cron(schedule) => {
+                crons += 1;
+                let name = if crons == 1 {
+                    format!("{function}-cron")
+                } else {
+                    format!("{function}-cron-{crons}")
+                };
+                (name, "cron", Some(schedule.clone()))
+            }
+        };
+        let mut request = TriggerRequest {
+            name: Some(name.clone()),
+            trigger_type: Some(kind.to_string()),
+            function_ref: Some(function.to_string()),
+            schedule,
+            ..Default::default()
+        };
+        match existing.iter().find(|t| t.name == name) {
+            Some(current)
+                if current.trigger_type == kind
+                    && current.function_ref == function
+                    && current.schedule == request.schedule =>
+            {
+                if current.enabled {
+                    enabled.push(name);
+                } else {
+                    eprintln!(
+                        "trigger {name} is stopped; start it with sless trigger enable {name}"
+                    );
+                }
+            }
+            Some(current) => {
+                request.enabled = Some(current.enabled);
+                request.resource_version = Some(current.resource_version.clone());
+                client
+                    .replace_trigger(&name, &request)
+                    .await
+                    .with_context(|| format!("updating trigger {name:?}"))?;
+                eprintln!("updated trigger {name}");
+                if current.enabled {
+                    enabled.push(name);
+                }
+            }
+            None => {
+                client
+                    .create_trigger(&request)
+                    .await
+                    .with_context(|| format!("creating trigger {name:?}"))?;
+                eprintln!("created trigger {name}");
+                enabled.push(name);
+            }
+        }
+    }
+    Ok(enabled)
+}
+
+/// Waits until the enabled triggers are active (the function is running), so the URL
+/// answers when deploy returns. Answers the function's triggers.
+async fn wait_until_active(
+    client: &Client,
+    function: &str,
+    names: &[String],
+    deadline: Instant,
+) -> anyhow::Result<Vec<TriggerResponse>> {
+    let until = deadline.min(Instant::now() + TRIGGER_WAIT);
+    loop {
+        let triggers: Vec<TriggerResponse> = client
+            .list_triggers()
+            .await?
+            .into_iter()
+            .filter(|t| t.function_ref == function)
+            .collect();
+        let waiting: Vec<&TriggerResponse> = triggers
+            .iter()
+            .filter(|t| names.contains(&t.name) && !t.active)
+            .collect();
+        if waiting.is_empty() {
+            return Ok(triggers);
+        }
+        let workload = client.get_workload(Collection::Functions, function).await?;
+        if workload.phase == "Failed" {
+            let message = workload.message.unwrap_or_default();
+            for line in last_lines(&message, 20) {
+                eprintln!("  {line}");
+            }
+            bail!(
+                "function {function:?} did not start: {}",
+                first_line(Some(&message)).unwrap_or_default()
+            );
+        }
+        if Instant::now() >= until {
+            for trigger in waiting {
+                eprintln!(
+                    "warning: trigger {} is not active yet{}",
+                    trigger.name,
+                    trigger
+                        .message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                );
+            }
+            return Ok(triggers);
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// The URL the platform reports, else the one the proxy serves it at.
+fn url_of(client: &Client, workload: &WorkloadResponse, trigger: Option<&TriggerResponse>) -> String {
+    trigger
+        .and_then(|t| t.url.clone())
+        .or_else(|| workload.url.clone())
+        .unwrap_or_else(|| {
+            format!(
+                "{}/fn/{}/{}",
+                client.endpoint(),
+                client.namespace(),
+                workload.name
+            )
+        })
+}
+
+fn first_line(text: Option<&str>) -> Option<String> {
+    text.and_then(|t| t.lines().map(str::trim).find(|l| !l.is_empty()))
+        .map(String::from)
+}
+
+fn last_lines(text: &str, count: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(count)..].to_vec()
+}
+
+/// `[12:34:56] text` → `text` (the build log stamps its lines).
+fn strip_stamp(line: &str) -> &str {
+    match line.strip_prefix('[').and_then(|rest| rest.split_once("] ")) {
+        Some((stamp, text)) if stamp.len() == 8 && stamp.bytes().all(|b| b.is_ascii_digit() || b == b':') => text,
+        _ => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_triggers_and_env() {
+        assert_eq!(parse_trigger("http"), Ok(WantedTrigger::Http));
+        assert_eq!(
+            parse_trigger("cron:*/5 * * * *"),
+            Ok(WantedTrigger::Cron("*/5 * * * *".into()))
+        );
+        assert!(parse_trigger("cron:").is_err());
+        assert!(parse_trigger("amqp").is_err());
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_env("=x").is_err());
+        assert!(parse_env("NOVALUE").is_err());
+    }
+
+    #[test]
+    fn build_log_lines_lose_their_stamp() {
+        assert_eq!(strip_stamp("[12:34:56] build failed: pip exited"), "build failed: pip exited");
+        assert_eq!(strip_stamp("plain"), "plain");
+        assert_eq!(last_lines("a\n\nb\nc\n", 2), ["b", "c"]);
+    }
+}

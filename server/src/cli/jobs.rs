@@ -1,0 +1,159 @@
+//! `sless job run NAME --function F --event JSON`: run a function once with an event and
+//! print its result.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use operator::apitypes::{JobPatch, JobRequest, JobResponse};
+
+use super::{Connection, POLL_INTERVAL, is_not_found};
+
+#[derive(Args)]
+pub struct JobArgs {
+    #[command(subcommand)]
+    pub action: JobAction,
+}
+
+#[derive(Subcommand)]
+pub enum JobAction {
+    /// Create the job (or bump its run_id), wait for it and print its result.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The job's name.
+    pub name: String,
+    /// The function whose code the job runs.
+    #[arg(long)]
+    pub function: String,
+    /// The event, a JSON document (`@file` reads a file).
+    #[arg(long, default_value = "{}")]
+    pub event: String,
+    /// The run's time limit in seconds (0 = none; default 60 for a new job).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u32>,
+    /// Give up waiting after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 900)]
+    pub wait_timeout: u64,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+pub async fn run(args: JobArgs) -> anyhow::Result<()> {
+    let JobAction::Run(args) = args.action;
+    let client = args.connection.client()?;
+    let name = args.name.as_str();
+    let event = match args.event.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the event from {path}"))?,
+        None => args.event.clone(),
+    };
+    let existing = match client.get_job(name).await {
+        Ok(job) => Some(job),
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let started = match existing {
+        None => client
+            .create_job(&JobRequest {
+                name: Some(name.to_string()),
+                function_ref: Some(args.function.clone()),
+                event_json: Some(event),
+                run_id: Some(1),
+                timeout_sec: args.timeout,
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("creating job {name:?}"))?,
+        Some(job)
+            if job.function_ref.as_deref() != Some(args.function.as_str())
+                || args.timeout.is_some_and(|t| t != job.timeout_sec) =>
+        {
+            client
+                .replace_job(
+                    name,
+                    &JobRequest {
+                        name: Some(name.to_string()),
+                        function_ref: Some(args.function.clone()),
+                        env_vars: Some(job.env_vars.clone()),
+                        event_json: Some(event),
+                        run_id: Some(job.run_id + 1),
+                        timeout_sec: Some(args.timeout.unwrap_or(job.timeout_sec)),
+                        resource_version: Some(job.resource_version.clone()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .with_context(|| format!("updating job {name:?}"))?
+        }
+        Some(job) => client
+            .patch_job(
+                name,
+                &JobPatch {
+                    run_id: Some(job.run_id + 1),
+                    event_json: Some(event),
+                },
+            )
+            .await
+            .with_context(|| format!("running job {name:?} again"))?,
+    };
+    eprintln!("job {name}: run {} of function {}", started.run_id, args.function);
+
+    let finished = wait(&client, &started, Duration::from_secs(args.wait_timeout)).await?;
+    if finished.phase == "Succeeded" {
+        println!("{}", finished.message.unwrap_or_else(|| "null".into()));
+        return Ok(());
+    }
+    if let Some(tail) = finished.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
+        eprintln!("job {name} output:");
+        for line in tail.lines() {
+            eprintln!("  {line}");
+        }
+    }
+    bail!(
+        "job {name:?} failed (run {}): {}",
+        started.run_id,
+        finished.message.as_deref().unwrap_or("no reason given").trim()
+    );
+}
+
+/// Polls until the run that `started` began is over. The status of the previous run stays
+/// until the runner reacts; any status written after `started` belongs to this run.
+async fn wait(
+    client: &operator::client::Client,
+    started: &JobResponse,
+    limit: Duration,
+) -> anyhow::Result<JobResponse> {
+    let deadline = Instant::now() + limit;
+    let mut shown = String::new();
+    loop {
+        let job = client.get_job(&started.name).await?;
+        if job.run_id != started.run_id {
+            bail!(
+                "job {:?} was started again (run {}) while waiting for run {}",
+                job.name,
+                job.run_id,
+                started.run_id
+            );
+        }
+        let fresh = job.resource_version != started.resource_version;
+        if fresh && job.phase != shown {
+            eprintln!("job {}: {}", job.name, job.phase);
+            shown = job.phase.clone();
+        }
+        if fresh && (job.phase == "Succeeded" || job.phase == "Failed") {
+            return Ok(job);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "job {:?} is still {} after the wait timeout{}",
+                job.name,
+                job.phase,
+                job.message.map(|m| format!(" ({m})")).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}

@@ -1,0 +1,429 @@
+//! Thin handlers: parse the request, call the `app` crate's actions and pages, answer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use app::listing::{EntryKind, ListQuery, Selection, render_json, render_text};
+use app::pages::{Flash, ListPage, LoginPage, PageContext, SourcePage};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Extension, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use tower_sessions::Session;
+
+use super::ConsoleState;
+use super::auth::{self, Caller, Via, safe_next};
+use super::csrf;
+use super::error::ConsoleError;
+use super::headers::{Nonce, wants_html};
+use super::session::{self, SessionUser};
+
+type Shared = State<Arc<ConsoleState>>;
+
+/// The caller when there is one (pages that also serve anonymous visitors).
+pub struct MaybeCaller(Option<Caller>);
+
+impl FromRequestParts<Arc<ConsoleState>> for MaybeCaller {
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ConsoleState>,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(MaybeCaller(auth::resolve(state, parts).await?))
+    }
+}
+
+fn check_name(what: &str, value: &str) -> Result<(), ConsoleError> {
+    operator::model::validate_name(what, value).map_err(|e| ConsoleError::NotFound(e.to_string()))
+}
+
+fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, ConsoleError> {
+    Query::<T>::try_from_uri(uri)
+        .map(|Query(q)| q)
+        .map_err(|e| ConsoleError::BadRequest(e.body_text()))
+}
+
+fn form<T>(form: Result<Form<T>, FormRejection>) -> Result<T, ConsoleError> {
+    form.map(|Form(f)| f)
+        .map_err(|e| ConsoleError::BadRequest(e.body_text()))
+}
+
+/// What the list answers with: a page for browsers, JSON on request, text for curl.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Html,
+    Json,
+    Text,
+}
+
+impl Format {
+    fn negotiate(headers: &HeaderMap, format: Option<&str>) -> Self {
+        match format.map(str::to_ascii_lowercase).as_deref() {
+            Some("json") => return Format::Json,
+            Some("text" | "txt" | "plain") => return Format::Text,
+            Some("html") => return Format::Html,
+            _ => {}
+        }
+        if wants_html(headers) {
+            return Format::Html;
+        }
+        let json = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("application/json"));
+        if json { Format::Json } else { Format::Text }
+    }
+}
+
+/// `Server-Timing`: data fetching (API round-trips) apart from rendering.
+fn timed(mut response: Response, fetch: Duration, render: Duration) -> Response {
+    let value = format!(
+        "fetch;dur={:.3}, render;dur={:.3}",
+        fetch.as_secs_f64() * 1000.0,
+        render.as_secs_f64() * 1000.0
+    );
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert("server-timing", value);
+    }
+    response
+}
+
+async fn page_context(caller: &Caller, nonce: &Nonce) -> Result<PageContext, ConsoleError> {
+    let mut ctx = PageContext {
+        nonce: nonce.0.clone(),
+        user: Some(caller.badge()),
+        ..Default::default()
+    };
+    if caller.via == Via::Session
+        && let Some(session) = &caller.session
+    {
+        ctx.csrf = Some(csrf::token(session).await?);
+        ctx.flash = session::take_flash(session).await?;
+    }
+    Ok(ctx)
+}
+
+pub async fn root() -> Redirect {
+    Redirect::to("/funcs")
+}
+
+/// `/funcs`: the caller's own namespace.
+pub async fn home(caller: Caller) -> Redirect {
+    Redirect::to(&format!("/funcs/{}", caller.principal.namespace))
+}
+
+/// `/funcs/<ns>`: the list, as a page, JSON or text.
+pub async fn list(
+    State(state): Shared,
+    Path(namespace): Path<String>,
+    Extension(nonce): Extension<Nonce>,
+    uri: Uri,
+    headers: HeaderMap,
+    caller: Caller,
+) -> Result<Response, ConsoleError> {
+    check_name("namespace", &namespace)?;
+    caller.authorize(&namespace)?;
+    let list_query: ListQuery = query(&uri)?;
+    let format = Format::negotiate(&headers, list_query.format.as_deref());
+    let selection = Selection::from_query(&list_query);
+    let client = state.console.client(&caller.token, &namespace)?;
+
+    let started = Instant::now();
+    let listing = state.console.listing(&client).await?;
+    let entries = selection.apply(&listing);
+    let (response, fetch, render) = match format {
+        Format::Text | Format::Json => {
+            let fetch = started.elapsed();
+            let rendering = Instant::now();
+            let (content_type, body) = if format == Format::Json {
+                ("application/json", render_json(&listing, entries))
+            } else {
+                ("text/plain; charset=utf-8", render_text(&entries))
+            };
+            let render = rendering.elapsed();
+            let response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
+            (response, fetch, render)
+        }
+        Format::Html => {
+            let sources = state.console.inline_sources(&client, &entries).await;
+            let ctx = page_context(&caller, &nonce).await?;
+            let fetch = started.elapsed();
+            let rendering = Instant::now();
+            let html = app::pages::render_list(
+                &ListPage {
+                    listing: &listing,
+                    selection: &selection,
+                    entries: &entries,
+                    sources: &sources,
+                    public_url: &state.public_url,
+                },
+                &ctx,
+            );
+            let render = rendering.elapsed();
+            (Html(html).into_response(), fetch, render)
+        }
+    };
+    let mut response = timed(response, fetch, render);
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+pub struct ToggleForm {
+    csrf_token: Option<String>,
+    trigger: Option<String>,
+    enabled: Option<String>,
+    /// The list's query string, to return to the same filtered view.
+    back: Option<String>,
+}
+
+/// `POST /funcs/<ns>/triggers`: start or stop one trigger, then back to the list.
+pub async fn toggle(
+    State(state): Shared,
+    Path(namespace): Path<String>,
+    caller: Caller,
+    submitted: Result<Form<ToggleForm>, FormRejection>,
+) -> Result<Response, ConsoleError> {
+    let submitted = form(submitted)?;
+    if caller.via == Via::Session {
+        let session = caller.session.as_ref().ok_or(ConsoleError::Csrf)?;
+        csrf::verify(session, submitted.csrf_token.as_deref()).await?;
+    }
+    check_name("namespace", &namespace)?;
+    caller.authorize(&namespace)?;
+    let trigger = submitted
+        .trigger
+        .ok_or_else(|| ConsoleError::BadRequest("the form has no trigger field".into()))?;
+    operator::model::validate_name("trigger", &trigger)
+        .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+    let enabled = match submitted.enabled.as_deref() {
+        Some("true") => true,
+        Some("false") => false,
+        _ => {
+            return Err(ConsoleError::BadRequest(
+                "enabled must be \"true\" or \"false\"".into(),
+            ));
+        }
+    };
+    let back = submitted
+        .back
+        .and_then(|b| format!("/?{b}").parse::<Uri>().ok())
+        .and_then(|uri| query::<ListQuery>(&uri).ok())
+        .map(|q| Selection::from_query(&q).to_query_string())
+        .filter(|q| !q.is_empty())
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+
+    let client = state.console.client(&caller.token, &namespace)?;
+    let result = state.console.set_trigger(&client, &trigger, enabled).await;
+    let verb = if enabled { "Started" } else { "Stopped" };
+    match (caller.via, result, &caller.session) {
+        (Via::Session, Ok(_), Some(session)) => {
+            session::set_flash(session, Flash::ok(format!("{verb} trigger {trigger}."))).await?;
+        }
+        (Via::Session, Err(e), Some(session)) => {
+            let action = if enabled { "start" } else { "stop" };
+            session::set_flash(
+                session,
+                Flash::error(format!("Could not {action} trigger {trigger}: {e}")),
+            )
+            .await?;
+        }
+        (_, Err(e), _) => return Err(e.into()),
+        (_, Ok(_), _) => {}
+    }
+    Ok(Redirect::to(&format!("/funcs/{namespace}{back}#trigger-{trigger}")).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct SourceQuery {
+    kind: Option<String>,
+}
+
+/// `/funcs/<ns>/source/<name>?kind=function|service`.
+pub async fn source(
+    State(state): Shared,
+    Path((namespace, name)): Path<(String, String)>,
+    Extension(nonce): Extension<Nonce>,
+    uri: Uri,
+    caller: Caller,
+) -> Result<Response, ConsoleError> {
+    check_name("namespace", &namespace)?;
+    caller.authorize(&namespace)?;
+    check_name("name", &name)?;
+    let source_query: SourceQuery = query(&uri)?;
+    let kind = match source_query.kind.as_deref() {
+        None | Some("") => EntryKind::Function,
+        Some(kind) => EntryKind::parse(kind).ok_or_else(|| {
+            ConsoleError::BadRequest(format!("kind={kind:?}: expected function or service"))
+        })?,
+    };
+    let client = state.console.client(&caller.token, &namespace)?;
+    let started = Instant::now();
+    let workload = state.console.workload(&client, kind, &name).await?;
+    let files = match &workload.s3_key {
+        Some(key) => Some(state.console.source(&client, kind, &name, key).await?),
+        None => None,
+    };
+    let ctx = page_context(&caller, &nonce).await?;
+    let fetch = started.elapsed();
+    let rendering = Instant::now();
+    let html = app::pages::render_source(
+        &SourcePage {
+            namespace: &namespace,
+            name: &name,
+            kind,
+            runtime: &workload.runtime,
+            phase: &workload.phase,
+            last_built_at: workload.last_built_at.as_deref(),
+            files: files.as_ref(),
+        },
+        &ctx,
+    );
+    let render = rendering.elapsed();
+    Ok(timed(Html(html).into_response(), fetch, render))
+}
+
+#[derive(Deserialize)]
+pub struct LoginQuery {
+    token: Option<String>,
+    next: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    token: Option<String>,
+    csrf_token: Option<String>,
+    next: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct LogoutForm {
+    csrf_token: Option<String>,
+}
+
+/// Verifies the token, starts the session, and sends the user on.
+async fn establish(
+    state: &ConsoleState,
+    session: &Session,
+    token: &str,
+    next: Option<&str>,
+) -> Result<Redirect, ConsoleError> {
+    let principal = auth::verify(&state.auth, token).await?;
+    let home = format!("/funcs/{}", principal.namespace);
+    session::log_in(
+        session,
+        SessionUser {
+            token: token.to_string(),
+            namespace: principal.namespace,
+            admin: principal.admin,
+        },
+    )
+    .await?;
+    Ok(Redirect::to(next.and_then(safe_next).unwrap_or(&home)))
+}
+
+async fn login_form(
+    session: &Session,
+    nonce: &Nonce,
+    next: Option<&str>,
+    error: Option<&str>,
+    status: StatusCode,
+) -> Result<Response, ConsoleError> {
+    let flash = session::take_flash(session).await?;
+    let ctx = PageContext {
+        nonce: nonce.0.clone(),
+        csrf: Some(csrf::token(session).await?),
+        user: None,
+        flash,
+    };
+    let html = app::pages::render_login(
+        &LoginPage {
+            next: next.and_then(safe_next),
+            error,
+        },
+        &ctx,
+    );
+    Ok((status, Html(html)).into_response())
+}
+
+/// `GET /login`: the form; `?token=` logs in at once and redirects, so the token
+/// leaves the address bar and the history.
+pub async fn login_page(
+    State(state): Shared,
+    Extension(nonce): Extension<Nonce>,
+    uri: Uri,
+    session: Session,
+    MaybeCaller(caller): MaybeCaller,
+) -> Result<Response, ConsoleError> {
+    let login_query: LoginQuery = query(&uri)?;
+    let next = login_query.next.as_deref().and_then(safe_next);
+    if let Some(token) = login_query.token.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+        return match establish(&state, &session, token, next).await {
+            Ok(redirect) => Ok(redirect.into_response()),
+            Err(ConsoleError::Unauthorized(reason)) => {
+                session::set_flash(&session, Flash::error(format!("That token did not work: {reason}")))
+                    .await?;
+                let next = next
+                    .map(|n| format!("?next={}", app::listing::url_encode(n)))
+                    .unwrap_or_default();
+                Ok(Redirect::to(&format!("/login{next}")).into_response())
+            }
+            Err(other) => Err(other),
+        };
+    }
+    if let Some(caller) = caller.filter(|c| c.via == Via::Session) {
+        let home = format!("/funcs/{}", caller.principal.namespace);
+        return Ok(Redirect::to(next.unwrap_or(&home)).into_response());
+    }
+    login_form(&session, &nonce, next, None, StatusCode::OK).await
+}
+
+/// `POST /login`: the pasted token.
+pub async fn login(
+    State(state): Shared,
+    Extension(nonce): Extension<Nonce>,
+    session: Session,
+    submitted: Result<Form<LoginForm>, FormRejection>,
+) -> Result<Response, ConsoleError> {
+    let submitted = form(submitted)?;
+    csrf::verify(&session, submitted.csrf_token.as_deref()).await?;
+    let next = submitted.next.as_deref();
+    let token = submitted.token.as_deref().map(str::trim).unwrap_or("");
+    if token.is_empty() {
+        return login_form(
+            &session,
+            &nonce,
+            next,
+            Some("Paste a token first."),
+            StatusCode::BAD_REQUEST,
+        )
+        .await;
+    }
+    match establish(&state, &session, token, next).await {
+        Ok(redirect) => Ok(redirect.into_response()),
+        Err(ConsoleError::Unauthorized(reason)) => {
+            let error = format!("That token did not work: {reason}");
+            login_form(&session, &nonce, next, Some(&error), StatusCode::UNAUTHORIZED).await
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// `POST /logout`: ends the session (the record is deleted, the cookie removed).
+pub async fn logout(
+    session: Session,
+    submitted: Result<Form<LogoutForm>, FormRejection>,
+) -> Result<Redirect, ConsoleError> {
+    let submitted = form(submitted)?;
+    csrf::verify(&session, submitted.csrf_token.as_deref()).await?;
+    session::log_out(&session).await?;
+    Ok(Redirect::to("/login"))
+}

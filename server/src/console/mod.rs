@@ -1,0 +1,112 @@
+//! The web console's wiring: routes, sessions, CSRF, security headers and static files
+//! around the pages and actions of the `app` crate. The console acts through the REST
+//! API with the user's own token, so it can run next to the API (`sless up`) or apart.
+
+mod assets;
+mod auth;
+mod csrf;
+mod error;
+mod handlers;
+mod headers;
+mod session;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use app::console::{Console, ConsoleOptions};
+use axum::Router;
+use axum::routing::{get, post};
+use operator::auth::Authenticator;
+
+/// Where the console finds the API and how it sets cookies.
+#[derive(Clone, Debug)]
+pub struct ConsoleConfig {
+    /// The REST API (the console's own process in `sless up`).
+    pub api_endpoint: String,
+    /// The base URL users reach the API and `/fn` at (shown in examples).
+    pub public_url: String,
+    /// Sessions live in `<data_dir>/sessions.db` (they survive a restart).
+    pub data_dir: PathBuf,
+    /// `Secure` on the session cookie: set when users reach the console over https.
+    pub secure_cookies: bool,
+    /// How many entries of the list page carry their highlighted source inline.
+    pub inline_sources: usize,
+}
+
+impl ConsoleConfig {
+    /// The embedded server's console: the API on the listen address over loopback.
+    /// `SLESS_SECURE_COOKIES` (true/false) overrides the cookie flag, which defaults to
+    /// whether the public URL is https.
+    pub fn embedded(data_dir: &Path, listen: SocketAddr, public_url: &str) -> anyhow::Result<Self> {
+        let mut loopback = listen;
+        if loopback.ip().is_unspecified() {
+            loopback.set_ip(if listen.is_ipv4() {
+                [127, 0, 0, 1].into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        let secure_cookies = match std::env::var("SLESS_SECURE_COOKIES") {
+            Ok(value) => parse_bool(&value)
+                .with_context(|| format!("SLESS_SECURE_COOKIES={value:?}: expected true or false"))?,
+            Err(_) => public_url.starts_with("https://"),
+        };
+        Ok(ConsoleConfig {
+            api_endpoint: format!("http://{loopback}"),
+            public_url: public_url.trim_end_matches('/').to_string(),
+            data_dir: data_dir.to_path_buf(),
+            secure_cookies,
+            inline_sources: ConsoleOptions::default().inline_sources,
+        })
+    }
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+/// What every console handler can reach.
+pub struct ConsoleState {
+    pub auth: Arc<Authenticator>,
+    pub console: Console,
+    pub public_url: String,
+}
+
+/// The console's routes: `/funcs/...`, `/login`, `/logout`, the stylesheet and static
+/// files, each response with the security headers and a fresh CSP nonce.
+pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::Result<Router> {
+    let sessions = session::layer(&config).await?;
+    let state = Arc::new(ConsoleState {
+        auth,
+        console: Console::new(ConsoleOptions {
+            api_endpoint: config.api_endpoint.clone(),
+            inline_sources: config.inline_sources,
+            ..ConsoleOptions::default()
+        }),
+        public_url: config.public_url.clone(),
+    });
+    let pages = Router::new()
+        .route("/", get(handlers::root))
+        .route("/funcs", get(handlers::home))
+        .route("/funcs/", get(handlers::home))
+        .route("/funcs/{ns}", get(handlers::list))
+        .route("/funcs/{ns}/", get(handlers::list))
+        .route("/funcs/{ns}/triggers", post(handlers::toggle))
+        .route("/funcs/{ns}/source/{name}", get(handlers::source))
+        .route("/login", get(handlers::login_page).post(handlers::login))
+        .route("/logout", post(handlers::logout))
+        .with_state(state)
+        .layer(axum::middleware::from_fn(headers::secure))
+        .layer(sessions);
+    // Static files need no session (no cookie lookups for every stylesheet request).
+    let files = assets::router().layer(axum::middleware::from_fn(headers::secure));
+    Ok(pages
+        .merge(files)
+        .layer(tower_http::trace::TraceLayer::new_for_http()))
+}

@@ -1,0 +1,317 @@
+//! `sless operator --platform kubernetes`: the REST API and the `/fn` proxy on the
+//! CustomResource store, and the controllers, in one process (or apart, with
+//! `--components`). `sless crds` prints the CRDs the operator needs.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use operator::api::{ApiConfig, AppState};
+use operator::auth::Authenticator;
+use operator::k8s::{
+    Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
+    KubeWorkloadLogs, S3ContextUrls,
+};
+use operator::proxy::{Proxy, ProxyConfig};
+use operator::s3::{ObjectStore, S3Config};
+
+use crate::settings::{AuthArgs, S3Args};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Platform {
+    /// CustomResources, Jobs, Deployments (the embedded platform is `sless up`).
+    Kubernetes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Components {
+    /// API, proxy and controllers in one process.
+    All,
+    /// Only the REST API and the `/fn` proxy.
+    Api,
+    /// Only the controllers.
+    Controllers,
+    /// Only the web console, acting through the API at --api-url.
+    Console,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BuilderArg {
+    /// BuildKit, rootless, daemonless.
+    Buildkit,
+    /// The maintained kaniko fork (needs root in its pod).
+    Kaniko,
+}
+
+#[derive(Args, Debug)]
+pub struct OperatorArgs {
+    #[arg(long, env = "SLESS_PLATFORM", value_enum, default_value_t = Platform::Kubernetes)]
+    pub platform: Platform,
+    #[arg(long, env = "SLESS_COMPONENTS", value_enum, default_value_t = Components::All)]
+    pub components: Components,
+    /// Address of the API and the `/fn` proxy.
+    #[arg(long, env = "SLESS_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Base of the URLs written to status: `<url>/fn/<ns>/<name>`. Without it, http
+    /// triggers get an Ingress (see --ingress-host).
+    #[arg(long, env = "SLESS_EXTERNAL_URL")]
+    pub external_url: Option<String>,
+    /// Registry (and path) builds push to: `<registry>/sless-<ns>-<name>:<tag>`.
+    #[arg(long, env = "SLESS_REGISTRY")]
+    pub registry: Option<String>,
+    /// A kubernetes.io/dockerconfigjson Secret in the operator's namespace, used to
+    /// push, and copied into every deploy namespace to pull.
+    #[arg(long, env = "SLESS_REGISTRY_SECRET")]
+    pub registry_secret: Option<String>,
+    /// Push and pull over plain HTTP (a registry inside the cluster).
+    #[arg(long, env = "SLESS_INSECURE_REGISTRY", default_value_t = false)]
+    pub insecure_registry: bool,
+    /// The namespace the operator runs in (the Deployment sets it from the pod).
+    #[arg(long, env = "SLESS_OPERATOR_NAMESPACE", default_value = "sless-system")]
+    pub operator_namespace: String,
+    #[arg(long, env = "SLESS_BUILDER", value_enum, default_value_t = BuilderArg::Buildkit)]
+    pub builder: BuilderArg,
+    #[arg(long, env = "SLESS_BUILDKIT_IMAGE", default_value = operator::k8s::BUILDKIT_IMAGE)]
+    pub buildkit_image: String,
+    #[arg(long, env = "SLESS_KANIKO_IMAGE", default_value = operator::k8s::KANIKO_IMAGE)]
+    pub kaniko_image: String,
+    /// Fetches build contexts and fires cron triggers.
+    #[arg(long, env = "SLESS_CURL_IMAGE", default_value = operator::k8s::CURL_IMAGE)]
+    pub curl_image: String,
+    /// For the Service DNS names the proxy and cron triggers call.
+    #[arg(long, env = "SLESS_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Ingress class of http-trigger Ingresses (only without --external-url).
+    #[arg(long, env = "SLESS_INGRESS_CLASS")]
+    pub ingress_class: Option<String>,
+    /// Host of http-trigger Ingresses and of their URLs (only without --external-url).
+    #[arg(long, env = "SLESS_INGRESS_HOST")]
+    pub ingress_host: Option<String>,
+    /// Registry prefix of the runtime base images named in build contexts.
+    #[arg(long, env = "SLESS_BASE_IMAGE_PREFIX", default_value = "sless")]
+    pub base_image_prefix: String,
+    /// Largest accepted zip, in MiB.
+    #[arg(long, env = "SLESS_MAX_UPLOAD_MB", default_value_t = 50)]
+    pub max_upload_mb: u64,
+    /// Largest request body `/fn` forwards, in MiB (413 above).
+    #[arg(long, env = "SLESS_MAX_INVOKE_BODY_MB", default_value_t = 256)]
+    pub max_invoke_body_mb: u64,
+    /// The REST API the console calls (with --components console).
+    #[arg(
+        long,
+        env = "SLESS_API_URL",
+        default_value = "http://sless-operator.sless-system.svc:8080"
+    )]
+    pub api_url: String,
+    /// Console sessions (with --components console); an emptyDir is enough.
+    #[arg(long, env = "SLESS_DATA_DIR", default_value = "/var/lib/sless")]
+    pub data_dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+impl OperatorArgs {
+    fn kube_config(&self) -> anyhow::Result<KubeConfig> {
+        let registry = self.registry.clone().context(
+            "the controllers need a registry to push builds to: set SLESS_REGISTRY \
+             (e.g. registry.example.com/sless)",
+        )?;
+        let mut config = KubeConfig::new(registry);
+        config.registry_secret = self.registry_secret.clone();
+        config.insecure_registry = self.insecure_registry;
+        config.operator_namespace = self.operator_namespace.clone();
+        config.builder = match self.builder {
+            BuilderArg::Buildkit => Builder::BuildKit,
+            BuilderArg::Kaniko => Builder::Kaniko,
+        };
+        config.images.buildkit = self.buildkit_image.clone();
+        config.images.kaniko = self.kaniko_image.clone();
+        config.images.curl = self.curl_image.clone();
+        for image in [&config.images.buildkit, &config.images.kaniko, &config.images.curl] {
+            anyhow::ensure!(
+                operator::k8s::manifests::is_pinned(image),
+                "image {image:?} must carry a version tag or digest (never :latest)"
+            );
+        }
+        config.cluster_domain = self.cluster_domain.clone();
+        config.external_url = self.external_url.clone();
+        config.ingress = IngressConfig {
+            class: self.ingress_class.clone(),
+            host: self.ingress_host.clone(),
+        };
+        Ok(config)
+    }
+
+    /// An external S3 endpoint, or AWS's own when none is given.
+    fn s3_config(&self) -> S3Config {
+        let s3 = &self.s3;
+        S3Config {
+            endpoint: s3.s3_endpoint.clone(),
+            region: s3.s3_region.clone(),
+            bucket: s3.s3_bucket.clone(),
+            access_key_id: s3.s3_access_key_id.clone(),
+            secret_access_key: s3.s3_secret_access_key.clone(),
+            force_path_style: s3.s3_path_style,
+        }
+    }
+
+    fn authenticator(&self) -> anyhow::Result<Authenticator> {
+        let a = &self.auth;
+        anyhow::ensure!(
+            a.jwt_hs256_secret.is_some()
+                || a.jwt_public_key_file.is_some()
+                || a.jwks_url.is_some()
+                || a.insecure_skip_jwt_verify,
+            "configure how tokens are verified: SLESS_JWKS_URL, SLESS_JWT_PUBLIC_KEY_FILE or \
+             SLESS_JWT_HS256_SECRET (there is no data dir key in Kubernetes mode)"
+        );
+        // A key source is set, so no data dir is read.
+        let config = a.config(Path::new("/nonexistent"))?;
+        Ok(Authenticator::new(config)?)
+    }
+}
+
+/// The CRDs, as `kubectl apply -f -` takes them.
+pub fn print_crds() -> anyhow::Result<()> {
+    print!("{}", operator::k8s::crds::crds_yaml()?);
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => {},
+            _ = terminate.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// The console alone: stateless but for its sessions, it needs no cluster access.
+async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
+    let auth = Arc::new(args.authenticator()?);
+    let public_url = args
+        .external_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", args.listen));
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let config = crate::console::ConsoleConfig {
+        api_endpoint: args.api_url.trim_end_matches('/').to_string(),
+        secure_cookies: public_url.starts_with("https://"),
+        public_url: public_url.trim_end_matches('/').to_string(),
+        data_dir: args.data_dir.clone(),
+        inline_sources: app::console::ConsoleOptions::default().inline_sources,
+    };
+    let app = crate::console::router(config, auth)
+        .await?
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .layer(tower_http::trace::TraceLayer::new_for_http());
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(address = %args.listen, api = %args.api_url, "console listening");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .context("serving")
+}
+
+pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
+    let Platform::Kubernetes = args.platform;
+    if args.components == Components::Console {
+        return run_console(&args).await;
+    }
+    let api = args.components != Components::Controllers;
+    let controllers = args.components != Components::Api;
+    // Fail on configuration before touching the cluster.
+    let kube_config = controllers.then(|| args.kube_config()).transpose()?;
+    let auth = api.then(|| args.authenticator()).transpose()?;
+
+    let client = operator::k8s::connect().await?;
+    let objects = ObjectStore::connect(&args.s3_config()).await?;
+    objects
+        .ensure_bucket()
+        .await
+        .context("preparing the S3 bucket")?;
+    let pod_logs = Arc::new(KubePodLogs::new(client.clone()));
+
+    let api_task = async {
+        let Some(auth) = auth else {
+            return std::future::pending().await;
+        };
+        operator::k8s::controller::check_crds(&client).await?;
+        let store = Arc::new(KubeStore::new(client.clone()));
+        // Watches keep the route table current with changes made by the controllers.
+        let _watchers = store.spawn_watchers();
+        let routes = KubeRoutes::new(args.cluster_domain.clone());
+        let _routes_task = routes.spawn(store.clone(), Duration::from_secs(60));
+        let proxy = Arc::new(Proxy::new(
+            routes,
+            ProxyConfig {
+                max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
+                ..ProxyConfig::default()
+            },
+        ));
+        let mut config = ApiConfig {
+            base_image_prefix: args.base_image_prefix.clone(),
+            ..ApiConfig::default()
+        };
+        config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;
+        let state = Arc::new(AppState {
+            store,
+            objects: objects.clone(),
+            auth: Arc::new(auth),
+            logs: Arc::new(KubeWorkloadLogs::new(client.clone(), pod_logs.clone())),
+            proxy: proxy.clone(),
+            config,
+        });
+        let app = operator::api::router(state)
+            .layer(tower_http::trace::TraceLayer::new_for_http())
+            .merge(operator::proxy::router(proxy));
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        tracing::info!(address = %args.listen, "API and /fn proxy listening");
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving")
+    };
+
+    let controller_task = async {
+        let Some(config) = kube_config else {
+            return std::future::pending().await;
+        };
+        let ctx = Context::new(
+            client.clone(),
+            config,
+            Arc::new(S3ContextUrls::new(objects.clone())),
+            pod_logs.clone(),
+        );
+        operator::k8s::run_controllers(ctx).await
+    };
+
+    // Whichever part stops first (a signal, or an error) stops the process.
+    tokio::select! {
+        result = api_task => result,
+        result = controller_task => result,
+    }
+}

@@ -1,0 +1,456 @@
+//! The developer CLI end to end: the real `sless` binary against `sless up` on a random
+//! port, with real Python and Node processes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(data_dir: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env_remove("SLESS_S3_ENDPOINT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start sless");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next().expect("sless exited before it was up").unwrap();
+        if let Some(rest) = line.strip_prefix("sless is up on ") {
+            break rest.trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, base }
+}
+
+/// A user of the CLI: their endpoint, token, and a home of their own so that `login`
+/// never touches the real one.
+struct User {
+    endpoint: String,
+    token: String,
+    home: PathBuf,
+    use_env: bool,
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self, what: &str) -> Self {
+        assert_eq!(
+            self.code, 0,
+            "{what} failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Fails with one `error:` line that contains every `needle`.
+    fn fails_with(self, what: &str, needles: &[&str]) -> Self {
+        assert_ne!(self.code, 0, "{what} should fail\nstdout:\n{}", self.stdout);
+        let last = self.stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("error: "), "{what}: stderr:\n{}", self.stderr);
+        for needle in needles {
+            assert!(
+                self.stderr.contains(needle),
+                "{what}: {needle:?} not in stderr:\n{}",
+                self.stderr
+            );
+        }
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+impl User {
+    fn new(server: &Server, token: String, home: &Path) -> Self {
+        Self {
+            endpoint: server.base.clone(),
+            token,
+            home: home.to_path_buf(),
+            use_env: true,
+        }
+    }
+
+    fn sless(&self, args: &[&str]) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
+        command
+            .args(args)
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env_remove("SLESS_ENDPOINT")
+            .env_remove("SLESS_API_TOKEN")
+            .stdin(Stdio::null());
+        if self.use_env {
+            command
+                .env("SLESS_ENDPOINT", &self.endpoint)
+                .env("SLESS_API_TOKEN", &self.token);
+        }
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = command.output().expect("run sless");
+        Run {
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+
+    /// Retries until `check` passes (logs and stops settle asynchronously).
+    fn eventually(&self, args: &[&str], check: impl Fn(&Run) -> bool) -> Run {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let run = self.sless(args);
+            if check(&run) {
+                return run;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sless {args:?} never passed\nstdout:\n{}\nstderr:\n{}",
+                run.stdout,
+                run.stderr
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn token(data_dir: &Path, sub: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_sless"))
+        .args(["token", "--sub", sub, "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+fn write_files(dir: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+}
+
+const PYTHON_HANDLER: &str = r#"
+def handle(event):
+    name = event.get("name", "world")
+    print(f"python handler saw {name}")
+    return {"greeting": f"hello, {name}", "runtime": "python"}
+"#;
+
+const NODE_HANDLER: &str = r#"
+exports.handle = async (event) => {
+  const name = event.name || 'world';
+  console.log(`node handler saw ${name}`);
+  return { greeting: `hi, ${name}`, runtime: 'node' };
+};
+"#;
+
+fn table_row<'a>(ls: &'a str, name: &str) -> Option<Vec<&'a str>> {
+    ls.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect())
+}
+
+#[test]
+fn everyday_developer_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start(&data);
+    let user = User::new(&server, token(&data, "cli-user"), &dir.path().join("home"));
+    let ns = operator::model::namespace_for_sub("cli-user");
+
+    let py = dir.path().join("py");
+    write_files(
+        &py,
+        &[
+            ("handler.py", PYTHON_HANDLER),
+            ("__pycache__/handler.cpython-311.pyc", "junk"),
+            ("notes.txt", "not for the server"),
+            (".slessignore", "notes.txt\n"),
+        ],
+    );
+    let node = dir.path().join("node");
+    write_files(
+        &node,
+        &[
+            ("handler.js", NODE_HANDLER),
+            ("node_modules/left-pad/index.js", "junk"),
+        ],
+    );
+    let py_path = py.display().to_string();
+    let node_path = node.display().to_string();
+
+    let deployed = user
+        .sless(&["deploy", &py_path, "--name", "py-hello", "--runtime", "python3.11"])
+        .ok("deploy python");
+    assert_eq!(
+        deployed.stdout.trim(),
+        format!("{}/fn/{ns}/py-hello", server.base),
+        "{}",
+        deployed.stderr
+    );
+    assert!(deployed.stderr.contains("Ready"), "{}", deployed.stderr);
+    assert!(deployed.stderr.contains("packed 1 file ("), "{}", deployed.stderr);
+    user.sless(&[
+        "deploy",
+        &node_path,
+        "--name",
+        "node-hello",
+        "--runtime",
+        "nodejs20",
+        "--env",
+        "GREETING=hi",
+        "--trigger",
+        "http",
+        "--trigger",
+        "cron:*/5 * * * *",
+    ])
+    .ok("deploy node");
+
+    let ls = user.sless(&["ls"]).ok("ls");
+    assert_eq!(
+        table_row(&ls.stdout, "NAME").unwrap(),
+        ["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"]
+    );
+    let py_row = table_row(&ls.stdout, "py-hello").expect("py-hello listed");
+    assert_eq!(py_row[..5], ["py-hello", "function", "python3.11", "Ready", "http"]);
+    let node_row = table_row(&ls.stdout, "node-hello").expect("node-hello listed");
+    assert_eq!(
+        node_row[..5],
+        ["node-hello", "function", "nodejs20", "Ready", "http,cron(*/5 * * * *)"]
+    );
+
+    let answer = user
+        .sless(&["invoke", "py-hello", "--data", r#"{"name":"cli"}"#])
+        .ok("invoke python")
+        .json();
+    assert_eq!(answer["greeting"], "hello, cli");
+    let event_file = dir.path().join("event.json");
+    std::fs::write(&event_file, r#"{"name":"file"}"#).unwrap();
+    let answer = user
+        .sless(&[
+            "invoke",
+            "node-hello",
+            "--data",
+            &format!("@{}", event_file.display()),
+        ])
+        .ok("invoke node")
+        .json();
+    assert_eq!(answer["greeting"], "hi, file");
+
+    user.eventually(&["logs", "py-hello", "--tail", "50"], |run| {
+        run.code == 0 && run.stdout.contains("python handler saw cli")
+    });
+    user.eventually(&["logs", "node-hello"], |run| {
+        run.code == 0 && run.stdout.contains("node handler saw file")
+    });
+
+    let described = user.sless(&["describe", "node-hello"]).ok("describe");
+    for needle in [
+        "Runtime:",
+        "nodejs20",
+        "GREETING=hi",
+        "node-hello-http",
+        "node-hello-cron",
+        "*/5 * * * *",
+        "POST",
+    ] {
+        assert!(
+            described.stdout.contains(needle),
+            "{needle:?} not in\n{}",
+            described.stdout
+        );
+    }
+
+    user.sless(&["trigger", "disable", "py-hello-http"])
+        .ok("disable");
+    user.sless(&["invoke", "py-hello"])
+        .fails_with("invoke a stopped function", &["503"]);
+    let ls = user.sless(&["ls"]).ok("ls");
+    assert_eq!(table_row(&ls.stdout, "py-hello").unwrap()[4], "http-off");
+    user.sless(&["trigger", "enable", "py-hello-http"])
+        .ok("enable");
+    let answer = user
+        .sless(&["invoke", "py-hello", "--data", r#"{"name":"again"}"#])
+        .ok("invoke after enable")
+        .json();
+    assert_eq!(answer["greeting"], "hello, again");
+    user.sless(&["trigger", "disable", "py-hello"])
+        .fails_with("disable by function name", &["py-hello-http"]);
+
+    let result = user
+        .sless(&[
+            "job",
+            "run",
+            "py-job",
+            "--function",
+            "py-hello",
+            "--event",
+            r#"{"name":"job"}"#,
+        ])
+        .ok("job run")
+        .json();
+    assert_eq!(result["greeting"], "hello, job");
+    let result = user
+        .sless(&[
+            "job",
+            "run",
+            "py-job",
+            "--function",
+            "py-hello",
+            "--event",
+            r#"{"name":"second run"}"#,
+        ])
+        .ok("job run again")
+        .json();
+    assert_eq!(result["greeting"], "hello, second run");
+
+    // A redeploy updates the function in place and keeps its trigger.
+    std::fs::write(
+        py.join("handler.py"),
+        PYTHON_HANDLER.replace("hello, ", "hello again, "),
+    )
+    .unwrap();
+    let redeployed = user
+        .sless(&["deploy", &py_path, "--name", "py-hello"])
+        .ok("redeploy");
+    assert!(redeployed.stderr.contains("updated function"), "{}", redeployed.stderr);
+    let answer = user
+        .sless(&["invoke", "py-hello", "--data", r#"{"name":"v2"}"#])
+        .ok("invoke v2")
+        .json();
+    assert_eq!(answer["greeting"], "hello again, v2");
+
+    // login stores the connection; later commands need no environment.
+    let mut stored = User::new(&server, user.token.clone(), &user.home);
+    stored.use_env = false;
+    stored
+        .sless(&["ls"])
+        .fails_with("ls before login", &["no token"]);
+    stored
+        .sless(&[
+            "login",
+            "--endpoint",
+            &server.base,
+            "--token",
+            &user.token,
+        ])
+        .ok("login");
+    let config = user.home.join(".config/sless/config.json");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(saved["endpoint"], server.base.as_str());
+    assert_eq!(saved["token"], user.token.as_str());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&config).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "config mode {mode:o}");
+    }
+    let ls = stored.sless(&["ls"]).ok("ls after login");
+    assert!(table_row(&ls.stdout, "py-hello").is_some(), "{}", ls.stdout);
+
+    user.sless(&["rm", "py-hello"]).ok("rm python");
+    let removed = user.sless(&["rm", "node-hello"]).ok("rm node");
+    assert!(removed.stderr.contains("node-hello-cron"), "{}", removed.stderr);
+    let ls = user.sless(&["ls"]).ok("ls after rm");
+    assert!(table_row(&ls.stdout, "py-hello").is_none(), "{}", ls.stdout);
+    assert!(table_row(&ls.stdout, "node-hello").is_none(), "{}", ls.stdout);
+    user.sless(&["trigger", "enable", "py-hello-http"])
+        .fails_with("the trigger went with its function", &["no trigger named"]);
+    user.sless(&["describe", "py-hello"])
+        .fails_with("describe a removed function", &["no function or service"]);
+}
+
+#[test]
+fn errors_a_person_can_act_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = start(&data);
+    let home = dir.path().join("home");
+    let user = User::new(&server, token(&data, "careless"), &home);
+
+    let closed_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut nowhere = User::new(&server, user.token.clone(), &home);
+    nowhere.endpoint = format!("http://127.0.0.1:{closed_port}");
+    nowhere
+        .sless(&["ls"])
+        .fails_with("unreachable endpoint", &["cannot reach sless", "SLESS_ENDPOINT"]);
+
+    let forged = operator::auth::issue_hs256(b"some other key", "careless", 600).unwrap();
+    let forger = User::new(&server, forged, &home);
+    forger.sless(&["ls"]).fails_with(
+        "bad token",
+        &["the token was refused", "sless token / sless login"],
+    );
+
+    let missing = dir.path().join("no-such-folder").display().to_string();
+    user.sless(&["deploy", &missing, "--name", "ghost", "--runtime", "python3.11"])
+        .fails_with("missing folder", &["does not exist"]);
+
+    let src = dir.path().join("src");
+    write_files(&src, &[("handler.py", PYTHON_HANDLER)]);
+    let src_path = src.display().to_string();
+    user.sless(&["deploy", &src_path, "--name", "legacy", "--runtime", "cobol"])
+        .fails_with("unsupported runtime", &["cobol", "python3.11", "nodejs20"]);
+
+    let broken = dir.path().join("broken");
+    write_files(
+        &broken,
+        &[
+            ("handler.py", PYTHON_HANDLER),
+            ("requirements.txt", "sless-no-such-package-for-the-cli-test==9.9.9\n"),
+        ],
+    );
+    let broken_path = broken.display().to_string();
+    let failed = user
+        .sless(&["deploy", &broken_path, "--name", "broken", "--runtime", "python3.11"])
+        .fails_with("build failure", &["failed to build", "Failed"]);
+    let last = failed.stderr.lines().last().unwrap();
+    assert!(last.contains("\"broken\""), "{last}");
+    // The log tail names what went wrong.
+    let before_last: String = failed
+        .stderr
+        .lines()
+        .rev()
+        .skip(1)
+        .take(20)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        before_last.contains("sless-no-such-package-for-the-cli-test"),
+        "{}",
+        failed.stderr
+    );
+}
