@@ -8,14 +8,19 @@ use serde::Deserialize;
 fn parsed() -> Vec<CustomResourceDefinition> {
     let yaml = crds_yaml().unwrap();
     serde_yaml::Deserializer::from_str(&yaml)
-        .map(|doc| CustomResourceDefinition::deserialize(doc).expect("an apiextensions.k8s.io/v1 CRD"))
+        .map(|doc| {
+            CustomResourceDefinition::deserialize(doc).expect("an apiextensions.k8s.io/v1 CRD")
+        })
         .collect()
 }
 
 #[test]
 fn crds_are_apiextensions_v1_with_schemas_and_status() {
     let crds = parsed();
-    let names: Vec<_> = crds.iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+    let names: Vec<_> = crds
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(
         names,
         [
@@ -26,7 +31,11 @@ fn crds_are_apiextensions_v1_with_schemas_and_status() {
         ]
     );
     let yaml = crds_yaml().unwrap();
-    assert_eq!(yaml.matches("apiVersion: apiextensions.k8s.io/v1\n").count(), 4);
+    assert_eq!(
+        yaml.matches("apiVersion: apiextensions.k8s.io/v1\n")
+            .count(),
+        4
+    );
     for crd in &crds {
         let spec = &crd.spec;
         assert_eq!(spec.group, "sless.kube5s.ru");
@@ -36,7 +45,11 @@ fn crds_are_apiextensions_v1_with_schemas_and_status() {
         assert_eq!(version.name, "v1alpha1");
         assert!(version.served && version.storage);
         assert!(
-            version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
             "{} has the status subresource",
             spec.names.kind
         );
@@ -57,10 +70,26 @@ fn crds_are_apiextensions_v1_with_schemas_and_status() {
         assert!(!text.contains("anyOf"), "{text}");
     }
     let function = &crds[0].spec.versions[0];
-    let spec = &function.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()
-        .properties.as_ref().unwrap()["spec"];
+    let spec = &function
+        .schema
+        .as_ref()
+        .unwrap()
+        .open_api_v3_schema
+        .as_ref()
+        .unwrap()
+        .properties
+        .as_ref()
+        .unwrap()["spec"];
     let fields = spec.properties.as_ref().unwrap();
-    for field in ["runtime", "entrypoint", "memoryMb", "timeoutSec", "env", "s3Key", "replicas"] {
+    for field in [
+        "runtime",
+        "entrypoint",
+        "memoryMb",
+        "timeoutSec",
+        "env",
+        "s3Key",
+        "replicas",
+    ] {
         assert!(fields.contains_key(field), "Function spec has {field}");
     }
 }

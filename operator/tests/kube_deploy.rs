@@ -35,7 +35,10 @@ fn install_objects() -> Vec<(String, Value)> {
         for doc in serde_yaml::Deserializer::from_str(&text) {
             let value = Value::deserialize(doc).unwrap();
             if !value.is_null() {
-                objects.push((path.file_name().unwrap().to_string_lossy().into_owned(), value));
+                objects.push((
+                    path.file_name().unwrap().to_string_lossy().into_owned(),
+                    value,
+                ));
             }
         }
     }
@@ -65,7 +68,11 @@ fn no_latest_tag_anywhere_in_the_install() {
     for entry in std::fs::read_dir(deploy_dir()).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(!text.contains(":latest"), "{} names :latest", path.display());
+        assert!(
+            !text.contains(":latest"),
+            "{} names :latest",
+            path.display()
+        );
     }
     let dockerfile = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
     let froms: Vec<&str> = dockerfile
@@ -77,7 +84,10 @@ fn no_latest_tag_anywhere_in_the_install() {
     for image in froms {
         assert!(is_pinned(image), "FROM {image} is not pinned");
     }
-    assert!(dockerfile.contains("\nUSER 10001"), "the image runs as non-root");
+    assert!(
+        dockerfile.contains("\nUSER 10001"),
+        "the image runs as non-root"
+    );
     let mut all = Vec::new();
     for (_, object) in install_objects() {
         images(&object, &mut all);
@@ -122,18 +132,37 @@ fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
     let rules = role.rules.unwrap();
     let allows = |group: &str, resource: &str, verb: &str| {
         rules.iter().any(|r| {
-            r.api_groups.as_deref().unwrap_or_default().iter().any(|g| g == group)
-                && r.resources.as_deref().unwrap_or_default().iter().any(|x| x == resource)
+            r.api_groups
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|g| g == group)
+                && r.resources
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|x| x == resource)
                 && r.verbs.iter().any(|v| v == verb)
         })
     };
     for resource in ["functions", "services", "triggers", "functionjobs"] {
         for verb in ["get", "list", "watch", "create", "patch", "delete"] {
-            assert!(allows("sless.kube5s.ru", resource, verb), "{resource} {verb}");
+            assert!(
+                allows("sless.kube5s.ru", resource, verb),
+                "{resource} {verb}"
+            );
         }
-        assert!(allows("sless.kube5s.ru", &format!("{resource}/status"), "patch"));
+        assert!(allows(
+            "sless.kube5s.ru",
+            &format!("{resource}/status"),
+            "patch"
+        ));
     }
-    for (group, resource) in [("apps", "deployments"), ("batch", "jobs"), ("batch", "cronjobs")] {
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+    ] {
         for verb in ["list", "watch", "create", "patch", "delete"] {
             assert!(allows(group, resource, verb), "{resource} {verb}");
         }
@@ -244,7 +273,10 @@ fn controller_objects_validate_against_the_kubernetes_schemas() {
     let objects = controller_objects();
     let mut yaml = String::new();
     for object in &objects {
-        assert!(object["apiVersion"].is_string() && object["kind"].is_string(), "{object}");
+        assert!(
+            object["apiVersion"].is_string() && object["kind"].is_string(),
+            "{object}"
+        );
         // JSON documents (valid YAML): a YAML dump would leave RFC 3339 strings
         // unquoted, and YAML 1.1 readers take them for timestamps.
         yaml.push_str("---\n");

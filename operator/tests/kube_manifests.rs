@@ -10,8 +10,8 @@ use operator::k8s::manifests::{
     self, BuildJob, CronTrigger, RunJob, Workload, build::fetch_script, is_pinned,
 };
 use operator::k8s::names::{
-    ANNOTATION_S3_KEY, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_KIND, LABEL_NAME,
-    LABEL_NAMESPACE, MANAGED_BY, build_job_name,
+    ANNOTATION_S3_KEY, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_KIND, LABEL_NAME, LABEL_NAMESPACE,
+    MANAGED_BY, build_job_name,
 };
 use operator::k8s::{Builder, KubeConfig};
 use operator::model::{Kind, Runtime, WorkloadSpec};
@@ -83,11 +83,21 @@ fn deployment_lives_in_the_deploy_namespace_with_owner_labels() {
     assert_eq!(labels[LABEL_KIND], "function");
     assert_eq!(labels[LABEL_NAME], "hello");
     assert_eq!(labels[LABEL_COMPONENT], "workload");
-    assert_eq!(d.metadata.annotations.as_ref().unwrap()[ANNOTATION_S3_KEY], KEY);
+    assert_eq!(
+        d.metadata.annotations.as_ref().unwrap()[ANNOTATION_S3_KEY],
+        KEY
+    );
     let spec = d.spec.as_ref().unwrap();
     assert_eq!(spec.replicas, Some(1));
     let selector = spec.selector.match_labels.as_ref().unwrap();
-    let pod_labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+    let pod_labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .as_ref()
+        .unwrap();
     for (k, v) in selector {
         assert_eq!(pod_labels.get(k), Some(v), "the selector picks the pods");
     }
@@ -97,7 +107,13 @@ fn deployment_lives_in_the_deploy_namespace_with_owner_labels() {
 fn deployment_rolls_on_each_build_and_renders_env_sorted() {
     let d = deployment();
     let template = &d.spec.as_ref().unwrap().template;
-    let annotations = template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+    let annotations = template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap();
     assert_eq!(
         annotations["kubectl.kubernetes.io/restartedAt"],
         "2025-01-01T12:00:05Z"
@@ -190,12 +206,16 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     assert_eq!(fetch.command.as_ref().unwrap()[2], fetch_script());
     assert!(fetch_script().contains("\"$SLESS_CONTEXT_URL\""));
     assert!(fetch_script().contains("tar -xzf"));
-    assert!(
-        env_of(fetch).contains(&("SLESS_CONTEXT_URL".into(), "https://s3.test/presigned".into()))
-    );
+    assert!(env_of(fetch).contains(&(
+        "SLESS_CONTEXT_URL".into(),
+        "https://s3.test/presigned".into()
+    )));
 
     let builder = &pod.containers[0];
-    assert_eq!(builder.image.as_deref(), Some(operator::k8s::BUILDKIT_IMAGE));
+    assert_eq!(
+        builder.image.as_deref(),
+        Some(operator::k8s::BUILDKIT_IMAGE)
+    );
     assert_eq!(
         builder.command.as_deref(),
         Some(&["buildctl-daemonless.sh".to_string()][..])
@@ -206,9 +226,10 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     assert!(args.ends_with(
         "--output type=image,name=registry.test/sless/sless-ns-hello:0123456789ab,push=true"
     ));
-    assert!(
-        env_of(builder).contains(&("BUILDKITD_FLAGS".into(), "--oci-worker-no-process-sandbox".into()))
-    );
+    assert!(env_of(builder).contains(&(
+        "BUILDKITD_FLAGS".into(),
+        "--oci-worker-no-process-sandbox".into()
+    )));
     let security = builder.security_context.as_ref().unwrap();
     assert_eq!(security.run_as_non_root, Some(true));
     assert_eq!(security.allow_privilege_escalation, Some(false));
@@ -227,9 +248,9 @@ fn build_job_with_kaniko_and_an_insecure_registry() {
     let args = builder.args.as_ref().unwrap();
     assert!(args.contains(&"--context=dir:///workspace".to_string()));
     assert!(args.contains(&"--dockerfile=/workspace/Dockerfile".to_string()));
-    assert!(args.contains(
-        &"--destination=registry.test/sless/sless-ns-hello:0123456789ab".to_string()
-    ));
+    assert!(
+        args.contains(&"--destination=registry.test/sless/sless-ns-hello:0123456789ab".to_string())
+    );
     assert!(args.contains(&"--insecure".to_string()));
     let buildkit = build(Builder::BuildKit, true);
     let args = pod_args(&buildkit);
@@ -288,7 +309,10 @@ fn cron_job_schedule_suspend_and_call() {
 
 #[test]
 fn run_job_carries_the_event_and_job_mode() {
-    let env = BTreeMap::from([("B".to_string(), "2".to_string()), ("A".to_string(), "1".to_string())]);
+    let env = BTreeMap::from([
+        ("B".to_string(), "2".to_string()),
+        ("A".to_string(), "1".to_string()),
+    ]);
     let job = manifests::run_job(
         &RunJob {
             namespace: NS,
@@ -312,7 +336,16 @@ fn run_job_carries_the_event_and_job_mode() {
     let container = &pod(&spec.template.spec).containers[0];
     let env = env_of(container);
     let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["A", "B", "SLESS_ENTRYPOINT", "SLESS_EVENT_JSON", "SLESS_MODE"]);
+    assert_eq!(
+        names,
+        [
+            "A",
+            "B",
+            "SLESS_ENTRYPOINT",
+            "SLESS_EVENT_JSON",
+            "SLESS_MODE"
+        ]
+    );
     assert!(env.contains(&("SLESS_EVENT_JSON".into(), "{\"day\": 1}".into())));
     assert!(env.contains(&("SLESS_MODE".into(), "job".into())));
 }
@@ -346,7 +379,10 @@ fn http_ingress_routes_the_fn_path_to_the_service() {
 #[test]
 fn every_image_the_controllers_use_is_pinned() {
     let deployment = serde_json::to_string(&deployment()).unwrap();
-    let jobs = [build(Builder::BuildKit, false), build(Builder::Kaniko, false)];
+    let jobs = [
+        build(Builder::BuildKit, false),
+        build(Builder::Kaniko, false),
+    ];
     let mut images: Vec<String> = jobs
         .iter()
         .flat_map(|job| {

@@ -89,7 +89,9 @@ impl Cluster {
 
     async fn reconcile_function(&self) -> kube::runtime::controller::Action {
         let function = Arc::new(self.function().await);
-        reconcile_function(function, self.ctx.clone()).await.unwrap()
+        reconcile_function(function, self.ctx.clone())
+            .await
+            .unwrap()
     }
 
     async fn reconcile_trigger(&self, name: &str) {
@@ -122,11 +124,20 @@ impl Cluster {
     }
 
     async fn deployment(&self) -> Option<Deployment> {
-        self.api::<Deployment>(DEPLOY_NS).get_opt("hello").await.unwrap()
+        self.api::<Deployment>(DEPLOY_NS)
+            .get_opt("hello")
+            .await
+            .unwrap()
     }
 
     async fn replicas(&self) -> i32 {
-        self.deployment().await.unwrap().spec.unwrap().replicas.unwrap()
+        self.deployment()
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas
+            .unwrap()
     }
 
     async fn names<K>(&self) -> Vec<String>
@@ -203,11 +214,24 @@ async fn function_build_deploy_restore_and_cleanup() {
     let status = function.status.clone().unwrap();
     assert_eq!(status.phase, Phase::Building);
     assert_eq!(function.annotations()[ANNOTATION_BUILD_JOB], build);
-    assert_eq!(action, kube::runtime::controller::Action::requeue(c.ctx.config.poll_interval));
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(c.ctx.config.poll_interval)
+    );
     let job = c.api::<Job>(DEPLOY_NS).get(&build).await.unwrap();
-    let init = &job.spec.unwrap().template.spec.unwrap().init_containers.unwrap()[0];
+    let init = &job
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .init_containers
+        .unwrap()[0];
     let url = init.env.as_ref().unwrap()[0].value.clone().unwrap();
-    assert!(url.starts_with(&format!("https://s3.test/sless/{KEY}")), "{url}");
+    assert!(
+        url.starts_with(&format!("https://s3.test/sless/{KEY}")),
+        "{url}"
+    );
 
     // Still running: nothing new.
     c.reconcile_function().await;
@@ -263,7 +287,10 @@ async fn function_build_deploy_restore_and_cleanup() {
         .unwrap();
     assert!(c.deployment().await.is_none());
     let action = c.reconcile_function().await;
-    assert_eq!(action, kube::runtime::controller::Action::requeue(c.ctx.config.ready_requeue));
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(c.ctx.config.ready_requeue)
+    );
     assert!(c.deployment().await.is_some());
 
     // Deleting the Function: the finalizer removes every child, the build Job too.
@@ -274,7 +301,12 @@ async fn function_build_deploy_restore_and_cleanup() {
     assert!(c.deployment().await.is_none());
     assert!(c.names::<KubeService>().await.is_empty());
     assert!(c.names::<Job>().await.is_empty());
-    assert!(!c.function().await.finalizers().contains(&FINALIZER.to_string()));
+    assert!(
+        !c.function()
+            .await
+            .finalizers()
+            .contains(&FINALIZER.to_string())
+    );
 }
 
 #[tokio::test]
@@ -300,8 +332,14 @@ async fn a_failed_build_is_failed_with_the_reason_and_not_retried() {
     assert_eq!(status.phase, Phase::Failed);
     let message = status.message.unwrap();
     assert!(message.contains("BackoffLimitExceeded"), "{message}");
-    assert!(message.contains("No matching distribution found"), "{message}");
-    assert_eq!(function.metadata.annotations.unwrap()[ANNOTATION_LAST_BUILT_S3KEY], KEY);
+    assert!(
+        message.contains("No matching distribution found"),
+        "{message}"
+    );
+    assert_eq!(
+        function.metadata.annotations.unwrap()[ANNOTATION_LAST_BUILT_S3KEY],
+        KEY
+    );
 
     // The failed Job is kept for its log; no second build, no Deployment.
     c.api::<Job>(DEPLOY_NS)
@@ -357,7 +395,13 @@ async fn trigger_enabled_drives_replicas_and_cron_suspend() {
     assert_eq!(cron.spec.as_ref().unwrap().suspend, Some(false));
     assert_eq!(cron.spec.as_ref().unwrap().schedule, "*/5 * * * *");
     assert_eq!(c.replicas().await, 1);
-    let status = c.api::<Trigger>(NS).get("tick").await.unwrap().status.unwrap();
+    let status = c
+        .api::<Trigger>(NS)
+        .get("tick")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert!(status.active, "{status:?}");
 
     // Stopped in place: the CronJob is suspended, the function scales to 0.
@@ -401,14 +445,24 @@ async fn http_trigger_writes_the_url_and_deleting_the_function_removes_its_cron_
             .unwrap();
         c.reconcile_trigger(name).await;
     }
-    let web = c.api::<Trigger>(NS).get("web").await.unwrap().status.unwrap();
+    let web = c
+        .api::<Trigger>(NS)
+        .get("web")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(
         web.url.as_deref(),
         Some("https://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
     );
     assert!(web.active);
     // An external URL is configured: no Ingress.
-    assert!(c.names::<k8s_openapi::api::networking::v1::Ingress>().await.is_empty());
+    assert!(
+        c.names::<k8s_openapi::api::networking::v1::Ingress>()
+            .await
+            .is_empty()
+    );
     assert_eq!(c.names::<CronJob>().await, ["tick"]);
 
     let function = c.function().await;
@@ -421,10 +475,19 @@ async fn http_trigger_writes_the_url_and_deleting_the_function_removes_its_cron_
         .await
         .unwrap();
     c.reconcile_trigger("tick").await;
-    let tick = c.api::<Trigger>(NS).get("tick").await.unwrap().status.unwrap();
+    let tick = c
+        .api::<Trigger>(NS)
+        .get("tick")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert!(!tick.active);
     assert!(tick.message.unwrap().contains("not found"));
-    assert!(c.names::<CronJob>().await.is_empty(), "not recreated for a missing function");
+    assert!(
+        c.names::<CronJob>().await.is_empty(),
+        "not recreated for a missing function"
+    );
 }
 
 #[tokio::test]
@@ -437,7 +500,13 @@ async fn a_trigger_of_a_missing_function_says_so_and_retries() {
     let trigger = Arc::new(c.api::<Trigger>(NS).get("web").await.unwrap());
     let action = reconcile_trigger(trigger, c.ctx.clone()).await.unwrap();
     assert_ne!(action, kube::runtime::controller::Action::await_change());
-    let status = c.api::<Trigger>(NS).get("web").await.unwrap().status.unwrap();
+    let status = c
+        .api::<Trigger>(NS)
+        .get("web")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert!(!status.active);
     assert_eq!(
         status.message.as_deref(),
@@ -461,7 +530,13 @@ async fn an_http_trigger_without_external_url_gets_an_ingress() {
         c.names::<k8s_openapi::api::networking::v1::Ingress>().await,
         ["web-http"]
     );
-    let status = c.api::<Trigger>(NS).get("web").await.unwrap().status.unwrap();
+    let status = c
+        .api::<Trigger>(NS)
+        .get("web")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(
         status.url.as_deref(),
         Some("http://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
@@ -470,7 +545,11 @@ async fn an_http_trigger_without_external_url_gets_an_ingress() {
         .await
         .unwrap();
     c.reconcile_trigger("web").await;
-    assert!(c.names::<k8s_openapi::api::networking::v1::Ingress>().await.is_empty());
+    assert!(
+        c.names::<k8s_openapi::api::networking::v1::Ingress>()
+            .await
+            .is_empty()
+    );
 }
 
 fn job_spec(run_id: i64) -> FunctionJobSpec {
@@ -495,9 +574,20 @@ async fn function_job_run_id_semantics() {
         .await
         .unwrap();
     c.reconcile_job("nightly").await;
-    let status = c.api::<FunctionJob>(NS).get("nightly").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("nightly")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Skipped);
-    assert!(c.names::<Job>().await.iter().all(|j| !j.starts_with("nightly")));
+    assert!(
+        c.names::<Job>()
+            .await
+            .iter()
+            .all(|j| !j.starts_with("nightly"))
+    );
 
     // run 1: a Job with the function's image and the event.
     modify::<FunctionJob, _>(&*c.store, NS, "nightly", |j| j.spec.run_id = 1)
@@ -519,7 +609,13 @@ async fn function_job_run_id_semantics() {
     assert_eq!(env["SLESS_EVENT_JSON"], "{\"day\": 1}");
     assert_eq!(env["GREETING"], "hi");
     assert_eq!(env["EXTRA"], "1");
-    let status = c.api::<FunctionJob>(NS).get("nightly").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("nightly")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Running);
     assert_eq!(status.job_name.as_deref(), Some("nightly-run-1"));
     assert!(status.start_time.is_some());
@@ -527,7 +623,13 @@ async fn function_job_run_id_semantics() {
     // Still running.
     c.reconcile_job("nightly").await;
     assert_eq!(
-        c.api::<FunctionJob>(NS).get("nightly").await.unwrap().status.unwrap().phase,
+        c.api::<FunctionJob>(NS)
+            .get("nightly")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .phase,
         JobPhase::Running
     );
 
@@ -540,7 +642,13 @@ async fn function_job_run_id_semantics() {
     );
     c.finish_job("nightly-run-1", true).await;
     c.reconcile_job("nightly").await;
-    let status = c.api::<FunctionJob>(NS).get("nightly").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("nightly")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Succeeded, "{status:?}");
     assert_eq!(status.message.as_deref(), Some("{\"processed\": 42}"));
     assert!(status.log_tail.unwrap().contains("processing day 1"));
@@ -559,9 +667,18 @@ async fn function_job_run_id_semantics() {
         .filter(|j| j.starts_with("nightly"))
         .collect();
     assert_eq!(jobs, ["nightly-run-2"]);
-    let status = c.api::<FunctionJob>(NS).get("nightly").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("nightly")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Running);
-    assert_eq!(status.message, None, "the previous run's record is replaced");
+    assert_eq!(
+        status.message, None,
+        "the previous run's record is replaced"
+    );
 
     // A failed run reports the handler's error.
     c.logs.set(
@@ -572,7 +689,13 @@ async fn function_job_run_id_semantics() {
     );
     c.finish_job("nightly-run-2", false).await;
     c.reconcile_job("nightly").await;
-    let status = c.api::<FunctionJob>(NS).get("nightly").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("nightly")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Failed);
     assert_eq!(status.message.as_deref(), Some("ValueError: bad day"));
 
@@ -581,7 +704,12 @@ async fn function_job_run_id_semantics() {
     reconcile_job(marked_for_deletion(&job), c.ctx.clone())
         .await
         .unwrap();
-    assert!(c.names::<Job>().await.iter().all(|j| !j.starts_with("nightly")));
+    assert!(
+        c.names::<Job>()
+            .await
+            .iter()
+            .all(|j| !j.starts_with("nightly"))
+    );
 }
 
 #[tokio::test]
@@ -592,7 +720,13 @@ async fn function_job_of_a_missing_or_unbuilt_function() {
         .await
         .unwrap();
     c.reconcile_job("orphan").await;
-    let status = c.api::<FunctionJob>(NS).get("orphan").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("orphan")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Failed);
     assert!(status.message.unwrap().contains("not found"));
 
@@ -605,7 +739,13 @@ async fn function_job_of_a_missing_or_unbuilt_function() {
         .await
         .unwrap();
     c.reconcile_job("waiting").await;
-    let status = c.api::<FunctionJob>(NS).get("waiting").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("waiting")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Pending);
     assert!(status.message.unwrap().contains("waiting for function"));
 }
@@ -626,7 +766,13 @@ async fn self_contained_job_builds_first() {
         .await
         .unwrap();
     c.reconcile_job("adhoc").await;
-    let status = c.api::<FunctionJob>(NS).get("adhoc").await.unwrap().status.unwrap();
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("adhoc")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
     assert_eq!(status.phase, JobPhase::Building);
     let build = build_job_name("adhoc", key);
     assert_eq!(c.names::<Job>().await, [build.clone()]);
@@ -669,7 +815,10 @@ async fn the_registry_secret_is_copied_and_kept_in_sync() {
     c.reconcile_function().await;
     let copy = c.api::<Secret>(DEPLOY_NS).get("regcred").await.unwrap();
     assert_eq!(copy.data, secret("{\"auths\":{\"a\":{}}}").data);
-    assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
+    assert_eq!(
+        copy.type_.as_deref(),
+        Some("kubernetes.io/dockerconfigjson")
+    );
 
     // The source changes: the next reconcile updates the copy.
     sources
@@ -744,5 +893,9 @@ async fn status_written_by_the_api_survives_reconciles_of_other_fields() {
     .unwrap();
     c.reconcile_function().await;
     let status = c.function().await.status.unwrap();
-    assert_eq!(status.phase, Phase::Pending, "no code: the controller corrects it");
+    assert_eq!(
+        status.phase,
+        Phase::Pending,
+        "no code: the controller corrects it"
+    );
 }

@@ -40,9 +40,12 @@ impl Drop for Server {
 
 async fn server() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let s3 = EmbeddedS3::start(&dir.path().join("objects"), SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .unwrap();
+    let s3 = EmbeddedS3::start(
+        &dir.path().join("objects"),
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .unwrap();
     let objects = ObjectStore::connect(&s3.config("sless")).await.unwrap();
     objects.ensure_bucket().await.unwrap();
     let store: Arc<dyn Store> = Arc::new(KubeStore::new(kube_common::fake_client().await));
@@ -68,9 +71,12 @@ async fn server() -> Server {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = operator::api::router(state).merge(operator::proxy::router(proxy));
     let task = tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .unwrap();
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
     });
     Server {
         base,
@@ -83,7 +89,13 @@ async fn server() -> Server {
     }
 }
 
-async fn send(server: &Server, user: &User, method: M, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+async fn send(
+    server: &Server,
+    user: &User,
+    method: M,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut request = server
         .client
         .request(method, format!("{}{path}", server.base))
@@ -133,28 +145,57 @@ async fn function_crud_conflicts_and_zero_values() {
 
     let (status, body) = send(&server, &alice, M::POST, &base, Some(function("hello"))).await;
     assert_eq!(status, StatusCode::CONFLICT);
-    assert!(body["error"].as_str().unwrap().contains("already exists"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("already exists"),
+        "{body}"
+    );
 
     let (_, list) = send(&server, &alice, M::GET, &base, None).await;
-    let names: Vec<_> = list.as_array().unwrap().iter().map(|f| f["name"].clone()).collect();
+    let names: Vec<_> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].clone())
+        .collect();
     assert_eq!(names, [json!("hello"), json!("minimal")]);
 
     let mut changed = function("hello");
     changed["memory_mb"] = json!(512);
     changed["env_vars"] = json!({"OTHER": "x"});
-    let (status, updated) = send(&server, &alice, M::PUT, &format!("{base}/hello"), Some(changed)).await;
+    let (status, updated) = send(
+        &server,
+        &alice,
+        M::PUT,
+        &format!("{base}/hello"),
+        Some(changed),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{updated}");
     let (_, fetched) = send(&server, &alice, M::GET, &format!("{base}/hello"), None).await;
     assert_eq!(fetched["memory_mb"], 512);
     // PUT replaces the spec: the removed env var is gone.
     assert_eq!(fetched["env_vars"], json!({"OTHER": "x"}));
 
-    for (field, zero) in [("runtime", json!("")), ("entrypoint", json!("")), ("memory_mb", json!(0))] {
+    for (field, zero) in [
+        ("runtime", json!("")),
+        ("entrypoint", json!("")),
+        ("memory_mb", json!(0)),
+    ] {
         let mut body = function("hello");
         body[field] = zero;
-        let (status, error) = send(&server, &alice, M::PUT, &format!("{base}/hello"), Some(body)).await;
+        let (status, error) = send(
+            &server,
+            &alice,
+            M::PUT,
+            &format!("{base}/hello"),
+            Some(body),
+        )
+        .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{field}");
-        assert!(error["error"].as_str().unwrap().starts_with(field), "{error}");
+        assert!(
+            error["error"].as_str().unwrap().starts_with(field),
+            "{error}"
+        );
     }
 
     let (status, _) = send(&server, &alice, M::DELETE, &format!("{base}/hello"), None).await;
@@ -196,12 +237,25 @@ async fn a_stale_resource_version_is_a_409() {
     let mut statuses = [first.0, second.0];
     statuses.sort();
     assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT]);
-    let winner = if first.0 == StatusCode::OK { first.1 } else { second.1 };
+    let winner = if first.0 == StatusCode::OK {
+        first.1
+    } else {
+        second.1
+    };
     let (_, stored) = send(&server, &alice, M::GET, &path, None).await;
-    assert_eq!(stored["memory_mb"], winner["memory_mb"], "the loser did not overwrite");
+    assert_eq!(
+        stored["memory_mb"], winner["memory_mb"],
+        "the loser did not overwrite"
+    );
     let (status, body) = send(&server, &alice, M::PUT, &path, Some(update(2048))).await;
     assert_eq!(status, StatusCode::CONFLICT);
-    assert!(body["error"].as_str().unwrap().contains("changed by someone else"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("changed by someone else"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
@@ -210,7 +264,14 @@ async fn failed_functions_are_replaced_and_names_are_shared_with_services() {
     let alice = user("alice");
     let functions = format!("/v1/namespaces/{}/functions", alice.ns);
     let services = format!("/v1/namespaces/{}/services", alice.ns);
-    send(&server, &alice, M::POST, &functions, Some(function("flaky"))).await;
+    send(
+        &server,
+        &alice,
+        M::POST,
+        &functions,
+        Some(function("flaky")),
+    )
+    .await;
     modify_status::<Function, _>(&*server.store, &alice.ns, "flaky", |o| {
         o.status.phase = Phase::Failed;
         o.status.message = Some("build failed".into());
@@ -229,7 +290,10 @@ async fn failed_functions_are_replaced_and_names_are_shared_with_services() {
     assert_eq!(svc["kind"], "service");
     let (status, body) = send(&server, &alice, M::POST, &functions, Some(function("api"))).await;
     assert_eq!(status, StatusCode::CONFLICT);
-    assert!(body["error"].as_str().unwrap().contains("share names"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("share names"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
@@ -313,7 +377,10 @@ async fn upload_sets_the_key_and_building_and_the_context_can_be_presigned() {
         .client
         .post(format!("{}{base}/hello/upload", server.base))
         .bearer_auth(&alice.token)
-        .multipart(code_form(zip_of(&[("handler.py", b"def handle(e):\n    return e\n")])))
+        .multipart(code_form(zip_of(&[(
+            "handler.py",
+            b"def handle(e):\n    return e\n",
+        )])))
         .send()
         .await
         .unwrap();
@@ -356,7 +423,10 @@ async fn the_store_seam_on_custom_resources() {
     assert!(store.ensure_namespace("ns").await.unwrap());
     assert!(!store.ensure_namespace("ns").await.unwrap());
 
-    let created = store.create_typed::<Function>("ns", "f", &spec()).await.unwrap();
+    let created = store
+        .create_typed::<Function>("ns", "f", &spec())
+        .await
+        .unwrap();
     assert_eq!(changes.recv().await.unwrap().name, "f");
     assert_eq!(created.status.phase, Phase::Pending);
     assert!(matches!(
@@ -373,7 +443,10 @@ async fn the_store_seam_on_custom_resources() {
 
     let mut stale = created.clone();
     stale.spec.workload.memory_mb = 512;
-    assert!(matches!(store.update_typed(&stale).await, Err(StoreError::Conflict { .. })));
+    assert!(matches!(
+        store.update_typed(&stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
     assert!(matches!(
         store.update_status_typed(&stale).await,
         Err(StoreError::Conflict { .. })
@@ -389,9 +462,20 @@ async fn the_store_seam_on_custom_resources() {
     // Clearing a field clears it (not a merge).
     let mut cleared = written.clone();
     cleared.status.message = None;
-    assert_eq!(store.update_status_typed(&cleared).await.unwrap().status.message, None);
+    assert_eq!(
+        store
+            .update_status_typed(&cleared)
+            .await
+            .unwrap()
+            .status
+            .message,
+        None
+    );
 
-    store.create_typed::<Function>("other", "g", &spec()).await.unwrap();
+    store
+        .create_typed::<Function>("other", "g", &spec())
+        .await
+        .unwrap();
     let all: Vec<_> = store
         .list_typed::<Function>(None)
         .await
@@ -399,12 +483,24 @@ async fn the_store_seam_on_custom_resources() {
         .into_iter()
         .map(|o| (o.meta.namespace, o.meta.name))
         .collect();
-    assert_eq!(all, [("ns".into(), "f".into()), ("other".into(), "g".into())]);
+    assert_eq!(
+        all,
+        [("ns".into(), "f".into()), ("other".into(), "g".into())]
+    );
 
     assert!(store.delete(Kind::Function, "ns", "f").await.unwrap());
     assert!(!store.delete(Kind::Function, "ns", "f").await.unwrap());
-    assert!(store.get(Kind::Function, "ns", "f").await.unwrap().is_none());
-    assert!(matches!(store.update_typed(&written).await, Err(StoreError::NotFound { .. })));
+    assert!(
+        store
+            .get(Kind::Function, "ns", "f")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(
+        store.update_typed(&written).await,
+        Err(StoreError::NotFound { .. })
+    ));
 }
 
 #[tokio::test]
@@ -425,8 +521,20 @@ async fn an_object_being_deleted_is_gone_for_the_api() {
         .unwrap();
     let kube = KubeStore::new(client).with_terminating_wait(Duration::from_millis(300));
     let store: &dyn Store = &kube;
-    assert!(store.get(Kind::Function, "ns", "old").await.unwrap().is_none());
-    assert!(store.list(Kind::Function, Some("ns")).await.unwrap().is_empty());
+    assert!(
+        store
+            .get(Kind::Function, "ns", "old")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .list(Kind::Function, Some("ns"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(!store.delete(Kind::Function, "ns", "old").await.unwrap());
     // Re-creating waits for the cleanup, then reports the name as taken.
     let started = std::time::Instant::now();
@@ -445,7 +553,9 @@ async fn routes_follow_the_store() {
     let ns = "sless-ab";
     let mut ready = spec();
     ready.workload.s3_key = Some("contexts/sless-ab/hello/1.tar.gz".into());
-    kube.create_typed::<Function>(ns, "hello", &ready).await.unwrap();
+    kube.create_typed::<Function>(ns, "hello", &ready)
+        .await
+        .unwrap();
     modify_status::<Function, _>(&*kube, ns, "hello", |f| f.status.phase = Phase::Ready)
         .await
         .unwrap();
@@ -461,7 +571,10 @@ async fn routes_follow_the_store() {
             panic!("route never matched: {:?}", routes.route(ns, "hello"));
         }
     };
-    let route = wait_for(|r| matches!(r, Route::Unavailable { reason } if reason.contains("no http trigger"))).await;
+    let route = wait_for(
+        |r| matches!(r, Route::Unavailable { reason } if reason.contains("no http trigger")),
+    )
+    .await;
     assert!(matches!(route, Route::Unavailable { .. }));
 
     let trigger = TriggerSpec {
@@ -471,7 +584,9 @@ async fn routes_follow_the_store() {
         queue: None,
         enabled: true,
     };
-    kube.create_typed::<Trigger>(ns, "web", &trigger).await.unwrap();
+    kube.create_typed::<Trigger>(ns, "web", &trigger)
+        .await
+        .unwrap();
     let route = wait_for(|r| matches!(r, Route::Ready { .. })).await;
     assert_eq!(
         route,

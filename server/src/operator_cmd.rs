@@ -132,7 +132,11 @@ impl OperatorArgs {
         config.images.buildkit = self.buildkit_image.clone();
         config.images.kaniko = self.kaniko_image.clone();
         config.images.curl = self.curl_image.clone();
-        for image in [&config.images.buildkit, &config.images.kaniko, &config.images.curl] {
+        for image in [
+            &config.images.buildkit,
+            &config.images.kaniko,
+            &config.images.curl,
+        ] {
             anyhow::ensure!(
                 operator::k8s::manifests::is_pinned(image),
                 "image {image:?} must carry a version tag or digest (never :latest)"

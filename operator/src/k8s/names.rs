@@ -100,7 +100,11 @@ pub fn fit(base: &str, suffix: &str, max: usize) -> String {
 
 /// The build Job of one upload: one per s3Key, so the same upload is never built twice.
 pub fn build_job_name(name: &str, s3_key: &str) -> String {
-    fit(name, &format!("-build-{}", short_hash(s3_key, 10)), MAX_NAME)
+    fit(
+        name,
+        &format!("-build-{}", short_hash(s3_key, 10)),
+        MAX_NAME,
+    )
 }
 
 /// The Job of one FunctionJob run.

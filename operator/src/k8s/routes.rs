@@ -10,7 +10,9 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 use super::names::service_authority;
-use crate::model::{Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus};
+use crate::model::{
+    Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus,
+};
 use crate::proxy::{Route, RouteTable};
 use crate::store::{Object, Store, StoreError, StoreExt};
 
@@ -40,7 +42,12 @@ fn timeout(spec: &WorkloadSpec) -> Option<Duration> {
 }
 
 /// Not Ready yet, or failed: why, for the caller's 503.
-fn not_ready(kind: Kind, name: &str, spec: &WorkloadSpec, status: &WorkloadStatus) -> Option<String> {
+fn not_ready(
+    kind: Kind,
+    name: &str,
+    spec: &WorkloadSpec,
+    status: &WorkloadStatus,
+) -> Option<String> {
     let noun = kind.noun();
     match status.phase {
         Phase::Ready => None,
@@ -57,7 +64,11 @@ fn not_ready(kind: Kind, name: &str, spec: &WorkloadSpec, status: &WorkloadStatu
 
 /// Where `/fn/<ns>/<name>` goes for a Function: its Service, if it is Ready and an
 /// enabled http trigger exposes it.
-pub fn function_route(function: &Object<Function>, triggers: &[Object<Trigger>], cluster_domain: &str) -> Route {
+pub fn function_route(
+    function: &Object<Function>,
+    triggers: &[Object<Trigger>],
+    cluster_domain: &str,
+) -> Route {
     let name = &function.meta.name;
     let spec = &function.spec.workload;
     if let Some(reason) = not_ready(Kind::Function, name, spec, &function.status) {
@@ -80,9 +91,9 @@ pub fn function_route(function: &Object<Function>, triggers: &[Object<Trigger>],
              PATCH .../triggers/{} {{\"enabled\": true}}",
             stopped.meta.name, stopped.meta.name
         ),
-        None => format!(
-            "function {name:?} has no http trigger; create one (type http) to call it here"
-        ),
+        None => {
+            format!("function {name:?} has no http trigger; create one (type http) to call it here")
+        }
     };
     Route::Unavailable { reason }
 }
@@ -110,7 +121,11 @@ impl KubeRoutes {
     }
 
     /// Recomputes every route of one namespace.
-    pub async fn refresh_namespace(&self, store: &dyn Store, namespace: &str) -> Result<(), StoreError> {
+    pub async fn refresh_namespace(
+        &self,
+        store: &dyn Store,
+        namespace: &str,
+    ) -> Result<(), StoreError> {
         let functions = store.list_typed::<Function>(Some(namespace)).await?;
         let services = store.list_typed::<Service>(Some(namespace)).await?;
         let triggers = store.list_typed::<Trigger>(Some(namespace)).await?;

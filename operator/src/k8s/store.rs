@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -88,7 +90,10 @@ fn to_raw(kind: Kind, object: DynamicObject) -> Result<RawObject> {
         .ok_or_else(|| missing("resourceVersion"))?;
     let mut data = object.data;
     let spec = data.get_mut("spec").map(Value::take).unwrap_or(Value::Null);
-    let status = data.get_mut("status").map(Value::take).unwrap_or(Value::Null);
+    let status = data
+        .get_mut("status")
+        .map(Value::take)
+        .unwrap_or(Value::Null);
     Ok(RawObject {
         kind,
         meta: Meta {

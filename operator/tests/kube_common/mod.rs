@@ -70,14 +70,23 @@ fn failure(code: u16, reason: &str, message: String) -> Response<Body> {
     )
 }
 
-fn serve_namespaces(namespaces: &Namespaces, method: &Method, name: &str, body: &[u8]) -> Response<Body> {
+fn serve_namespaces(
+    namespaces: &Namespaces,
+    method: &Method,
+    name: &str,
+    body: &[u8],
+) -> Response<Body> {
     let mut namespaces = namespaces.lock().unwrap();
     match (method.as_str(), name) {
         ("POST", "") => {
             let mut object: Value = serde_json::from_slice(body).unwrap();
             let name = object["metadata"]["name"].as_str().unwrap().to_string();
             if namespaces.contains_key(&name) {
-                return failure(409, "AlreadyExists", format!("namespaces {name:?} already exists"));
+                return failure(
+                    409,
+                    "AlreadyExists",
+                    format!("namespaces {name:?} already exists"),
+                );
             }
             object["apiVersion"] = json!("v1");
             object["kind"] = json!("Namespace");

@@ -285,7 +285,10 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
     let annotations = job.annotations();
     let image = workload_image(&ctx.config.registry, namespace, &name, key);
     let api: Api<FunctionJob> = Api::namespaced(ctx.client.clone(), namespace);
-    let built = annotations.get(ANNOTATION_LAST_BUILT_S3KEY).map(String::as_str) == Some(key);
+    let built = annotations
+        .get(ANNOTATION_LAST_BUILT_S3KEY)
+        .map(String::as_str)
+        == Some(key);
     if built {
         if annotations.contains_key(ANNOTATION_BUILD_FAILED) {
             return Ok(Planned::Fail(format!(
@@ -308,7 +311,8 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
                 if annotations.get(ANNOTATION_BUILD_JOB) != Some(&job) {
                     annotate(&api, &name, &[(ANNOTATION_BUILD_JOB, Some(&job))]).await?;
                 }
-                let mut building = waiting(format!("building version {} (job {job})", version_of(key)));
+                let mut building =
+                    waiting(format!("building version {} (job {job})", version_of(key)));
                 building.phase = JobPhase::Building;
                 return Ok(Planned::Wait(building));
             }

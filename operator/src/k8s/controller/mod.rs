@@ -226,7 +226,11 @@ where
 }
 
 /// Deletes every object matching `selector` but `keep`; Jobs take their pods along.
-pub(crate) async fn delete_labelled<K>(api: &Api<K>, selector: &str, keep: Option<&str>) -> Result<usize>
+pub(crate) async fn delete_labelled<K>(
+    api: &Api<K>,
+    selector: &str,
+    keep: Option<&str>,
+) -> Result<usize>
 where
     K: Resource + Clone + Debug + DeserializeOwned,
 {
@@ -262,13 +266,22 @@ where
 }
 
 /// Sets (`Some`) or removes (`None`) annotations.
-pub(crate) async fn annotate<K>(api: &Api<K>, name: &str, changes: &[(&str, Option<&str>)]) -> Result<()>
+pub(crate) async fn annotate<K>(
+    api: &Api<K>,
+    name: &str,
+    changes: &[(&str, Option<&str>)],
+) -> Result<()>
 where
     K: Resource + Clone + Debug + DeserializeOwned,
 {
     let annotations: serde_json::Map<String, Value> = changes
         .iter()
-        .map(|(k, v)| (k.to_string(), v.map_or(Value::Null, |v| Value::String(v.into()))))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.map_or(Value::Null, |v| Value::String(v.into())),
+            )
+        })
         .collect();
     api.patch(
         name,
@@ -299,7 +312,11 @@ where
         "resourceVersion": object.resource_version(),
     }});
     let patched = api
-        .patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
         .await?;
     Ok(Arc::new(patched))
 }
@@ -359,7 +376,10 @@ pub fn job_outcome(job: &Job) -> JobOutcome {
 }
 
 /// The owner a labelled child belongs to, as a reconcile request for kind `K`.
-fn owner_ref<K>(child_labels: &std::collections::BTreeMap<String, String>, kind: Kind) -> Option<ObjectRef<K>>
+fn owner_ref<K>(
+    child_labels: &std::collections::BTreeMap<String, String>,
+    kind: Kind,
+) -> Option<ObjectRef<K>>
 where
     K: Resource<DynamicType = ()>,
 {
@@ -377,11 +397,14 @@ fn secret_changes(ctx: &Context) -> impl Stream<Item = ()> + Send + 'static {
         Some(name) => {
             let api: Api<Secret> =
                 Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
-            watcher(api, watcher::Config::default().fields(&format!("metadata.name={name}")))
-                .default_backoff()
-                .touched_objects()
-                .filter_map(|r| async move { r.ok().map(|_| ()) })
-                .boxed()
+            watcher(
+                api,
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+            )
+            .default_backoff()
+            .touched_objects()
+            .filter_map(|r| async move { r.ok().map(|_| ()) })
+            .boxed()
         }
         None => futures::stream::pending().boxed(),
     }
@@ -390,7 +413,12 @@ fn secret_changes(ctx: &Context) -> impl Stream<Item = ()> + Send + 'static {
 async fn drain<K, S>(name: &'static str, stream: S)
 where
     K: Resource,
-    S: Stream<Item = std::result::Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<Error, watcher::Error>>>,
+    S: Stream<
+        Item = std::result::Result<
+            (ObjectRef<K>, Action),
+            kube::runtime::controller::Error<Error, watcher::Error>,
+        >,
+    >,
 {
     stream
         .for_each(|result| async move {
@@ -405,7 +433,10 @@ where
 pub async fn check_crds(client: &Client) -> anyhow::Result<()> {
     async fn probe<K>(client: &Client) -> anyhow::Result<()>
     where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + Debug
+            + DeserializeOwned,
     {
         Api::<K>::all(client.clone())
             .list(&ListParams::default().limit(1))
@@ -432,13 +463,19 @@ pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
     let all = watcher::Config::default;
 
     let functions = Controller::new(Api::<Function>::all(client.clone()), all())
-        .watches(Api::<Trigger>::all(client.clone()), all(), |trigger: Trigger| {
-            let namespace = trigger.namespace()?;
-            Some(ObjectRef::new(&trigger.spec.function_ref).within(&namespace))
-        })
-        .watches(Api::<Deployment>::all(client.clone()), managed(), |d: Deployment| {
-            owner_ref(d.labels(), Kind::Function)
-        })
+        .watches(
+            Api::<Trigger>::all(client.clone()),
+            all(),
+            |trigger: Trigger| {
+                let namespace = trigger.namespace()?;
+                Some(ObjectRef::new(&trigger.spec.function_ref).within(&namespace))
+            },
+        )
+        .watches(
+            Api::<Deployment>::all(client.clone()),
+            managed(),
+            |d: Deployment| owner_ref(d.labels(), Kind::Function),
+        )
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Function)
         })
@@ -447,9 +484,11 @@ pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
         .run(reconcile_function, error_policy, ctx.clone());
 
     let services = Controller::new(Api::<Service>::all(client.clone()), all())
-        .watches(Api::<Deployment>::all(client.clone()), managed(), |d: Deployment| {
-            owner_ref(d.labels(), Kind::Service)
-        })
+        .watches(
+            Api::<Deployment>::all(client.clone()),
+            managed(),
+            |d: Deployment| owner_ref(d.labels(), Kind::Service),
+        )
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Service)
         })
@@ -460,19 +499,25 @@ pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
     let trigger_controller = Controller::new(Api::<Trigger>::all(client.clone()), all());
     let known_triggers = trigger_controller.store();
     let triggers = trigger_controller
-        .watches(Api::<Function>::all(client.clone()), all(), move |function: Function| {
-            let namespace = function.namespace();
-            let name = function.name_any();
-            known_triggers
-                .state()
-                .into_iter()
-                .filter(|t| t.namespace() == namespace && t.spec.function_ref == name)
-                .map(|t| ObjectRef::from_obj(&*t))
-                .collect::<Vec<_>>()
-        })
-        .watches(Api::<CronJob>::all(client.clone()), managed(), |c: CronJob| {
-            owner_ref(c.labels(), Kind::Trigger)
-        })
+        .watches(
+            Api::<Function>::all(client.clone()),
+            all(),
+            move |function: Function| {
+                let namespace = function.namespace();
+                let name = function.name_any();
+                known_triggers
+                    .state()
+                    .into_iter()
+                    .filter(|t| t.namespace() == namespace && t.spec.function_ref == name)
+                    .map(|t| ObjectRef::from_obj(&*t))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            Api::<CronJob>::all(client.clone()),
+            managed(),
+            |c: CronJob| owner_ref(c.labels(), Kind::Trigger),
+        )
         .shutdown_on_signal()
         .run(reconcile_trigger, error_policy, ctx.clone());
 

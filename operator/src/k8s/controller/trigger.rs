@@ -38,8 +38,18 @@ pub async fn reconcile_trigger(trigger: Arc<Trigger>, ctx: Arc<Context>) -> Resu
 async fn remove_children(ctx: &Context, namespace: &str, name: &str) -> Result<()> {
     let deploy_ns = deploy_namespace(namespace);
     let owned = owner_selector(Kind::Trigger, namespace, name);
-    delete_labelled(&Api::<CronJob>::namespaced(ctx.client.clone(), &deploy_ns), &owned, None).await?;
-    delete_labelled(&Api::<Ingress>::namespaced(ctx.client.clone(), &deploy_ns), &owned, None).await?;
+    delete_labelled(
+        &Api::<CronJob>::namespaced(ctx.client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
+    delete_labelled(
+        &Api::<Ingress>::namespaced(ctx.client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
     Ok(())
 }
 
@@ -98,7 +108,8 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
                 let ingresses: Api<Ingress> = Api::namespaced(ctx.client.clone(), &deploy_ns);
                 if spec.enabled {
                     ctx.prepare_deploy_namespace(&namespace, &deploy_ns).await?;
-                    let ingress = manifests::http_ingress(&namespace, &name, function_name, &ctx.config);
+                    let ingress =
+                        manifests::http_ingress(&namespace, &name, function_name, &ctx.config);
                     apply(&ingresses, &ingress).await?;
                 } else {
                     let owned = owner_selector(Kind::Trigger, &namespace, &name);
@@ -131,9 +142,8 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
         }
         TriggerType::Event => {
             status.active = false;
-            status.message = Some(
-                "event triggers (AMQP queues) are not supported by this version".into(),
-            );
+            status.message =
+                Some("event triggers (AMQP queues) are not supported by this version".into());
         }
     }
     if status != current {

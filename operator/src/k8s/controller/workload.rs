@@ -86,7 +86,11 @@ async fn reconcile<K: WorkloadResource>(object: Arc<K>, ctx: Arc<Context>) -> Re
 }
 
 /// The enabled triggers of a function; a Service needs none.
-async fn wants_instances<K: WorkloadResource>(ctx: &Context, namespace: &str, name: &str) -> Result<(bool, bool)> {
+async fn wants_instances<K: WorkloadResource>(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<(bool, bool)> {
     if K::KIND == Kind::Service {
         return Ok((true, true));
     }
@@ -134,7 +138,10 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     ctx.prepare_deploy_namespace(&namespace, &deploy_ns).await?;
     let image = workload_image(&ctx.config.registry, &namespace, &name, key);
     let annotations = object.annotations();
-    let built = annotations.get(ANNOTATION_LAST_BUILT_S3KEY).map(String::as_str) == Some(key);
+    let built = annotations
+        .get(ANNOTATION_LAST_BUILT_S3KEY)
+        .map(String::as_str)
+        == Some(key);
 
     if !built {
         let target = BuildTarget {
@@ -168,7 +175,10 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 annotate(
                     &api,
                     &name,
-                    &[(ANNOTATION_LAST_BUILT_S3KEY, Some(key)), (ANNOTATION_BUILD_JOB, None)],
+                    &[
+                        (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
+                        (ANNOTATION_BUILD_JOB, None),
+                    ],
                 )
                 .await?;
                 return Ok(Action::await_change());
@@ -182,7 +192,10 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 annotate(
                     &api,
                     &name,
-                    &[(ANNOTATION_LAST_BUILT_S3KEY, Some(key)), (ANNOTATION_BUILD_JOB, None)],
+                    &[
+                        (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
+                        (ANNOTATION_BUILD_JOB, None),
+                    ],
                 )
                 .await?;
             }
@@ -192,7 +205,11 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         return Ok(Action::await_change());
     }
 
-    let replicas = if needed { spec.replicas.unwrap_or(1) } else { 0 };
+    let replicas = if needed {
+        spec.replicas.unwrap_or(1)
+    } else {
+        0
+    };
     let deployment = manifests::deployment(
         &Workload {
             kind: K::KIND,
@@ -228,14 +245,39 @@ async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Res
     let deploy_ns = deploy_namespace(&namespace);
     let owned = owner_selector(K::KIND, &namespace, &name);
     let client = &ctx.client;
-    delete_labelled(&Api::<Deployment>::namespaced(client.clone(), &deploy_ns), &owned, None).await?;
-    delete_labelled(&Api::<KubeService>::namespaced(client.clone(), &deploy_ns), &owned, None).await?;
-    delete_labelled(&Api::<Job>::namespaced(client.clone(), &deploy_ns), &owned, None).await?;
+    delete_labelled(
+        &Api::<Deployment>::namespaced(client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
+    delete_labelled(
+        &Api::<KubeService>::namespaced(client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
+    delete_labelled(
+        &Api::<Job>::namespaced(client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
     if K::KIND == Kind::Function {
         // The function's triggers stay (and report it missing); what calls it goes.
         let callers = format!("{MANAGED_BY}={MANAGER},{LABEL_FUNCTION}={name}");
-        delete_labelled(&Api::<CronJob>::namespaced(client.clone(), &deploy_ns), &callers, None).await?;
-        delete_labelled(&Api::<Ingress>::namespaced(client.clone(), &deploy_ns), &callers, None).await?;
+        delete_labelled(
+            &Api::<CronJob>::namespaced(client.clone(), &deploy_ns),
+            &callers,
+            None,
+        )
+        .await?;
+        delete_labelled(
+            &Api::<Ingress>::namespaced(client.clone(), &deploy_ns),
+            &callers,
+            None,
+        )
+        .await?;
     }
     tracing::info!(kind = %K::KIND, %namespace, %name, "cleaned up");
     Ok(Action::await_change())

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
+    AppArmorProfile, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -125,7 +125,11 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
         Builder::BuildKit => {
             // Rootless BuildKit's state must be a real volume (not the image's VOLUME).
             volumes.push(empty_dir("buildkitd"));
-            build_mounts.push(mount("buildkitd", "/home/user/.local/share/buildkit", false));
+            build_mounts.push(mount(
+                "buildkitd",
+                "/home/user/.local/share/buildkit",
+                false,
+            ));
             env.push(env_var(
                 "BUILDKITD_FLAGS",
                 "--oci-worker-no-process-sandbox",

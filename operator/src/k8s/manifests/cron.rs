@@ -34,7 +34,12 @@ pub struct CronTrigger<'a> {
     pub timeout_sec: u32,
 }
 
-fn trigger_labels(namespace: &str, trigger: &str, function: &str, component: &str) -> BTreeMap<String, String> {
+fn trigger_labels(
+    namespace: &str,
+    trigger: &str,
+    function: &str,
+    component: &str,
+) -> BTreeMap<String, String> {
     let mut labels = component_labels(Kind::Trigger, namespace, trigger, component);
     labels.insert(LABEL_FUNCTION.to_string(), function.to_string());
     labels
@@ -136,7 +141,12 @@ pub fn cron_job(cron: &CronTrigger, config: &KubeConfig) -> CronJob {
 /// `/fn/<ns>/<fn>/...` straight to the function's Service, for clusters without an
 /// external URL. The path is rewritten as the proxy would (the function sees `/...`);
 /// the annotations are ingress-nginx's, other controllers need their own.
-pub fn http_ingress(namespace: &str, trigger: &str, function: &str, config: &KubeConfig) -> Ingress {
+pub fn http_ingress(
+    namespace: &str,
+    trigger: &str,
+    function: &str,
+    config: &KubeConfig,
+) -> Ingress {
     let labels = trigger_labels(namespace, trigger, function, INGRESS_COMPONENT);
     let annotations = BTreeMap::from([
         (

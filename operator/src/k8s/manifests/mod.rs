@@ -142,11 +142,9 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
 }
 
 fn pull_secrets(secret: &Option<String>) -> Option<Vec<LocalObjectReference>> {
-    secret.as_ref().map(|name| {
-        vec![LocalObjectReference {
-            name: name.clone(),
-        }]
-    })
+    secret
+        .as_ref()
+        .map(|name| vec![LocalObjectReference { name: name.clone() }])
 }
 
 fn quantity(text: String) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
@@ -224,7 +222,10 @@ mod tests {
             ..Secret::default()
         };
         let copy = pull_secret_copy(&source, "sless-fn-sless-ab");
-        assert_eq!(copy.metadata.namespace.as_deref(), Some("sless-fn-sless-ab"));
+        assert_eq!(
+            copy.metadata.namespace.as_deref(),
+            Some("sless-fn-sless-ab")
+        );
         assert_eq!(copy.metadata.name.as_deref(), Some("regcred"));
         assert_eq!(copy.metadata.resource_version, None);
         assert_eq!(copy.metadata.uid, None);
