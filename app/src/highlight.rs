@@ -143,9 +143,7 @@ fn cap(content: &str, size: u64, cut_by_api: bool) -> Capped {
     let mut lines = 0usize;
     for line in head.split_inclusive('\n') {
         if lines == MAX_LINES {
-            notices.push(format!(
-                "Truncated: showing the first {MAX_LINES} lines."
-            ));
+            notices.push(format!("Truncated: showing the first {MAX_LINES} lines."));
             break;
         }
         lines += 1;
@@ -163,7 +161,11 @@ fn cap(content: &str, size: u64, cut_by_api: bool) -> Capped {
         }
     }
     if long_lines > 0 {
-        let what = if long_lines == 1 { "line is" } else { "lines are" };
+        let what = if long_lines == 1 {
+            "line is"
+        } else {
+            "lines are"
+        };
         notices.push(format!(
             "{long_lines} {what} longer than {MAX_LINE_CHARS} characters and cut (marked …)."
         ));
@@ -286,7 +288,10 @@ mod tests {
         assert!(html.contains("a &lt; b"), "{html}");
         let script = render_file(&file("run", "#!/bin/sh\necho hi\n"));
         if let FileBody::Code { syntax, .. } = &script.body {
-            assert!(syntax.contains("Bash") || syntax.contains("Shell"), "{syntax}");
+            assert!(
+                syntax.contains("Bash") || syntax.contains("Shell"),
+                "{syntax}"
+            );
         }
     }
 
@@ -306,7 +311,12 @@ mod tests {
         let started = Instant::now();
         let rendered = render_file(&file("long.py", &long_line));
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert!(rendered.notices.iter().any(|n| n.contains("longer than 5000")));
+        assert!(
+            rendered
+                .notices
+                .iter()
+                .any(|n| n.contains("longer than 5000"))
+        );
         let (html, _) = code(&rendered);
         assert!(html.len() < 60_000);
 
@@ -315,7 +325,11 @@ mod tests {
         response.size = 5 * 1024 * 1024;
         response.truncated = true;
         let rendered = render_file(&response);
-        assert!(rendered.notices.iter().any(|n| n.contains("Truncated")), "{:?}", rendered.notices);
+        assert!(
+            rendered.notices.iter().any(|n| n.contains("Truncated")),
+            "{:?}",
+            rendered.notices
+        );
         let (_, lines) = code(&rendered);
         assert!(lines <= MAX_LINES);
     }

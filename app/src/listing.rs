@@ -188,7 +188,8 @@ impl Listing {
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         let mut orphan_triggers = Vec::new();
-        let mut triggers: Vec<TriggerView> = triggers.into_iter().map(TriggerView::from_api).collect();
+        let mut triggers: Vec<TriggerView> =
+            triggers.into_iter().map(TriggerView::from_api).collect();
         triggers.sort_by(|a, b| a.name.cmp(&b.name));
         for trigger in triggers {
             // Functions and Services share one name space, so the name finds the entry.
@@ -285,7 +286,9 @@ impl Selection {
         let text: String = text.chars().take(100).collect();
         let phase = query.phase.as_deref().and_then(|p| {
             let p = p.trim();
-            PHASES.into_iter().find(|known| known.eq_ignore_ascii_case(p))
+            PHASES
+                .into_iter()
+                .find(|known| known.eq_ignore_ascii_case(p))
         });
         Selection {
             text,
@@ -495,7 +498,12 @@ mod tests {
         }
     }
 
-    pub(crate) fn trigger(name: &str, function: &str, kind: &str, enabled: bool) -> TriggerResponse {
+    pub(crate) fn trigger(
+        name: &str,
+        function: &str,
+        kind: &str,
+        enabled: bool,
+    ) -> TriggerResponse {
         TriggerResponse {
             namespace: "ns".into(),
             name: name.into(),
@@ -520,7 +528,11 @@ mod tests {
                 workload("beta", "Ready", Some("2026-01-02T00:00:00Z")),
                 workload("alpha", "Failed", None),
             ],
-            vec![workload("gamma-svc", "Building", Some("2026-01-03T00:00:00Z"))],
+            vec![workload(
+                "gamma-svc",
+                "Building",
+                Some("2026-01-03T00:00:00Z"),
+            )],
             vec![
                 trigger("beta-http", "beta", "http", true),
                 trigger("beta-cron", "beta", "cron", false),

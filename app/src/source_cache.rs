@@ -42,7 +42,9 @@ impl SourceCache {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent data (only whole inserts).
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Every file of the upload behind `s3_key`, when all are cached.
@@ -64,7 +66,9 @@ impl SourceCache {
         let mut inner = self.lock();
         inner.clock += 1;
         let now = inner.clock;
-        let slot = inner.files.get_mut(&(s3_key.to_string(), name.to_string()))?;
+        let slot = inner
+            .files
+            .get_mut(&(s3_key.to_string(), name.to_string()))?;
         slot.last_used = now;
         Some(slot.file.clone())
     }
@@ -157,7 +161,10 @@ mod tests {
         cache.put_upload("c", &vec![file("big", 1_500)]);
         assert!(cache.bytes() <= 3_000);
         assert!(cache.get_upload("c").is_some());
-        assert!(cache.get_upload("a").is_none(), "the oldest entry is evicted");
+        assert!(
+            cache.get_upload("a").is_none(),
+            "the oldest entry is evicted"
+        );
         cache.put_upload("huge", &vec![file("h", 10_000)]);
         assert!(cache.get("huge", "h").is_none());
         assert!(cache.get_upload("huge").is_none());

@@ -11,7 +11,9 @@ use crate::apitypes::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach sless at {endpoint}: {message}; is it running (sless up) and is SLESS_ENDPOINT right?")]
+    #[error(
+        "cannot reach sless at {endpoint}: {message}; is it running (sless up) and is SLESS_ENDPOINT right?"
+    )]
     Unreachable { endpoint: String, message: String },
     #[error("{message} (HTTP {status})")]
     Api { status: u16, message: String },
@@ -118,14 +120,12 @@ impl Client {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, url: &str) -> Result<reqwest::Response> {
-        let response = request
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| ClientError::Unreachable {
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
+            ClientError::Unreachable {
                 endpoint: self.endpoint.clone(),
                 message: e.to_string(),
-            })?;
+            }
+        })?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -133,11 +133,21 @@ impl Client {
         let text = response.text().await.unwrap_or_default();
         let message = serde_json::from_str::<ErrorBody>(&text)
             .map(|e| e.error)
-            .unwrap_or_else(|_| if text.is_empty() { format!("{url} failed") } else { text });
+            .unwrap_or_else(|_| {
+                if text.is_empty() {
+                    format!("{url} failed")
+                } else {
+                    text
+                }
+            });
         Err(ClientError::Api { status, message })
     }
 
-    async fn json<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder, url: &str) -> Result<T> {
+    async fn json<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<T> {
         self.send(request, url)
             .await?
             .json()
@@ -160,7 +170,8 @@ impl Client {
         body: &B,
     ) -> Result<T> {
         let url = self.url(path);
-        self.json(self.http.request(method, &url).json(body), &url).await
+        self.json(self.http.request(method, &url).json(body), &url)
+            .await
     }
 
     pub async fn ensure_namespace(&self) -> Result<NamespaceResponse> {
@@ -172,7 +183,11 @@ impl Client {
         self.get(collection.path()).await
     }
 
-    pub async fn get_workload(&self, collection: Collection, name: &str) -> Result<WorkloadResponse> {
+    pub async fn get_workload(
+        &self,
+        collection: Collection,
+        name: &str,
+    ) -> Result<WorkloadResponse> {
         self.get(&format!("{}/{name}", collection.path())).await
     }
 
@@ -181,7 +196,8 @@ impl Client {
         collection: Collection,
         request: &WorkloadRequest,
     ) -> Result<WorkloadResponse> {
-        self.with_body(reqwest::Method::POST, collection.path(), request).await
+        self.with_body(reqwest::Method::POST, collection.path(), request)
+            .await
     }
 
     pub async fn replace_workload(
@@ -190,8 +206,12 @@ impl Client {
         name: &str,
         request: &WorkloadRequest,
     ) -> Result<WorkloadResponse> {
-        self.with_body(reqwest::Method::PUT, &format!("{}/{name}", collection.path()), request)
-            .await
+        self.with_body(
+            reqwest::Method::PUT,
+            &format!("{}/{name}", collection.path()),
+            request,
+        )
+        .await
     }
 
     pub async fn delete(&self, collection: Collection, name: &str) -> Result<()> {
@@ -200,7 +220,12 @@ impl Client {
     }
 
     /// Uploads a zip (functions, services, self-contained jobs); answers the resource's JSON.
-    pub async fn upload(&self, collection: Collection, name: &str, zip: Vec<u8>) -> Result<serde_json::Value> {
+    pub async fn upload(
+        &self,
+        collection: Collection,
+        name: &str,
+        zip: Vec<u8>,
+    ) -> Result<serde_json::Value> {
         let url = self.url(&format!("{}/{name}/upload", collection.path()));
         let form = reqwest::multipart::Form::new().part(
             "code",
@@ -209,12 +234,23 @@ impl Client {
         self.json(self.http.post(&url).multipart(form), &url).await
     }
 
-    pub async fn source(&self, collection: Collection, name: &str) -> Result<Vec<SourceFileResponse>> {
-        self.get(&format!("{}/{name}/source", collection.path())).await
+    pub async fn source(
+        &self,
+        collection: Collection,
+        name: &str,
+    ) -> Result<Vec<SourceFileResponse>> {
+        self.get(&format!("{}/{name}/source", collection.path()))
+            .await
     }
 
-    pub async fn logs(&self, collection: Collection, name: &str, tail: usize) -> Result<Vec<LogLineResponse>> {
-        self.get(&format!("{}/{name}/logs?tail={tail}", collection.path())).await
+    pub async fn logs(
+        &self,
+        collection: Collection,
+        name: &str,
+        tail: usize,
+    ) -> Result<Vec<LogLineResponse>> {
+        self.get(&format!("{}/{name}/logs?tail={tail}", collection.path()))
+            .await
     }
 
     pub async fn build_log(&self, collection: Collection, name: &str) -> Result<String> {
@@ -223,13 +259,25 @@ impl Client {
             .await?
             .text()
             .await
-            .map_err(|e| ClientError::Decode { url, message: e.to_string() })
+            .map_err(|e| ClientError::Decode {
+                url,
+                message: e.to_string(),
+            })
     }
 
     /// Recent calls through `/fn` and their totals:
     /// `{"stats": {...}, "invocations": [{"time", "method", "path", "status", "duration_ms"}]}`.
-    pub async fn invocations(&self, collection: Collection, name: &str, tail: usize) -> Result<serde_json::Value> {
-        self.get(&format!("{}/{name}/invocations?tail={tail}", collection.path())).await
+    pub async fn invocations(
+        &self,
+        collection: Collection,
+        name: &str,
+        tail: usize,
+    ) -> Result<serde_json::Value> {
+        self.get(&format!(
+            "{}/{name}/invocations?tail={tail}",
+            collection.path()
+        ))
+        .await
     }
 
     pub async fn list_triggers(&self) -> Result<Vec<TriggerResponse>> {
@@ -240,12 +288,18 @@ impl Client {
         self.get(&format!("triggers/{name}")).await
     }
 
-    pub async fn replace_trigger(&self, name: &str, request: &TriggerRequest) -> Result<TriggerResponse> {
-        self.with_body(reqwest::Method::PUT, &format!("triggers/{name}"), request).await
+    pub async fn replace_trigger(
+        &self,
+        name: &str,
+        request: &TriggerRequest,
+    ) -> Result<TriggerResponse> {
+        self.with_body(reqwest::Method::PUT, &format!("triggers/{name}"), request)
+            .await
     }
 
     pub async fn create_trigger(&self, request: &TriggerRequest) -> Result<TriggerResponse> {
-        self.with_body(reqwest::Method::POST, "triggers", request).await
+        self.with_body(reqwest::Method::POST, "triggers", request)
+            .await
     }
 
     /// Starts or stops a trigger in place.
@@ -271,11 +325,13 @@ impl Client {
     }
 
     pub async fn replace_job(&self, name: &str, request: &JobRequest) -> Result<JobResponse> {
-        self.with_body(reqwest::Method::PUT, &format!("jobs/{name}"), request).await
+        self.with_body(reqwest::Method::PUT, &format!("jobs/{name}"), request)
+            .await
     }
 
     pub async fn patch_job(&self, name: &str, patch: &JobPatch) -> Result<JobResponse> {
-        self.with_body(reqwest::Method::PATCH, &format!("jobs/{name}"), patch).await
+        self.with_body(reqwest::Method::PATCH, &format!("jobs/{name}"), patch)
+            .await
     }
 
     /// Calls `/fn/{ns}/{name}{path}` (no token: the proxy is public).
@@ -294,7 +350,9 @@ impl Client {
         let url = format!("{}/fn/{}/{name}{path}", self.endpoint, self.namespace);
         let mut request = self.http.request(method, &url);
         if let Some(body) = body {
-            request = request.header("content-type", "application/json").body(body);
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
         }
         let response = request.send().await.map_err(|e| ClientError::Unreachable {
             endpoint: self.endpoint.clone(),
@@ -310,7 +368,11 @@ impl Client {
             url,
             message: e.to_string(),
         })?;
-        Ok(Invocation { status, content_type, body })
+        Ok(Invocation {
+            status,
+            content_type,
+            body,
+        })
     }
 }
 

@@ -44,6 +44,9 @@ async fn source(server: &TestServer, user: &User, path: &str) -> Value {
     response.json().await.unwrap()
 }
 
+/// Name, runtime, files, and the dependency step the Dockerfile must carry.
+type DockerfileCase<'a> = (&'a str, &'a str, &'a [(&'a str, &'a [u8])], Option<&'a str>);
+
 fn dockerfile_of(context: &[u8]) -> String {
     let files = untar(context);
     assert_eq!(files[0].0, "Dockerfile", "the Dockerfile comes first");
@@ -133,7 +136,7 @@ async fn upload_stores_zip_and_context_and_sets_building() {
 async fn dockerfile_per_runtime_with_and_without_dependencies() {
     let server = TestServer::start().await;
     let alice = user("alice");
-    let cases: [(&str, &str, &[(&str, &[u8])], Option<&str>); 6] = [
+    let cases: [DockerfileCase; 6] = [
         (
             "py-plain",
             "python3.11",

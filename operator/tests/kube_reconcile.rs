@@ -204,7 +204,7 @@ async fn function_build_deploy_restore_and_cleanup() {
     .unwrap();
     let action = c.reconcile_function().await;
     let build = build_job_name("hello", KEY);
-    assert_eq!(c.names::<Job>().await, [build.clone()]);
+    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
     let deploy_ns = Api::<Namespace>::all(c.client.clone())
         .get_opt(DEPLOY_NS)
         .await
@@ -235,7 +235,7 @@ async fn function_build_deploy_restore_and_cleanup() {
 
     // Still running: nothing new.
     c.reconcile_function().await;
-    assert_eq!(c.names::<Job>().await, [build.clone()]);
+    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
     assert!(c.deployment().await.is_none());
 
     // The build succeeds: Ready, a Deployment rolled at lastBuiltAt, and a Service.
@@ -277,7 +277,7 @@ async fn function_build_deploy_restore_and_cleanup() {
 
     // The same upload is never built twice.
     c.reconcile_function().await;
-    assert_eq!(c.names::<Job>().await, [build.clone()]);
+    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
 
     // A Deployment deleted by hand comes back at the next reconcile (a Ready object
     // is requeued every few minutes).
@@ -775,7 +775,7 @@ async fn self_contained_job_builds_first() {
         .unwrap();
     assert_eq!(status.phase, JobPhase::Building);
     let build = build_job_name("adhoc", key);
-    assert_eq!(c.names::<Job>().await, [build.clone()]);
+    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
     c.finish_job(&build, true).await;
     c.reconcile_job("adhoc").await;
     let run = c.api::<Job>(DEPLOY_NS).get("adhoc-run-1").await.unwrap();

@@ -357,9 +357,18 @@ async fn stopping_and_starting_the_http_trigger() {
     let (status, body) = api.invoke("does-not-exist", json!({})).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 
-    api.post("triggers", json!({"name": "dangling", "type": "http", "function_ref": "ghost"})).await;
-    let dangling = api.wait_until("triggers/dangling", Duration::from_secs(10),
-        |t| t["message"].as_str().is_some_and(|m| m.contains("not found"))).await;
+    api.post(
+        "triggers",
+        json!({"name": "dangling", "type": "http", "function_ref": "ghost"}),
+    )
+    .await;
+    let dangling = api
+        .wait_until("triggers/dangling", Duration::from_secs(10), |t| {
+            t["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not found"))
+        })
+        .await;
     assert_eq!(dangling["active"], false);
 }
 

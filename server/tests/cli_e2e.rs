@@ -31,7 +31,10 @@ fn start(data_dir: &Path) -> Server {
         .expect("start sless");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let base = loop {
-        let line = lines.next().expect("sless exited before it was up").unwrap();
+        let line = lines
+            .next()
+            .expect("sless exited before it was up")
+            .unwrap();
         if let Some(rest) = line.strip_prefix("sless is up on ") {
             break rest.trim().to_string();
         }
@@ -69,7 +72,11 @@ impl Run {
     fn fails_with(self, what: &str, needles: &[&str]) -> Self {
         assert_ne!(self.code, 0, "{what} should fail\nstdout:\n{}", self.stdout);
         let last = self.stderr.lines().last().unwrap_or_default();
-        assert!(last.starts_with("error: "), "{what}: stderr:\n{}", self.stderr);
+        assert!(
+            last.starts_with("error: "),
+            "{what}: stderr:\n{}",
+            self.stderr
+        );
         for needle in needles {
             assert!(
                 self.stderr.contains(needle),
@@ -177,7 +184,12 @@ exports.handle = async (event) => {
 fn table_row<'a>(ls: &'a str, name: &str) -> Option<Vec<&'a str>> {
     ls.lines()
         .find(|l| l.split_whitespace().next() == Some(name))
-        .map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect())
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
 }
 
 #[test]
@@ -210,7 +222,14 @@ fn everyday_developer_loop() {
     let node_path = node.display().to_string();
 
     let deployed = user
-        .sless(&["deploy", &py_path, "--name", "py-hello", "--runtime", "python3.11"])
+        .sless(&[
+            "deploy",
+            &py_path,
+            "--name",
+            "py-hello",
+            "--runtime",
+            "python3.11",
+        ])
         .ok("deploy python");
     assert_eq!(
         deployed.stdout.trim(),
@@ -219,7 +238,11 @@ fn everyday_developer_loop() {
         deployed.stderr
     );
     assert!(deployed.stderr.contains("Ready"), "{}", deployed.stderr);
-    assert!(deployed.stderr.contains("packed 1 file ("), "{}", deployed.stderr);
+    assert!(
+        deployed.stderr.contains("packed 1 file ("),
+        "{}",
+        deployed.stderr
+    );
     user.sless(&[
         "deploy",
         &node_path,
@@ -242,11 +265,20 @@ fn everyday_developer_loop() {
         ["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"]
     );
     let py_row = table_row(&ls.stdout, "py-hello").expect("py-hello listed");
-    assert_eq!(py_row[..5], ["py-hello", "function", "python3.11", "Ready", "http"]);
+    assert_eq!(
+        py_row[..5],
+        ["py-hello", "function", "python3.11", "Ready", "http"]
+    );
     let node_row = table_row(&ls.stdout, "node-hello").expect("node-hello listed");
     assert_eq!(
         node_row[..5],
-        ["node-hello", "function", "nodejs20", "Ready", "http,cron(*/5 * * * *)"]
+        [
+            "node-hello",
+            "function",
+            "nodejs20",
+            "Ready",
+            "http,cron(*/5 * * * *)"
+        ]
     );
 
     let answer = user
@@ -343,7 +375,11 @@ fn everyday_developer_loop() {
     let redeployed = user
         .sless(&["deploy", &py_path, "--name", "py-hello"])
         .ok("redeploy");
-    assert!(redeployed.stderr.contains("updated function"), "{}", redeployed.stderr);
+    assert!(
+        redeployed.stderr.contains("updated function"),
+        "{}",
+        redeployed.stderr
+    );
     let answer = user
         .sless(&["invoke", "py-hello", "--data", r#"{"name":"v2"}"#])
         .ok("invoke v2")
@@ -357,13 +393,7 @@ fn everyday_developer_loop() {
         .sless(&["ls"])
         .fails_with("ls before login", &["no token"]);
     stored
-        .sless(&[
-            "login",
-            "--endpoint",
-            &server.base,
-            "--token",
-            &user.token,
-        ])
+        .sless(&["login", "--endpoint", &server.base, "--token", &user.token])
         .ok("login");
     let config = user.home.join(".config/sless/config.json");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
@@ -380,10 +410,18 @@ fn everyday_developer_loop() {
 
     user.sless(&["rm", "py-hello"]).ok("rm python");
     let removed = user.sless(&["rm", "node-hello"]).ok("rm node");
-    assert!(removed.stderr.contains("node-hello-cron"), "{}", removed.stderr);
+    assert!(
+        removed.stderr.contains("node-hello-cron"),
+        "{}",
+        removed.stderr
+    );
     let ls = user.sless(&["ls"]).ok("ls after rm");
     assert!(table_row(&ls.stdout, "py-hello").is_none(), "{}", ls.stdout);
-    assert!(table_row(&ls.stdout, "node-hello").is_none(), "{}", ls.stdout);
+    assert!(
+        table_row(&ls.stdout, "node-hello").is_none(),
+        "{}",
+        ls.stdout
+    );
     user.sless(&["trigger", "enable", "py-hello-http"])
         .fails_with("the trigger went with its function", &["no trigger named"]);
     user.sless(&["describe", "py-hello"])
@@ -404,9 +442,10 @@ fn errors_a_person_can_act_on() {
     };
     let mut nowhere = User::new(&server, user.token.clone(), &home);
     nowhere.endpoint = format!("http://127.0.0.1:{closed_port}");
-    nowhere
-        .sless(&["ls"])
-        .fails_with("unreachable endpoint", &["cannot reach sless", "SLESS_ENDPOINT"]);
+    nowhere.sless(&["ls"]).fails_with(
+        "unreachable endpoint",
+        &["cannot reach sless", "SLESS_ENDPOINT"],
+    );
 
     let forged = operator::auth::issue_hs256(b"some other key", "careless", 600).unwrap();
     let forger = User::new(&server, forged, &home);
@@ -416,26 +455,50 @@ fn errors_a_person_can_act_on() {
     );
 
     let missing = dir.path().join("no-such-folder").display().to_string();
-    user.sless(&["deploy", &missing, "--name", "ghost", "--runtime", "python3.11"])
-        .fails_with("missing folder", &["does not exist"]);
+    user.sless(&[
+        "deploy",
+        &missing,
+        "--name",
+        "ghost",
+        "--runtime",
+        "python3.11",
+    ])
+    .fails_with("missing folder", &["does not exist"]);
 
     let src = dir.path().join("src");
     write_files(&src, &[("handler.py", PYTHON_HANDLER)]);
     let src_path = src.display().to_string();
-    user.sless(&["deploy", &src_path, "--name", "legacy", "--runtime", "cobol"])
-        .fails_with("unsupported runtime", &["cobol", "python3.11", "nodejs20"]);
+    user.sless(&[
+        "deploy",
+        &src_path,
+        "--name",
+        "legacy",
+        "--runtime",
+        "cobol",
+    ])
+    .fails_with("unsupported runtime", &["cobol", "python3.11", "nodejs20"]);
 
     let broken = dir.path().join("broken");
     write_files(
         &broken,
         &[
             ("handler.py", PYTHON_HANDLER),
-            ("requirements.txt", "sless-no-such-package-for-the-cli-test==9.9.9\n"),
+            (
+                "requirements.txt",
+                "sless-no-such-package-for-the-cli-test==9.9.9\n",
+            ),
         ],
     );
     let broken_path = broken.display().to_string();
     let failed = user
-        .sless(&["deploy", &broken_path, "--name", "broken", "--runtime", "python3.11"])
+        .sless(&[
+            "deploy",
+            &broken_path,
+            "--name",
+            "broken",
+            "--runtime",
+            "python3.11",
+        ])
         .fails_with("build failure", &["failed to build", "Failed"]);
     let last = failed.stderr.lines().last().unwrap();
     assert!(last.contains("\"broken\""), "{last}");

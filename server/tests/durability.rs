@@ -136,7 +136,11 @@ async fn state_survives_sigkill() {
     assert_eq!(source[0]["content"], "def handle(e):\n    return 'kept'\n");
 }
 
-async fn wait_for_answer(client: &reqwest::Client, url: &str, within: std::time::Duration) -> Value {
+async fn wait_for_answer(
+    client: &reqwest::Client,
+    url: &str,
+    within: std::time::Duration,
+) -> Value {
     let deadline = std::time::Instant::now() + within;
     loop {
         if let Ok(response) = client.post(url).send().await
@@ -144,7 +148,10 @@ async fn wait_for_answer(client: &reqwest::Client, url: &str, within: std::time:
         {
             return response.json().await.unwrap();
         }
-        assert!(std::time::Instant::now() < deadline, "{url} never answered 200");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{url} never answered 200"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
@@ -159,44 +166,97 @@ async fn functions_come_back_after_sigkill_without_a_new_upload() {
     let client = reqwest::Client::new();
     let api = |base: &str, path: &str| format!("{base}/v1/namespaces/{ns}/{path}");
     for (path, body) in [
-        ("functions", json!({"name": "survivor", "runtime": "python3.11"})),
-        ("triggers", json!({"name": "survivor-http", "type": "http", "function_ref": "survivor"})),
+        (
+            "functions",
+            json!({"name": "survivor", "runtime": "python3.11"}),
+        ),
+        (
+            "triggers",
+            json!({"name": "survivor-http", "type": "http", "function_ref": "survivor"}),
+        ),
         ("services", json!({"name": "always", "runtime": "nodejs20"})),
     ] {
-        let response = client.post(api(&first.base, path)).bearer_auth(&token).json(&body).send().await.unwrap();
+        let response = client
+            .post(api(&first.base, path))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 201);
     }
     for (path, file, code) in [
-        ("functions/survivor/upload", "handler.py", "def handle(e):\n    return 'still here'\n"),
-        ("services/always/upload", "handler.js", "exports.handle = async () => 'always on';\n"),
+        (
+            "functions/survivor/upload",
+            "handler.py",
+            "def handle(e):\n    return 'still here'\n",
+        ),
+        (
+            "services/always/upload",
+            "handler.js",
+            "exports.handle = async () => 'always on';\n",
+        ),
     ] {
         let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        zip.start_file(file, zip::write::SimpleFileOptions::default()).unwrap();
+        zip.start_file(file, zip::write::SimpleFileOptions::default())
+            .unwrap();
         std::io::Write::write_all(&mut zip, code.as_bytes()).unwrap();
         let form = reqwest::multipart::Form::new().part(
             "code",
             reqwest::multipart::Part::bytes(zip.finish().unwrap().into_inner()).file_name("c.zip"),
         );
-        let response = client.post(api(&first.base, path)).bearer_auth(&token).multipart(form).send().await.unwrap();
+        let response = client
+            .post(api(&first.base, path))
+            .bearer_auth(&token)
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200);
     }
     let limit = std::time::Duration::from_secs(60);
     let function_url = |base: &str| format!("{base}/fn/{ns}/survivor");
     let service_url = |base: &str| format!("{base}/fn/{ns}/always");
-    assert_eq!(wait_for_answer(&client, &function_url(&first.base), limit).await, json!("still here"));
-    assert_eq!(wait_for_answer(&client, &service_url(&first.base), limit).await, json!("always on"));
+    assert_eq!(
+        wait_for_answer(&client, &function_url(&first.base), limit).await,
+        json!("still here")
+    );
+    assert_eq!(
+        wait_for_answer(&client, &service_url(&first.base), limit).await,
+        json!("always on")
+    );
     let s3_key = {
-        let f: Value = client.get(api(&first.base, "functions/survivor")).bearer_auth(&token)
-            .send().await.unwrap().json().await.unwrap();
+        let f: Value = client
+            .get(api(&first.base, "functions/survivor"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         f["s3_key"].clone()
     };
 
     drop(first);
     let second = start(&data);
-    assert_eq!(wait_for_answer(&client, &function_url(&second.base), limit).await, json!("still here"));
-    assert_eq!(wait_for_answer(&client, &service_url(&second.base), limit).await, json!("always on"));
-    let after: Value = client.get(api(&second.base, "functions/survivor")).bearer_auth(&token)
-        .send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        wait_for_answer(&client, &function_url(&second.base), limit).await,
+        json!("still here")
+    );
+    assert_eq!(
+        wait_for_answer(&client, &service_url(&second.base), limit).await,
+        json!("always on")
+    );
+    let after: Value = client
+        .get(api(&second.base, "functions/survivor"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(after["s3_key"], s3_key, "served from the same upload");
     assert_eq!(after["phase"], "Ready");
 }
@@ -228,17 +288,24 @@ async fn demo_deploys_the_examples() {
             .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
             .expect("the demo did not print its URLs in time");
         assert!(!line.contains("failed"), "{line}");
-        if let Some(url) = line.split_whitespace().find(|w| w.contains("/fn/")) {
-            if line.starts_with("demo: ") && !line.contains("curl") {
-                urls.push(url.to_string());
-            }
+        if let Some(url) = line.split_whitespace().find(|w| w.contains("/fn/"))
+            && line.starts_with("demo: ")
+            && !line.contains("curl")
+        {
+            urls.push(url.to_string());
         }
     }
     let client = reqwest::Client::new();
-    let hello = urls.iter().find(|u| u.ends_with("/hello-python")).expect("hello-python URL");
+    let hello = urls
+        .iter()
+        .find(|u| u.ends_with("/hello-python"))
+        .expect("hello-python URL");
     let answer: Value = wait_for_answer(&client, hello, std::time::Duration::from_secs(30)).await;
     assert_eq!(answer["message"], "hello, world!");
-    let clock = urls.iter().find(|u| u.ends_with("/clock-service")).expect("clock-service URL");
+    let clock = urls
+        .iter()
+        .find(|u| u.ends_with("/clock-service"))
+        .expect("clock-service URL");
     let answer = wait_for_answer(&client, clock, std::time::Duration::from_secs(30)).await;
     assert!(answer["now"].is_string(), "{answer}");
     let _ = child.kill();

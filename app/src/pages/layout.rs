@@ -68,7 +68,9 @@ fn header_bar(ctx: &PageContext) -> impl IntoView + use<> {
     let user = ctx.user.clone().map(|user| {
         let home = format!("/funcs/{}", user.namespace);
         let csrf = csrf_field(&ctx.csrf);
-        let admin = user.admin.then(|| view! { <span class="badge badge-admin">admin</span> });
+        let admin = user
+            .admin
+            .then(|| view! { <span class="badge badge-admin">admin</span> });
         view! {
             <div class="user">
                 <a class="user-ns" href=home title="Your namespace">{user.namespace}</a>

@@ -55,7 +55,10 @@ fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
             </form>
         }
     });
-    let note = trigger.message.clone().map(|m| view! { <span class="trigger-note">{m}</span> });
+    let note = trigger
+        .message
+        .clone()
+        .map(|m| view! { <span class="trigger-note">{m}</span> });
     view! {
         <li class="trigger" id=format!("trigger-{}", trigger.name)>
             <span class="trigger-label" title=trigger.name.clone()>{label}</span>
@@ -144,7 +147,11 @@ fn entry_view(
     let triggers = if entry.triggers.is_empty() {
         view! { <p class="muted triggers-none">"No triggers."</p> }.into_any()
     } else {
-        let items: Vec<_> = entry.triggers.iter().map(|t| trigger_view(t, forms)).collect();
+        let items: Vec<_> = entry
+            .triggers
+            .iter()
+            .map(|t| trigger_view(t, forms))
+            .collect();
         view! { <ul class="triggers" aria-label="Triggers">{items}</ul> }.into_any()
     };
     view! {
@@ -174,7 +181,8 @@ fn entry_view(
 }
 
 fn counts_view(counts: &Counts) -> impl IntoView + use<> {
-    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let phases: Vec<_> = counts
         .phases
         .iter()
@@ -217,7 +225,11 @@ fn filters_view(selection: &Selection, namespace: &str) -> impl IntoView + use<>
         .chain(PHASES)
         .map(|value| {
             let selected = selection.phase.as_deref().unwrap_or("") == value;
-            let label = if value.is_empty() { "All phases" } else { value };
+            let label = if value.is_empty() {
+                "All phases"
+            } else {
+                value
+            };
             view! { <option value=value selected=selected>{label}</option> }
         })
         .collect();

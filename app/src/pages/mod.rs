@@ -140,15 +140,30 @@ mod tests {
             },
             &ctx(),
         );
-        assert!(html.starts_with("<!DOCTYPE html><html lang=\"en\">"), "{html}");
+        assert!(
+            html.starts_with("<!DOCTYPE html><html lang=\"en\">"),
+            "{html}"
+        );
         assert!(!html.contains("<script>alert"), "{html}");
         assert!(!html.contains("<img src=x"), "{html}");
-        assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;.py"), "{html}");
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(1)&gt;.py"),
+            "{html}"
+        );
         assert!(!html.contains("<b>pip"), "{html}");
         assert!(!html.contains("style="), "{html}");
-        assert!(html.contains("<script nonce=\"n0nce\" src=\"/public/console.js\""), "{html}");
-        assert!(html.contains("name=\"csrf_token\" value=\"tok&quot;en\""), "{html}");
-        assert!(html.contains("name=\"trigger\" value=\"hello-http\""), "{html}");
+        assert!(
+            html.contains("<script nonce=\"n0nce\" src=\"/public/console.js\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("name=\"csrf_token\" value=\"tok&quot;en\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("name=\"trigger\" value=\"hello-http\""),
+            "{html}"
+        );
         assert!(html.contains("name=\"enabled\" value=\"false\""), "{html}");
         assert!(html.contains("■ Stop"), "{html}");
         assert!(html.contains(">always-on<"), "{html}");

@@ -1,7 +1,5 @@
 //! Model ⇄ API JSON.
 
-use std::collections::BTreeMap;
-
 use crate::apitypes::*;
 use crate::model::*;
 use crate::store::{Object, WorkloadKind};
@@ -120,7 +118,7 @@ pub fn job_spec(request: &JobRequest) -> Result<FunctionJobSpec, ValidationError
         function_ref: request.function_ref.clone().filter(|f| !f.is_empty()),
         runtime,
         entrypoint,
-        env: request.env_vars.clone().unwrap_or_else(BTreeMap::new),
+        env: request.env_vars.clone().unwrap_or_default(),
         s3_key: None,
         event_json: request
             .event_json

@@ -389,12 +389,12 @@ fn log_tail(output: &Output) -> String {
         .iter()
         .map(|(_, line)| format!("{line}\n"))
         .collect();
-    let text = if text.len() > LOG_TAIL_BYTES {
+
+    if text.len() > LOG_TAIL_BYTES {
         tail(&text)
     } else {
         text.trim_end().to_string()
-    };
-    text
+    }
 }
 
 /// Writes the status of run `run_id` (unless a newer run took over) when it changes.

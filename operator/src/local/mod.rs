@@ -311,7 +311,10 @@ async fn report_missing_function(shared: Arc<Shared>, namespace: String, name: S
         return;
     };
     let function = &trigger.spec.function_ref;
-    if !matches!(store.get_typed::<Function>(&namespace, function).await, Ok(None)) {
+    if !matches!(
+        store.get_typed::<Function>(&namespace, function).await,
+        Ok(None)
+    ) {
         return;
     }
     let message = format!("function {function:?} not found in {namespace}");

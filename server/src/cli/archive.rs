@@ -112,7 +112,10 @@ mod tests {
         }
         std::fs::write(root.join(IGNORE_FILE), "*.env\ndata/*\n!data/keep.txt\n").unwrap();
         let archive = zip_folder(root).unwrap();
-        assert_eq!(archive.files, ["data/keep.txt", "handler.py", "lib/util.py"]);
+        assert_eq!(
+            archive.files,
+            ["data/keep.txt", "handler.py", "lib/util.py"]
+        );
         assert_eq!(names(&archive.zip), archive.files);
     }
 

@@ -110,7 +110,9 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     match &existing {
         None => {
             let Some(runtime) = args.runtime.clone() else {
-                bail!("--runtime is required to create {kind} {name:?} (python3.11, nodejs20 or go1.23)");
+                bail!(
+                    "--runtime is required to create {kind} {name:?} (python3.11, nodejs20 or go1.23)"
+                );
             };
             let request = WorkloadRequest {
                 name: Some(name.to_string()),
@@ -130,7 +132,11 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
         Some(current) => {
             let request = WorkloadRequest {
                 name: Some(name.to_string()),
-                runtime: Some(args.runtime.clone().unwrap_or_else(|| current.runtime.clone())),
+                runtime: Some(
+                    args.runtime
+                        .clone()
+                        .unwrap_or_else(|| current.runtime.clone()),
+                ),
                 entrypoint: Some(
                     args.entrypoint
                         .clone()
@@ -212,7 +218,10 @@ async fn follow_build(
     let mut building = false;
     loop {
         let workload = client.get_workload(collection, name).await?;
-        let state = (workload.phase.clone(), first_line(workload.message.as_deref()));
+        let state = (
+            workload.phase.clone(),
+            first_line(workload.message.as_deref()),
+        );
         if shown.as_ref() != Some(&state) {
             match &state {
                 (phase, Some(message)) if phase != "Failed" => {
@@ -223,8 +232,8 @@ async fn follow_build(
             shown = Some(state);
         }
         // Before the builder starts, the newest build log is the previous upload's.
-        building |= workload.phase == "Building"
-            && workload.message.as_deref() != Some(BUILD_QUEUED);
+        building |=
+            workload.phase == "Building" && workload.message.as_deref() != Some(BUILD_QUEUED);
         let ours = key.is_none() || workload.s3_key.as_deref() == key;
         let done = ours && (workload.phase == "Ready" || workload.phase == "Failed");
         if building || done {
@@ -397,7 +406,11 @@ async fn wait_until_active(
 }
 
 /// The URL the platform reports, else the one the proxy serves it at.
-fn url_of(client: &Client, workload: &WorkloadResponse, trigger: Option<&TriggerResponse>) -> String {
+fn url_of(
+    client: &Client,
+    workload: &WorkloadResponse,
+    trigger: Option<&TriggerResponse>,
+) -> String {
     trigger
         .and_then(|t| t.url.clone())
         .or_else(|| workload.url.clone())
@@ -423,8 +436,15 @@ fn last_lines(text: &str, count: usize) -> Vec<&str> {
 
 /// `[12:34:56] text` → `text` (the build log stamps its lines).
 fn strip_stamp(line: &str) -> &str {
-    match line.strip_prefix('[').and_then(|rest| rest.split_once("] ")) {
-        Some((stamp, text)) if stamp.len() == 8 && stamp.bytes().all(|b| b.is_ascii_digit() || b == b':') => text,
+    match line
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once("] "))
+    {
+        Some((stamp, text))
+            if stamp.len() == 8 && stamp.bytes().all(|b| b.is_ascii_digit() || b == b':') =>
+        {
+            text
+        }
         _ => line,
     }
 }
@@ -449,7 +469,10 @@ mod tests {
 
     #[test]
     fn build_log_lines_lose_their_stamp() {
-        assert_eq!(strip_stamp("[12:34:56] build failed: pip exited"), "build failed: pip exited");
+        assert_eq!(
+            strip_stamp("[12:34:56] build failed: pip exited"),
+            "build failed: pip exited"
+        );
         assert_eq!(strip_stamp("plain"), "plain");
         assert_eq!(last_lines("a\n\nb\nc\n", 2), ["b", "c"]);
     }

@@ -99,14 +99,21 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("running job {name:?} again"))?,
     };
-    eprintln!("job {name}: run {} of function {}", started.run_id, args.function);
+    eprintln!(
+        "job {name}: run {} of function {}",
+        started.run_id, args.function
+    );
 
     let finished = wait(&client, &started, Duration::from_secs(args.wait_timeout)).await?;
     if finished.phase == "Succeeded" {
         println!("{}", finished.message.unwrap_or_else(|| "null".into()));
         return Ok(());
     }
-    if let Some(tail) = finished.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
+    if let Some(tail) = finished
+        .log_tail
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+    {
         eprintln!("job {name} output:");
         for line in tail.lines() {
             eprintln!("  {line}");
@@ -115,7 +122,11 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
     bail!(
         "job {name:?} failed (run {}): {}",
         started.run_id,
-        finished.message.as_deref().unwrap_or("no reason given").trim()
+        finished
+            .message
+            .as_deref()
+            .unwrap_or("no reason given")
+            .trim()
     );
 }
 

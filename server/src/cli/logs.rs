@@ -47,7 +47,10 @@ fn counts(lines: &[LogLineResponse]) -> HashMap<Key, usize> {
 
 /// The lines of `window` not in the previous window (a multiset, so two equal lines in
 /// the same millisecond both print).
-fn fresh<'a>(previous: &HashMap<Key, usize>, window: &'a [LogLineResponse]) -> Vec<&'a LogLineResponse> {
+fn fresh<'a>(
+    previous: &HashMap<Key, usize>,
+    window: &'a [LogLineResponse],
+) -> Vec<&'a LogLineResponse> {
     let mut left = previous.clone();
     window
         .iter()
@@ -79,7 +82,9 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     let mut previous = counts(&lines);
     loop {
         tokio::time::sleep(FOLLOW_INTERVAL).await;
-        let window = client.logs(collection, &workload.name, FOLLOW_WINDOW).await?;
+        let window = client
+            .logs(collection, &workload.name, FOLLOW_WINDOW)
+            .await?;
         for line in fresh(&previous, &window) {
             println!("{}", format(line));
         }
@@ -103,7 +108,12 @@ mod tests {
     #[test]
     fn follow_prints_each_line_once() {
         let first = vec![line("t1", "a"), line("t2", "b"), line("t2", "b")];
-        let second = vec![line("t2", "b"), line("t2", "b"), line("t3", "c"), line("t3", "c")];
+        let second = vec![
+            line("t2", "b"),
+            line("t2", "b"),
+            line("t3", "c"),
+            line("t3", "c"),
+        ];
         let new: Vec<String> = fresh(&counts(&first), &second)
             .into_iter()
             .map(|l| l.line.clone())

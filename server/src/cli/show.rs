@@ -52,8 +52,10 @@ pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) ->
     let rows: Vec<Vec<String>> = workloads
         .iter()
         .map(|w| {
-            let mut own: Vec<&TriggerResponse> =
-                triggers.iter().filter(|t| t.function_ref == w.name).collect();
+            let mut own: Vec<&TriggerResponse> = triggers
+                .iter()
+                .filter(|t| t.function_ref == w.name)
+                .collect();
             own.sort_by_key(|t| (type_rank(&t.trigger_type), t.name.clone()));
             let labels: Vec<String> = own.into_iter().map(trigger_label).collect();
             vec![
@@ -167,7 +169,10 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
                 vec![
                     t.name.clone(),
                     t.trigger_type.clone(),
-                    t.schedule.clone().or_else(|| t.queue.clone()).unwrap_or_else(|| "-".into()),
+                    t.schedule
+                        .clone()
+                        .or_else(|| t.queue.clone())
+                        .unwrap_or_else(|| "-".into()),
                     if t.enabled { "yes" } else { "no" }.into(),
                     if t.active { "yes" } else { "no" }.into(),
                     t.last_schedule_time.clone().unwrap_or_else(|| "-".into()),
@@ -176,7 +181,9 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             })
             .collect();
         let rendered = table(
-            &["NAME", "TYPE", "SCHEDULE", "ENABLED", "ACTIVE", "LAST RUN", "MESSAGE"],
+            &[
+                "NAME", "TYPE", "SCHEDULE", "ENABLED", "ACTIVE", "LAST RUN", "MESSAGE",
+            ],
             &rows,
         );
         for line in rendered.lines() {
@@ -249,7 +256,10 @@ mod tests {
     #[test]
     fn trigger_labels() {
         assert_eq!(trigger_label(&trigger("a", "http", None, true)), "http");
-        assert_eq!(trigger_label(&trigger("a", "http", None, false)), "http-off");
+        assert_eq!(
+            trigger_label(&trigger("a", "http", None, false)),
+            "http-off"
+        );
         assert_eq!(
             trigger_label(&trigger("b", "cron", Some("*/5 * * * *"), true)),
             "cron(*/5 * * * *)"

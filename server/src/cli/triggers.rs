@@ -69,7 +69,10 @@ pub async fn run(args: TriggerArgs) -> anyhow::Result<()> {
             eprintln!(
                 "warning: trigger {name} is {verb} but not yet {}{}",
                 if enabled { "active" } else { "inactive" },
-                trigger.message.map(|m| format!(": {m}")).unwrap_or_default()
+                trigger
+                    .message
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             );
             break;
         }
@@ -81,7 +84,10 @@ pub async fn run(args: TriggerArgs) -> anyhow::Result<()> {
 
 /// A missing trigger is often a function's name: name its triggers.
 async fn not_found_hint(client: &Client, name: &str) -> String {
-    let mut message = format!("no trigger named {name:?} in namespace {}", client.namespace());
+    let mut message = format!(
+        "no trigger named {name:?} in namespace {}",
+        client.namespace()
+    );
     if let Ok(triggers) = client.list_triggers().await {
         let of_function: Vec<String> = triggers
             .into_iter()

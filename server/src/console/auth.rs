@@ -60,10 +60,7 @@ pub async fn verify(auth: &Authenticator, token: &str) -> Result<Principal, Cons
 }
 
 /// The caller, or None when there is neither a bearer token nor a logged-in session.
-pub async fn resolve(
-    state: &ConsoleState,
-    parts: &Parts,
-) -> Result<Option<Caller>, ConsoleError> {
+pub async fn resolve(state: &ConsoleState, parts: &Parts) -> Result<Option<Caller>, ConsoleError> {
     let session = parts.extensions.get::<Session>().cloned();
     if let Some(value) = parts.headers.get(header::AUTHORIZATION) {
         let token = Authenticator::bearer(value.to_str().ok()).map_err(auth_error)?;
@@ -115,7 +112,11 @@ pub fn safe_next(next: &str) -> Option<&str> {
         && !next.contains("//")
         && next.len() <= 512
         && next.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'?' | b'=' | b'&' | b'%' | b'+')
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'/' | b'-' | b'_' | b'.' | b'?' | b'=' | b'&' | b'%' | b'+'
+                )
         });
     ok.then_some(next)
 }

@@ -14,7 +14,9 @@ pub enum ConsoleError {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
-    #[error("the form has expired or did not come from this console (CSRF check failed); reload the page and try again")]
+    #[error(
+        "the form has expired or did not come from this console (CSRF check failed); reload the page and try again"
+    )]
     Csrf,
     #[error("{0}")]
     NotFound(String),

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use app::listing::{EntryKind, ListQuery, Selection, render_json, render_text};
 use app::pages::{Flash, ListPage, LoginPage, PageContext, SourcePage};
+use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Extension, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::Form;
 use serde::Deserialize;
 use tower_sessions::Session;
 
@@ -365,12 +365,20 @@ pub async fn login_page(
 ) -> Result<Response, ConsoleError> {
     let login_query: LoginQuery = query(&uri)?;
     let next = login_query.next.as_deref().and_then(safe_next);
-    if let Some(token) = login_query.token.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+    if let Some(token) = login_query
+        .token
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
         return match establish(&state, &session, token, next).await {
             Ok(redirect) => Ok(redirect.into_response()),
             Err(ConsoleError::Unauthorized(reason)) => {
-                session::set_flash(&session, Flash::error(format!("That token did not work: {reason}")))
-                    .await?;
+                session::set_flash(
+                    &session,
+                    Flash::error(format!("That token did not work: {reason}")),
+                )
+                .await?;
                 let next = next
                     .map(|n| format!("?next={}", app::listing::url_encode(n)))
                     .unwrap_or_default();
@@ -411,7 +419,14 @@ pub async fn login(
         Ok(redirect) => Ok(redirect.into_response()),
         Err(ConsoleError::Unauthorized(reason)) => {
             let error = format!("That token did not work: {reason}");
-            login_form(&session, &nonce, next, Some(&error), StatusCode::UNAUTHORIZED).await
+            login_form(
+                &session,
+                &nonce,
+                next,
+                Some(&error),
+                StatusCode::UNAUTHORIZED,
+            )
+            .await
         }
         Err(other) => Err(other),
     }

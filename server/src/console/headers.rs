@@ -55,9 +55,11 @@ pub async fn secure(mut request: Request, next: Next) -> Response {
         && browser
     {
         response = if failure.login {
-            let next = (get && super::auth::safe_next(&target).is_some())
-                .then(|| format!("?next={}", app::listing::url_encode(&target)))
-                .unwrap_or_default();
+            let next = if get && super::auth::safe_next(&target).is_some() {
+                format!("?next={}", app::listing::url_encode(&target))
+            } else {
+                Default::default()
+            };
             Redirect::to(&format!("/login{next}")).into_response()
         } else {
             error_page(&failure, &nonce, session.as_ref()).await

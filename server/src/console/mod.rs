@@ -49,8 +49,9 @@ impl ConsoleConfig {
             });
         }
         let secure_cookies = match std::env::var("SLESS_SECURE_COOKIES") {
-            Ok(value) => parse_bool(&value)
-                .with_context(|| format!("SLESS_SECURE_COOKIES={value:?}: expected true or false"))?,
+            Ok(value) => parse_bool(&value).with_context(|| {
+                format!("SLESS_SECURE_COOKIES={value:?}: expected true or false")
+            })?,
             Err(_) => public_url.starts_with("https://"),
         };
         Ok(ConsoleConfig {

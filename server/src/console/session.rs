@@ -117,7 +117,11 @@ pub async fn expire(session: &Session, reason: &str) -> Result<(), ConsoleError>
         .remove::<SessionUser>(USER_KEY)
         .await
         .map_err(store_error)?;
-    set_flash(session, Flash::error(format!("Please log in again: {reason}"))).await
+    set_flash(
+        session,
+        Flash::error(format!("Please log in again: {reason}")),
+    )
+    .await
 }
 
 pub async fn set_flash(session: &Session, flash: Flash) -> Result<(), ConsoleError> {
