@@ -3,7 +3,6 @@
 //! store's optimistic-concurrency version, so a stale write is a 409 from the API
 //! server and a [`StoreError::Conflict`] here.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -338,12 +337,11 @@ impl Store for KubeStore {
             return Err(Self::conflict(object));
         }
         let api = self.api(object.kind, Some(&object.meta.namespace));
-        let annotations: BTreeMap<&String, &String> = object.meta.annotations.iter().collect();
         let patch = versioned_patch(
             &object.meta.resource_version,
             vec![
                 json!({"op": "add", "path": "/spec", "value": object.spec}),
-                json!({"op": "add", "path": "/metadata/annotations", "value": annotations}),
+                json!({"op": "add", "path": "/metadata/annotations", "value": object.meta.annotations}),
             ],
         )?;
         let written = api

@@ -14,6 +14,12 @@ use super::{Connection, POLL_INTERVAL, archive, is_not_found, noun};
 
 /// How long a new trigger may take to become active before deploy stops waiting for it.
 const TRIGGER_WAIT: Duration = Duration::from_secs(60);
+/// How the embedded runner marks its own lines in a workload's log.
+const RUNNER_PREFIX: &str = "[sless] ";
+/// Log lines searched for the runner's rollout report.
+const ROLLOUT_WINDOW: usize = 200;
+/// With no runner line in the log this long, the platform does not report rollouts.
+const ROLLOUT_SILENCE: Duration = Duration::from_secs(5);
 /// The message the API sets on upload, before a builder picks the upload up.
 const BUILD_QUEUED: &str = "build queued";
 
@@ -161,23 +167,29 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
         .with_context(|| format!("uploading the code of {kind} {name:?}"))?;
     let key = uploaded["s3_key"].as_str().map(String::from);
     let deadline = Instant::now() + Duration::from_secs(args.wait_timeout);
-    let workload = follow_build(&client, collection, name, key.as_deref(), deadline).await?;
+    let (workload, streamed) =
+        follow_build(&client, collection, name, key.as_deref(), deadline).await?;
     if workload.phase == "Failed" {
         let message = workload.message.unwrap_or_default();
-        eprintln!("{kind} {name} is Failed:");
-        for line in last_lines(&message, 20) {
-            eprintln!("  {line}");
+        // The streamed log already shows the tail; without it, the message carries it.
+        if !streamed {
+            for line in last_lines(&message, 20) {
+                eprintln!("  {line}");
+            }
         }
-        bail!(
-            "{kind} {name:?} failed to build: {}",
-            last_lines(&message, 1)
-                .first()
-                .map(|l| strip_stamp(l))
-                .unwrap_or("no reason given")
-        );
+        let reason = last_lines(&message, 1)
+            .first()
+            .map(|l| strip_stamp(l))
+            .map(|l| l.strip_prefix("build failed: ").unwrap_or(l))
+            .unwrap_or("no reason given");
+        bail!("{kind} {name:?} failed to build: {reason}");
     }
 
+    let version = key.as_deref().map(version_of);
     if args.service {
+        if let Some(version) = version {
+            wait_for_rollout(&client, collection, name, version, deadline).await?;
+        }
         println!("{}", url_of(&client, &workload, None));
         return Ok(());
     }
@@ -188,6 +200,11 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     };
     let enabled = ensure_triggers(&client, name, &wanted).await?;
     let triggers = wait_until_active(&client, name, &enabled, deadline).await?;
+    if let Some(version) = version
+        && !enabled.is_empty()
+    {
+        wait_for_rollout(&client, collection, name, version, deadline).await?;
+    }
     let http = triggers
         .iter()
         .find(|t| t.function_ref == name && t.trigger_type == "http");
@@ -204,43 +221,43 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
 }
 
 /// Polls until the upload is built (Ready) or failed, printing phase changes and the
-/// build log as it grows.
+/// build log as it grows. Answers the workload and whether any of the log was printed.
 async fn follow_build(
     client: &Client,
     collection: Collection,
     name: &str,
     key: Option<&str>,
     deadline: Instant,
-) -> anyhow::Result<WorkloadResponse> {
+) -> anyhow::Result<(WorkloadResponse, bool)> {
     let kind = noun(collection);
     let mut shown: Option<(String, Option<String>)> = None;
     let mut printed = String::new();
     let mut building = false;
     loop {
         let workload = client.get_workload(collection, name).await?;
-        let state = (
-            workload.phase.clone(),
-            first_line(workload.message.as_deref()),
-        );
-        if shown.as_ref() != Some(&state) {
-            match &state {
-                (phase, Some(message)) if phase != "Failed" => {
-                    eprintln!("{kind} {name}: {phase} ({message})")
-                }
-                (phase, _) => eprintln!("{kind} {name}: {phase}"),
-            }
-            shown = Some(state);
-        }
         // Before the builder starts, the newest build log is the previous upload's.
         building |=
             workload.phase == "Building" && workload.message.as_deref() != Some(BUILD_QUEUED);
         let ours = key.is_none() || workload.s3_key.as_deref() == key;
         let done = ours && (workload.phase == "Ready" || workload.phase == "Failed");
+        let state = (
+            workload.phase.clone(),
+            first_line(workload.message.as_deref()),
+        );
+        let changed = shown.as_ref() != Some(&state);
+        // The log of a finished build comes before the phase that ends it.
+        if changed && !done {
+            print_phase(kind, name, &state);
+        }
         if building || done {
             print_new_log(client, collection, name, &mut printed, done).await;
         }
+        if changed && done {
+            print_phase(kind, name, &state);
+        }
+        shown = Some(state);
         if done {
-            return Ok(workload);
+            return Ok((workload, !printed.is_empty()));
         }
         if Instant::now() >= deadline {
             bail!(
@@ -249,6 +266,14 @@ async fn follow_build(
             );
         }
         tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+fn print_phase(kind: &str, name: &str, (phase, message): &(String, Option<String>)) {
+    match message {
+        // A failure's message is the log tail: it is printed on its own.
+        Some(message) if phase != "Failed" => eprintln!("{kind} {name}: {phase} ({message})"),
+        _ => eprintln!("{kind} {name}: {phase}"),
     }
 }
 
@@ -400,6 +425,58 @@ async fn wait_until_active(
                 );
             }
             return Ok(triggers);
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// The version stamp of an upload: `contexts/ns/name/<v>.tar.gz` → `<v>`.
+fn version_of(key: &str) -> &str {
+    let file = key.rsplit('/').next().unwrap_or(key);
+    file.strip_suffix(".tar.gz").unwrap_or(file)
+}
+
+/// Ready means built; a running instance switches to the new code a moment later. The
+/// embedded runner reports the switch in the workload's log (`[sless] version <v> is
+/// serving ...`): wait for that line, so the next call reaches the new code. A platform
+/// that writes no such lines is not waited for.
+async fn wait_for_rollout(
+    client: &Client,
+    collection: Collection,
+    name: &str,
+    version: &str,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let until = deadline.min(started + TRIGGER_WAIT);
+    let serving = format!("{RUNNER_PREFIX}version {version} is serving");
+    loop {
+        let lines = client
+            .logs(collection, name, ROLLOUT_WINDOW)
+            .await
+            .unwrap_or_default();
+        if lines.iter().any(|l| l.line.starts_with(&serving)) {
+            return Ok(());
+        }
+        let reports = lines.iter().any(|l| l.line.starts_with(RUNNER_PREFIX));
+        if !reports && started.elapsed() >= ROLLOUT_SILENCE {
+            return Ok(());
+        }
+        let workload = client.get_workload(collection, name).await?;
+        if workload.phase == "Failed" {
+            let message = workload.message.unwrap_or_default();
+            for line in last_lines(&message, 20) {
+                eprintln!("  {line}");
+            }
+            bail!(
+                "{} {name:?} did not start: {}",
+                noun(collection),
+                first_line(Some(&message)).unwrap_or_default()
+            );
+        }
+        if Instant::now() >= until {
+            eprintln!("warning: version {version} of {name} is not serving yet");
+            return Ok(());
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }

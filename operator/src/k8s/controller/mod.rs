@@ -8,7 +8,7 @@ pub mod job;
 pub mod trigger;
 pub mod workload;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -99,14 +99,14 @@ pub struct Context {
     pub config: KubeConfig,
     pub contexts: Arc<dyn ContextUrls>,
     pub logs: Arc<dyn PodLogs>,
-    /// Deploy namespaces known to exist, to skip a call per reconcile.
-    namespaces: Mutex<HashSet<String>>,
+    /// Deploy namespaces known to exist (and since when), to skip a call per reconcile.
+    namespaces: Mutex<HashMap<String, Instant>>,
     /// Deploy namespace → (source secret resourceVersion, when it was copied).
     secrets: Mutex<HashMap<String, (String, Instant)>>,
 }
 
-/// A copied pull secret is written again after this long even if the source is
-/// unchanged, so a copy deleted by hand comes back.
+/// Cached facts about a deploy namespace (it exists, its pull secret is current) are
+/// checked again after this long, so a namespace or copy deleted by hand comes back.
 const SECRET_RESYNC: Duration = Duration::from_secs(600);
 
 impl Context {
@@ -121,7 +121,7 @@ impl Context {
             config,
             contexts,
             logs,
-            namespaces: Mutex::new(HashSet::new()),
+            namespaces: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
         })
     }
@@ -132,7 +132,8 @@ impl Context {
             .namespaces
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(deploy_ns);
+            .get(deploy_ns)
+            .is_some_and(|at| at.elapsed() < SECRET_RESYNC);
         if !known {
             let api: Api<Namespace> = Api::all(self.client.clone());
             if api.get_opt(deploy_ns).await?.is_none() {
@@ -151,7 +152,7 @@ impl Context {
             self.namespaces
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(deploy_ns.to_string());
+                .insert(deploy_ns.to_string(), Instant::now());
         }
         self.sync_pull_secret(deploy_ns).await
     }

@@ -22,6 +22,7 @@ use super::{
 };
 use crate::k8s::manifests::{self, Workload};
 use crate::k8s::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
+use crate::k8s::store::api_status;
 use crate::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
     WorkloadSpec, WorkloadStatus, deploy_namespace, workload_image,
@@ -223,9 +224,26 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         &ctx.config,
     );
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &deploy_ns);
-    apply(&deployments, &deployment).await?;
     let services: Api<KubeService> = Api::namespaced(ctx.client.clone(), &deploy_ns);
-    apply(&services, &manifests::service(K::KIND, &namespace, &name)).await?;
+    let applied = match apply(&deployments, &deployment).await {
+        Ok(_) => apply(&services, &manifests::service(K::KIND, &namespace, &name))
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Err(Error::KubeError(e)) = &applied
+        && let Some(refused) = api_status(e).filter(|s| s.code == 422)
+    {
+        // Retrying cannot help (e.g. a name Kubernetes does not take for a Service).
+        status.phase = Phase::Failed;
+        status.message = Some(format!(
+            "Kubernetes refused the workload: {}",
+            refused.message
+        ));
+        write_status(&api, &name, &status).await?;
+        return Ok(Action::await_change());
+    }
+    applied?;
 
     status.phase = Phase::Ready;
     status.image_ref = Some(image);
