@@ -1,47 +1,15 @@
 //! The developer CLI end to end: the real `sless` binary against `sless up` on a random
 //! port, with real Python and Node processes.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use common::{Sless, start, token};
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(data_dir: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
-        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .env_remove("SLESS_S3_ENDPOINT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start sless");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("sless exited before it was up")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("sless is up on ") {
-            break rest.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, base }
-}
 
 /// A user of the CLI: their endpoint, token, and a home of their own so that `login`
 /// never touches the real one.
@@ -94,7 +62,7 @@ impl Run {
 }
 
 impl User {
-    fn new(server: &Server, token: String, home: &Path) -> Self {
+    fn new(server: &Sless, token: String, home: &Path) -> Self {
         Self {
             endpoint: server.base.clone(),
             token,
@@ -146,16 +114,6 @@ impl User {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-}
-
-fn token(data_dir: &Path, sub: &str) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_sless"))
-        .args(["token", "--sub", sub, "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    String::from_utf8(output.stdout).unwrap().trim().to_string()
 }
 
 fn write_files(dir: &Path, files: &[(&str, &str)]) {

@@ -1,57 +1,13 @@
 //! `sless up` as a real process: everything created survives SIGKILL and a restart.
 
+mod common;
+
+use common::{start, token};
+
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-
-struct Sless {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Sless {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(data_dir: &Path) -> Sless {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
-        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .env_remove("SLESS_S3_ENDPOINT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start sless");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("sless exited before it was up")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("sless is up on ") {
-            break rest.trim().to_string();
-        }
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Sless { child, base }
-}
-
-fn token(data_dir: &Path, sub: &str) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_sless"))
-        .args(["token", "--sub", sub, "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    String::from_utf8(output.stdout).unwrap().trim().to_string()
-}
 
 #[tokio::test]
 async fn state_survives_sigkill() {

@@ -37,6 +37,33 @@ pub type RunnerTweak = fn(&mut operator::local::RunnerConfig);
 impl TestServer {
     /// The whole embedded platform: API, runner with real processes, `/fn` proxy.
     pub async fn platform(tweak: RunnerTweak) -> (Self, operator::local::LocalRunner) {
+        let (server, runner) = Self::launch(
+            ApiConfig::default(),
+            KeySource::Hs256Secret(SECRET.to_vec()),
+            Some(tweak),
+        )
+        .await;
+        (server, runner.expect("the platform runs a runner"))
+    }
+
+    pub async fn start() -> Self {
+        Self::start_with(
+            ApiConfig::default(),
+            KeySource::Hs256Secret(SECRET.to_vec()),
+        )
+        .await
+    }
+
+    /// The API alone: nothing runs, every `/fn` name is unknown.
+    pub async fn start_with(config: ApiConfig, key: KeySource) -> Self {
+        Self::launch(config, key, None).await.0
+    }
+
+    async fn launch(
+        config: ApiConfig,
+        key: KeySource,
+        runner_tweak: Option<RunnerTweak>,
+    ) -> (Self, Option<operator::local::LocalRunner>) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).await.unwrap());
         let s3 = EmbeddedS3::start(
@@ -49,21 +76,35 @@ impl TestServer {
         objects.ensure_bucket().await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let mut config = operator::local::RunnerConfig::new(dir.path().to_path_buf(), base.clone());
-        tweak(&mut config);
-        let runner =
-            operator::local::LocalRunner::start(store.clone(), objects.clone(), config).unwrap();
+
+        let runner = runner_tweak.map(|tweak| {
+            let mut runner_config =
+                operator::local::RunnerConfig::new(dir.path().to_path_buf(), base.clone());
+            tweak(&mut runner_config);
+            operator::local::LocalRunner::start(store.clone(), objects.clone(), runner_config)
+                .unwrap()
+        });
+        let (routes, logs): (
+            Arc<dyn operator::proxy::RouteTable>,
+            Arc<dyn operator::logs::WorkloadLogs>,
+        ) = match &runner {
+            Some(runner) => (Arc::new(runner.clone()), Arc::new(runner.clone())),
+            None => (
+                Arc::new(NoRoutes),
+                Arc::new(operator::logs::LogBook::new(100)),
+            ),
+        };
         let proxy = Arc::new(operator::proxy::Proxy::new(
-            Arc::new(runner.clone()),
+            routes,
             operator::proxy::ProxyConfig::default(),
         ));
         let state = Arc::new(AppState {
             store: store.clone(),
             objects: objects.clone(),
-            auth: Arc::new(test_authenticator(KeySource::Hs256Secret(SECRET.to_vec()))),
-            logs: Arc::new(runner.clone()),
+            auth: Arc::new(test_authenticator(key)),
+            logs,
             proxy: proxy.clone(),
-            config: ApiConfig::default(),
+            config,
         });
         let app = operator::api::router(state).merge(operator::proxy::router(proxy));
         let server = tokio::spawn(async move {
@@ -84,54 +125,6 @@ impl TestServer {
             server,
         };
         (server, runner)
-    }
-
-    pub async fn start() -> Self {
-        Self::start_with(
-            ApiConfig::default(),
-            KeySource::Hs256Secret(SECRET.to_vec()),
-        )
-        .await
-    }
-
-    pub async fn start_with(config: ApiConfig, key: KeySource) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).await.unwrap());
-        let s3 = EmbeddedS3::start(
-            &dir.path().join("objects"),
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-        )
-        .await
-        .unwrap();
-        let objects = ObjectStore::connect(&s3.config("sless")).await.unwrap();
-        objects.ensure_bucket().await.unwrap();
-        let auth = test_authenticator(key);
-        let state = Arc::new(AppState {
-            store: store.clone(),
-            objects: objects.clone(),
-            auth: Arc::new(auth),
-            logs: Arc::new(operator::logs::LogBook::new(100)),
-            proxy: Arc::new(operator::proxy::Proxy::new(
-                Arc::new(NoRoutes),
-                operator::proxy::ProxyConfig::default(),
-            )),
-            config,
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let app = operator::api::router(state);
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        TestServer {
-            base,
-            store,
-            objects,
-            client: reqwest::Client::new(),
-            _s3: s3,
-            _dir: dir,
-            server,
-        }
     }
 
     pub fn url(&self, path: &str) -> String {
