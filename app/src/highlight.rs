@@ -140,13 +140,11 @@ fn cap(content: &str, size: u64, cut_by_api: bool) -> Capped {
     }
     let mut text = String::with_capacity(head.len() + 1);
     let mut long_lines = 0usize;
-    let mut lines = 0usize;
-    for line in head.split_inclusive('\n') {
-        if lines == MAX_LINES {
+    for (index, line) in head.split_inclusive('\n').enumerate() {
+        if index == MAX_LINES {
             notices.push(format!("Truncated: showing the first {MAX_LINES} lines."));
             break;
         }
-        lines += 1;
         let body = line.strip_suffix('\n').unwrap_or(line);
         match body.char_indices().nth(MAX_LINE_CHARS) {
             Some((cut, _)) => {
