@@ -43,9 +43,10 @@ pub struct UpArgs {
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    let data_dir = args.data_dir.clone();
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating the data dir {}", data_dir.display()))?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&args.data_dir)
+        .with_context(|| format!("resolving the data dir {}", args.data_dir.display()))?;
     let auth_config = args.auth.config(&data_dir)?;
     let auth = Arc::new(Authenticator::new(auth_config)?);
     let store = Arc::new(SqliteStore::open(&data_dir).await?);

@@ -107,8 +107,11 @@ impl LocalRunner {
     pub fn start(
         store: Arc<dyn Store>,
         objects: ObjectStore,
-        config: RunnerConfig,
+        mut config: RunnerConfig,
     ) -> std::io::Result<Self> {
+        // Processes run with their build directory as cwd: every path handed to them
+        // must be absolute.
+        config.data_dir = std::path::absolute(&config.data_dir)?;
         let wrappers = Wrappers::install(&config.data_dir.join("runtimes"))?;
         let shared = Arc::new(Shared {
             builder: Builder {
