@@ -6,6 +6,7 @@ mod cli;
 mod console;
 mod demo;
 mod operator_cmd;
+mod serve;
 mod settings;
 mod up;
 

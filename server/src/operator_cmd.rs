@@ -186,22 +186,6 @@ pub fn print_crds() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("SIGTERM handler");
-        tokio::select! {
-            _ = interrupt => {},
-            _ = terminate.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
-}
-
 /// The console alone: stateless but for its sessions, it needs no cluster access.
 async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
     let auth = Arc::new(args.authenticator()?);
@@ -226,13 +210,7 @@ async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(address = %args.listen, api = %args.api_url, "console listening");
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .context("serving")
+    crate::serve::serve(listener, app).await
 }
 
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
@@ -291,13 +269,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         tracing::info!(address = %args.listen, "API and /fn proxy listening");
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving")
+        crate::serve::serve(listener, app).await
     };
 
     let controller_task = async {

@@ -143,16 +143,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             }
         });
     }
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await
-    .context("serving")?;
-    Ok(())
+    crate::serve::serve(listener, app).await
 }
 
 /// The demo deploys through the API, as its own user: it needs the embedded key.

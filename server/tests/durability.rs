@@ -219,10 +219,12 @@ async fn functions_come_back_after_sigkill_without_a_new_upload() {
 
 #[tokio::test]
 async fn demo_deploys_the_examples() {
+    // As the README runs it: the default, relative data dir under the working directory.
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
-        .args(["up", "--demo", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
+        .args(["up", "--demo", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env_remove("SLESS_DATA_DIR")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
