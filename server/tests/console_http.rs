@@ -1033,10 +1033,11 @@ async fn huge_files_and_long_lines_are_cut_with_a_notice() {
         .get(&path, Some(&f.token), Some(BROWSER_ACCEPT))
         .await
         .expect(200, "source page");
-    // A hang guard only: highlighting is capped before it runs, yet the capped 512 KiB
-    // of Python take seconds in an unoptimised build on a busy machine.
-    let bound = Duration::from_secs(if cfg!(debug_assertions) { 60 } else { 10 });
-    assert!(started.elapsed() < bound, "took {:?}", started.elapsed());
+    // A hang guard only: the capped 512 KiB of Python take 6-7 s in this debug build on
+    // a 2-core machine (an uncapped 100,000-character line takes minutes). The point is
+    // the notices below.
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(30), "took {elapsed:?}");
     let html = &page.body;
     let big = file_section(html, "big.py");
     assert!(
