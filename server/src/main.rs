@@ -33,14 +33,14 @@ enum Command {
     /// Print a JWT signed with the embedded key of a data dir.
     Token {
         /// The user's identity; their namespace is derived from it.
-        #[arg(long)]
-        sub: String,
+        #[arg(long, required_unless_present = "admin")]
+        sub: Option<String>,
         #[arg(long, env = "SLESS_DATA_DIR", default_value = settings::DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
         /// Lifetime in seconds.
         #[arg(long, default_value_t = 24 * 3600)]
         ttl: u64,
-        /// Issue an admin token (acts on every namespace); ignores --sub.
+        /// Issue an admin token (acts on every namespace); --sub is then not needed.
         #[arg(long)]
         admin: bool,
     },
@@ -73,10 +73,9 @@ async fn main() -> anyhow::Result<()> {
             admin,
         } => {
             let key = operator::auth::load_or_create_signing_key(&data_dir)?;
-            let sub = if admin {
-                settings::EMBEDDED_ADMIN_SUBJECT.to_string()
-            } else {
-                sub
+            let sub = match sub {
+                Some(sub) if !admin => sub,
+                _ => settings::EMBEDDED_ADMIN_SUBJECT.to_string(),
             };
             let token = operator::auth::issue_hs256(&key, &sub, ttl)?;
             if admin {
@@ -90,5 +89,19 @@ async fn main() -> anyhow::Result<()> {
             println!("{token}");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    #[test]
+    fn token_needs_a_sub_unless_it_is_for_the_admin() {
+        assert!(Cli::try_parse_from(["sless", "token", "--admin"]).is_ok());
+        assert!(Cli::try_parse_from(["sless", "token", "--sub", "you"]).is_ok());
+        assert!(Cli::try_parse_from(["sless", "token"]).is_err());
     }
 }
