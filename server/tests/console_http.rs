@@ -63,6 +63,16 @@ impl Reply {
         self.header(header::LOCATION.as_str())
     }
 
+    /// The body as JSON; the answer must say it is JSON.
+    fn json(&self) -> Value {
+        assert!(
+            self.header("content-type").starts_with("application/json"),
+            "{:?}",
+            self.header("content-type")
+        );
+        serde_json::from_str(&self.body).expect("a JSON body")
+    }
+
     fn header(&self, name: &str) -> &str {
         self.headers
             .get(name)
@@ -506,12 +516,7 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
         .get(&path, Some(&f.token), Some("application/json"))
         .await
         .expect(200, "json by Accept");
-    assert!(
-        by_accept
-            .header("content-type")
-            .starts_with("application/json")
-    );
-    let listing: Value = serde_json::from_str(&by_accept.body).unwrap();
+    let listing = by_accept.json();
     assert_eq!(listing["namespace"], f.ns.as_str());
     assert_eq!(json_names(&listing), ["a-ready", "b-pending", "c-svc"]);
     assert_eq!(listing["counts"]["functions"], 2, "{listing}");
@@ -533,12 +538,7 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
         )
         .await
         .expect(200, "json by query");
-    assert!(
-        by_query
-            .header("content-type")
-            .starts_with("application/json")
-    );
-    let by_query: Value = serde_json::from_str(&by_query.body).unwrap();
+    let by_query = by_query.json();
     assert_eq!(json_names(&by_query), json_names(&listing));
 }
 
@@ -578,7 +578,7 @@ async fn query_parameters_filter_and_sort_the_listing() {
         )
         .await
         .expect(200, "filtered json");
-    let filtered: Value = serde_json::from_str(&filtered.body).unwrap();
+    let filtered = filtered.json();
     assert_eq!(json_names(&filtered), ["c-svc"]);
     assert_eq!(filtered["counts"]["total"], 3, "{filtered}");
 }
