@@ -1,4 +1,6 @@
-//! CRUD, conflicts and validation of the REST API over real HTTP.
+//! CRUD, conflicts and validation of the REST API over real HTTP, each test run on
+//! both stores: `sqlite::*` on `SqliteStore` (embedded mode), `kube::*` on `KubeStore`
+//! (the CustomResources) over an in-memory Kubernetes API.
 
 mod common;
 
@@ -38,9 +40,36 @@ fn function(name: &str) -> Value {
            "memory_mb": 256, "timeout_sec": 30, "env_vars": {"GREETING": "hi"}})
 }
 
-#[tokio::test]
-async fn function_crud_with_defaults_and_conflicts() {
-    let server = TestServer::start().await;
+/// `$test(server)` as a `#[tokio::test]` in `mod sqlite` and in `mod kube`.
+macro_rules! on_each_store {
+    ($($test:ident),+ $(,)?) => {
+        on_each_store!(@store sqlite, Sqlite, $($test),+);
+        on_each_store!(@store kube, Kube, $($test),+);
+    };
+    (@store $module:ident, $kind:ident, $($test:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let server = super::TestServer::start_on(super::StoreKind::$kind).await;
+                    super::$test(server).await;
+                }
+            )+
+        }
+    };
+}
+
+on_each_store!(
+    function_crud_with_defaults_and_conflicts,
+    creating_over_a_failed_function_replaces_it,
+    functions_and_services_share_names,
+    trigger_crud_and_patch_in_place,
+    job_crud_and_run_id_bump,
+    bad_input_is_refused_with_the_rule,
+    concurrent_ensure_and_conflicting_updates,
+);
+
+async fn function_crud_with_defaults_and_conflicts(server: TestServer) {
     let alice = user("alice");
     let base = format!("/v1/namespaces/{}/functions", alice.ns);
     use reqwest::Method as M;
@@ -53,6 +82,8 @@ async fn function_crud_with_defaults_and_conflicts() {
     assert_eq!(created["env_vars"]["GREETING"], "hi");
     assert_eq!(created["phase"], "Pending");
     assert_eq!(created["s3_key"], Value::Null);
+    assert!(!created["resource_version"].as_str().unwrap().is_empty());
+    assert!(created["created_at"].as_str().unwrap().ends_with('Z'));
     for field in ["message", "image_ref", "last_built_at", "url"] {
         assert!(created.get(field).is_some(), "response lacks {field}");
     }
@@ -90,6 +121,7 @@ async fn function_crud_with_defaults_and_conflicts() {
 
     let mut changed = function("hello");
     changed["memory_mb"] = json!(512);
+    changed["env_vars"] = json!({"OTHER": "x"});
     let (status, updated) = send(
         &server,
         &alice,
@@ -102,6 +134,8 @@ async fn function_crud_with_defaults_and_conflicts() {
     assert_eq!(updated["memory_mb"], 512);
     let (_, fetched) = send(&server, &alice, M::GET, &format!("{base}/hello"), None).await;
     assert_eq!(fetched["memory_mb"], 512);
+    // PUT replaces the spec: the removed env var is gone.
+    assert_eq!(fetched["env_vars"], json!({"OTHER": "x"}));
 
     // PUT is a full replacement: zero values are refused, naming the field.
     for (field, zero) in [
@@ -135,9 +169,7 @@ async fn function_crud_with_defaults_and_conflicts() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
-#[tokio::test]
-async fn creating_over_a_failed_function_replaces_it() {
-    let server = TestServer::start().await;
+async fn creating_over_a_failed_function_replaces_it(server: TestServer) {
     let alice = user("alice");
     let base = format!("/v1/namespaces/{}/functions", alice.ns);
     use reqwest::Method as M;
@@ -157,9 +189,7 @@ async fn creating_over_a_failed_function_replaces_it() {
     assert_eq!(body["phase"], "Pending");
 }
 
-#[tokio::test]
-async fn functions_and_services_share_names() {
-    let server = TestServer::start().await;
+async fn functions_and_services_share_names(server: TestServer) {
     let alice = user("alice");
     use reqwest::Method as M;
     let functions = format!("/v1/namespaces/{}/functions", alice.ns);
@@ -199,9 +229,7 @@ async fn functions_and_services_share_names() {
     assert_eq!(status, StatusCode::NO_CONTENT);
 }
 
-#[tokio::test]
-async fn trigger_crud_and_patch_in_place() {
-    let server = TestServer::start().await;
+async fn trigger_crud_and_patch_in_place(server: TestServer) {
     let alice = user("alice");
     use reqwest::Method as M;
     let base = format!("/v1/namespaces/{}/triggers", alice.ns);
@@ -298,9 +326,7 @@ async fn trigger_crud_and_patch_in_place() {
     assert_eq!(list.as_array().unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn job_crud_and_run_id_bump() {
-    let server = TestServer::start().await;
+async fn job_crud_and_run_id_bump(server: TestServer) {
     let alice = user("alice");
     use reqwest::Method as M;
     let base = format!("/v1/namespaces/{}/jobs", alice.ns);
@@ -387,9 +413,7 @@ async fn job_crud_and_run_id_bump() {
     assert_eq!(status, StatusCode::NO_CONTENT);
 }
 
-#[tokio::test]
-async fn bad_input_is_refused_with_the_rule() {
-    let server = TestServer::start().await;
+async fn bad_input_is_refused_with_the_rule(server: TestServer) {
     let alice = user("alice");
     use reqwest::Method as M;
     let base = format!("/v1/namespaces/{}/functions", alice.ns);
@@ -485,9 +509,7 @@ async fn bad_input_is_refused_with_the_rule() {
     assert_eq!(list, json!([]));
 }
 
-#[tokio::test]
-async fn concurrent_ensure_and_conflicting_updates() {
-    let server = TestServer::start().await;
+async fn concurrent_ensure_and_conflicting_updates(server: TestServer) {
     let alice = user("alice");
     use reqwest::Method as M;
     let ensure = format!("/v1/namespaces/{}/ensure", alice.ns);
@@ -531,5 +553,14 @@ async fn concurrent_ensure_and_conflicting_updates() {
     assert_eq!(
         stored["memory_mb"], winner["memory_mb"],
         "the loser did not overwrite"
+    );
+    let (status, body) = send(&server, &alice, M::PUT, &path, Some(update(2048))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("changed by someone else"),
+        "{body}"
     );
 }

@@ -1,6 +1,10 @@
-//! A real API server on a loopback port, backed by a real SQLite file and a real
-//! S3-protocol endpoint, for HTTP-level tests.
+//! A real API server on a loopback port, backed by a real SQLite file (or by
+//! `KubeStore` over an in-memory Kubernetes API) and a real S3-protocol endpoint, for
+//! HTTP-level tests.
 #![allow(dead_code)]
+
+#[path = "../kube_common/mod.rs"]
+pub mod kube_common;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -8,6 +12,7 @@ use std::sync::Arc;
 
 use operator::api::{ApiConfig, AppState};
 use operator::auth::{AuthConfig, Authenticator, KeySource, issue_hs256};
+use operator::k8s::KubeStore;
 use operator::s3::{EmbeddedS3, ObjectStore};
 use operator::store::{SqliteStore, Store};
 use tempfile::TempDir;
@@ -31,6 +36,15 @@ impl Drop for TestServer {
     }
 }
 
+/// The store behind the API.
+#[derive(Clone, Copy, Debug)]
+pub enum StoreKind {
+    /// `SqliteStore` in the server's temporary directory (embedded mode).
+    Sqlite,
+    /// `KubeStore` (the CustomResources) over an in-memory Kubernetes API.
+    Kube,
+}
+
 /// Tweaks of the embedded runner for one test.
 pub type RunnerTweak = fn(&mut operator::local::RunnerConfig);
 
@@ -38,6 +52,7 @@ impl TestServer {
     /// The whole embedded platform: API, runner with real processes, `/fn` proxy.
     pub async fn platform(tweak: RunnerTweak) -> (Self, operator::local::LocalRunner) {
         let (server, runner) = Self::launch(
+            StoreKind::Sqlite,
             ApiConfig::default(),
             KeySource::Hs256Secret(SECRET.to_vec()),
             Some(tweak),
@@ -56,16 +71,32 @@ impl TestServer {
 
     /// The API alone: nothing runs, every `/fn` name is unknown.
     pub async fn start_with(config: ApiConfig, key: KeySource) -> Self {
-        Self::launch(config, key, None).await.0
+        Self::launch(StoreKind::Sqlite, config, key, None).await.0
+    }
+
+    /// [`TestServer::start`] on the given store.
+    pub async fn start_on(kind: StoreKind) -> Self {
+        Self::launch(
+            kind,
+            ApiConfig::default(),
+            KeySource::Hs256Secret(SECRET.to_vec()),
+            None,
+        )
+        .await
+        .0
     }
 
     async fn launch(
+        kind: StoreKind,
         config: ApiConfig,
         key: KeySource,
         runner_tweak: Option<RunnerTweak>,
     ) -> (Self, Option<operator::local::LocalRunner>) {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).await.unwrap());
+        let store: Arc<dyn Store> = match kind {
+            StoreKind::Sqlite => Arc::new(SqliteStore::open(dir.path()).await.unwrap()),
+            StoreKind::Kube => Arc::new(KubeStore::new(kube_common::fake_client().await)),
+        };
         let s3 = EmbeddedS3::start(
             &dir.path().join("objects"),
             SocketAddr::from(([127, 0, 0, 1], 0)),
