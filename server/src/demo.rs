@@ -190,6 +190,10 @@ pub async fn deploy(base: String, token: String) -> anyhow::Result<()> {
         client.base, client.ns
     );
     println!(
+        "demo: console {}/funcs/{}  (log in with the token of: sless token --sub {DEMO_SUBJECT})",
+        client.base, client.ns
+    );
+    println!(
         "demo: job  sless token --sub {DEMO_SUBJECT} → GET {}/v1/namespaces/{}/jobs/report-job",
         client.base, client.ns
     );

@@ -129,6 +129,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("sless is up on http://{address}");
     println!("  API:       http://{address}/v1/namespaces/<namespace>/...");
     println!("  functions: {external_url}/fn/<namespace>/<name>");
+    println!("  console:   http://{address}/funcs");
     println!("  data dir:  {}", data_dir.display());
     println!(
         "  get a token: sless token --sub <you> --data-dir {}",

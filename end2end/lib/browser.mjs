@@ -1,0 +1,41 @@
+// Debian's Chromium driven by playwright-core (no downloaded browser builds here).
+
+import { chromium } from 'playwright-core';
+
+export function launchChromium() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+}
+
+/**
+ * A fresh browser context with every dialog recorded (and dismissed): a test that
+ * renders hostile input asserts the list stays empty.
+ */
+export async function openPage(browser, options = {}) {
+  const context = await browser.newContext(options);
+  const page = await context.newPage();
+  const dialogs = [];
+  page.on('dialog', async (dialog) => {
+    dialogs.push(dialog.message());
+    await dialog.dismiss();
+  });
+  const errors = [];
+  page.on('pageerror', (error) => errors.push(error.message));
+  return { context, page, dialogs, errors };
+}
+
+/** Logs in through the form, as a person pasting a token would. */
+export async function logIn(page, baseUrl, user) {
+  await page.goto(`${baseUrl}/funcs/${user.namespace}`);
+  await page.locator('input[name="token"]').fill(user.token);
+  await Promise.all([page.waitForURL(`**/funcs/${user.namespace}`), page.getByRole('button', { name: 'Log in' }).click()]);
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Browser tests of the console: installs Chromium (Debian) and playwright-core (npm) when
+# missing, builds sless, then runs every end2end test against a fresh `sless up`.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+export CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
+if [ ! -x "$CHROMIUM" ]; then
+  echo "end2end: installing Debian's chromium" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium
+fi
+
+# npm ci only when the installed playwright-core is not the locked one.
+locked=$(node -p "require('./package-lock.json').packages['node_modules/playwright-core'].version")
+installed=$(node -p "try { require('./node_modules/playwright-core/package.json').version } catch { '' }")
+if [ "$locked" != "$installed" ]; then
+  echo "end2end: npm ci (playwright-core $locked)" >&2
+  npm ci --no-audit --no-fund
+fi
+
+cargo build --locked -p sless --quiet
+export SLESS_BIN="${SLESS_BIN:-$(cd .. && pwd)/target/debug/sless}"
+npm test
