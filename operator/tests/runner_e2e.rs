@@ -372,6 +372,74 @@ async fn stopping_and_starting_the_http_trigger() {
     assert_eq!(dangling["active"], false);
 }
 
+/// Polls `/fn/<name>` until it answers `want`; fails after 10 s.
+async fn until_status(api: &Api<'_>, name: &str, want: StatusCode) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = api
+            .server
+            .client
+            .post(api.fn_url(name))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/fn/{name} still {} instead of {want}",
+            response.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_moved_or_deleted_trigger_wakes_the_functions_it_named() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "move-user");
+    let handler = |word: &str| format!("def handle(e):\n    return '{word}'\n");
+    api.deploy(
+        "first",
+        "python3.11",
+        &[("handler.py", handler("first").as_bytes())],
+    )
+    .await;
+    api.deploy(
+        "second",
+        "python3.11",
+        &[("handler.py", handler("second").as_bytes())],
+    )
+    .await;
+
+    // first-http now feeds `second`: `first` has no trigger left and stops.
+    let (status, moved) = api
+        .send(
+            reqwest::Method::PUT,
+            "triggers/first-http",
+            Some(json!({"type": "http", "function_ref": "second"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{moved}");
+    until_status(&api, "first", StatusCode::SERVICE_UNAVAILABLE).await;
+
+    // Deleting second-http leaves `second` served through first-http.
+    let (status, _) = api
+        .send(reqwest::Method::DELETE, "triggers/second-http", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, body) = api.invoke("second", json!({})).await;
+    assert_eq!((status, body), (StatusCode::OK, json!("second")));
+
+    // Deleting the last trigger of `second` stops it.
+    let (status, _) = api
+        .send(reqwest::Method::DELETE, "triggers/first-http", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    until_status(&api, "second", StatusCode::SERVICE_UNAVAILABLE).await;
+}
+
 #[tokio::test]
 async fn cron_trigger_calls_the_function_until_disabled() {
     // 60 scheduler seconds per real second: "* * * * *" fires about every second.

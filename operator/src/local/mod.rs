@@ -19,10 +19,10 @@ use tokio::sync::{broadcast, mpsc};
 pub use runtimes::Toolchain;
 
 use crate::logs::{LogBook, LogLine, WorkloadLogs};
-use crate::model::Kind;
+use crate::model::{Function, Kind, Trigger};
 use crate::proxy::{Route, RouteTable};
 use crate::s3::ObjectStore;
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 use crate::upload::UploadLimits;
 use build::Builder;
 use runtimes::Wrappers;
@@ -83,6 +83,9 @@ struct Shared {
     routes: RwLock<HashMap<String, HashMap<String, Route>>>,
     endpoints: RwLock<HashMap<Key, Endpoint>>,
     actors: Mutex<HashMap<(Kind, String, String), mpsc::Sender<()>>>,
+    /// Trigger → the function it last named, so a change (or deletion, which no longer
+    /// says) wakes only that function.
+    trigger_functions: Mutex<HashMap<Key, String>>,
 }
 
 /// Handle to the runner; also the embedded [`RouteTable`] of the proxy.
@@ -128,6 +131,7 @@ impl LocalRunner {
             routes: RwLock::new(HashMap::new()),
             endpoints: RwLock::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
+            trigger_functions: Mutex::new(HashMap::new()),
             store,
             config,
         });
@@ -223,10 +227,7 @@ impl Shared {
     /// busy reconciles once more when it is done, not once per change.
     fn poke(self: &Arc<Self>, kind: Kind, namespace: &str, name: &str) {
         if kind == Kind::Trigger {
-            // A trigger only changes what its function must do; which function, the
-            // deleted trigger no longer says: wake every function of the namespace.
-            self.poke_functions(namespace);
-            tokio::spawn(report_missing_function(
+            tokio::spawn(trigger_changed(
                 self.clone(),
                 namespace.to_string(),
                 name.to_string(),
@@ -275,6 +276,36 @@ impl Shared {
         }
     }
 
+    /// Records which function a trigger names now (`None`: it is gone); the one it
+    /// named before, if any.
+    fn remember_trigger(
+        &self,
+        namespace: &str,
+        trigger: &str,
+        function: Option<&str>,
+    ) -> Option<String> {
+        let mut index = self
+            .trigger_functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), trigger.to_string());
+        match function {
+            Some(function) => index.insert(key, function.to_string()),
+            None => index.remove(&key),
+        }
+    }
+
+    /// Wakes a function's actor if it has one (a function without one does not exist).
+    fn poke_function(self: &Arc<Self>, namespace: &str, name: &str) {
+        let running = {
+            let actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
+            actors.contains_key(&(Kind::Function, namespace.to_string(), name.to_string()))
+        };
+        if running {
+            self.poke(Kind::Function, namespace, name);
+        }
+    }
+
     fn poke_functions(self: &Arc<Self>, namespace: &str) {
         let names: Vec<String> = {
             let actors = self.actors.lock().unwrap_or_else(|e| e.into_inner());
@@ -291,6 +322,18 @@ impl Shared {
 
     /// Every object once: at start, after missed notifications, and now and then.
     async fn resync(self: &Arc<Self>) {
+        match self.store.list_typed::<Trigger>(None).await {
+            Ok(triggers) => {
+                for trigger in triggers {
+                    self.remember_trigger(
+                        &trigger.meta.namespace,
+                        &trigger.meta.name,
+                        Some(&trigger.spec.function_ref),
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "resync: cannot list triggers"),
+        }
         for kind in [Kind::Function, Kind::Service, Kind::FunctionJob] {
             match self.store.list(kind, None).await {
                 Ok(objects) => {
@@ -304,13 +347,31 @@ impl Shared {
     }
 }
 
-/// A trigger whose function does not exist says so; the function's actor takes over
-/// its status once the function is created.
-async fn report_missing_function(shared: Arc<Shared>, namespace: String, name: String) {
-    use crate::model::{Function, Trigger};
-    use crate::store::StoreExt;
+/// A trigger changed: wake the function it names and the one it named before; if
+/// it names a function that does not exist, say so in its status (the function's actor
+/// takes over that status once the function is created).
+async fn trigger_changed(shared: Arc<Shared>, namespace: String, name: String) {
     let store = &*shared.store;
-    let Ok(Some(trigger)) = store.get_typed::<Trigger>(&namespace, &name).await else {
+    let trigger = match store.get_typed::<Trigger>(&namespace, &name).await {
+        Ok(trigger) => trigger,
+        Err(e) => {
+            tracing::warn!(trigger = %name, error = %e, "cannot read a changed trigger");
+            shared.poke_functions(&namespace);
+            return;
+        }
+    };
+    let function = trigger.as_ref().map(|t| t.spec.function_ref.as_str());
+    let before = shared.remember_trigger(&namespace, &name, function);
+    match (function, before) {
+        // Deleted before this runner ever saw it: which function it fed is unknown.
+        (None, None) => shared.poke_functions(&namespace),
+        (now, before) => {
+            for function in now.into_iter().chain(before.as_deref()) {
+                shared.poke_function(&namespace, function);
+            }
+        }
+    }
+    let Some(trigger) = trigger else {
         return;
     };
     let function = &trigger.spec.function_ref;
