@@ -72,7 +72,8 @@ pub enum FileBody {
     Empty,
     Code {
         /// syntect's HTML: the code is escaped, tags are only `<span class="hl-...">`.
-        html: String,
+        /// Shared: every page showing the file points at the cached copy.
+        html: std::sync::Arc<str>,
         /// `1\n2\n...`: the line-number gutter.
         gutter: String,
         lines: usize,
@@ -197,7 +198,7 @@ pub fn render_file(file: &SourceFileResponse) -> RenderedFile {
     }
     base(
         FileBody::Code {
-            html,
+            html: html.into(),
             gutter,
             lines,
             syntax: syntax.name.clone(),
@@ -256,7 +257,7 @@ mod tests {
 
     fn code(rendered: &RenderedFile) -> (&str, usize) {
         match &rendered.body {
-            FileBody::Code { html, lines, .. } => (html, *lines),
+            FileBody::Code { html, lines, .. } => (&**html, *lines),
             other => panic!("not code: {other:?}"),
         }
     }

@@ -141,7 +141,7 @@ mod tests {
             name: name.into(),
             size: size as u64,
             body: FileBody::Code {
-                html: "x".repeat(size),
+                html: "x".repeat(size).into(),
                 gutter: String::new(),
                 lines: 1,
                 syntax: "Plain Text".into(),

@@ -6,6 +6,7 @@ use leptos::prelude::*;
 
 use super::layout::{PageContext, csrf_field, document};
 use super::source::files_view;
+use super::splice::{PageBody, Splicer};
 use super::{limits, phase_class, short_time, source_href};
 use crate::listing::{Counts, Entry, EntryKind, Listing, PHASES, Selection, SortKey, TriggerView};
 use crate::source_cache::RenderedSource;
@@ -74,11 +75,14 @@ fn source_view(
     entry: &Entry,
     namespace: &str,
     sources: &HashMap<String, Result<RenderedSource, String>>,
+    splicer: &Splicer,
 ) -> impl IntoView + use<> {
     let href = source_href(namespace, entry.kind, &entry.name);
     let body = match (&entry.s3_key, sources.get(&entry.name)) {
         (None, _) => view! { <p class="muted">"No code uploaded yet."</p> }.into_any(),
-        (Some(_), Some(Ok(files))) => files_view(files, &format!("{}-", entry.name)).into_any(),
+        (Some(_), Some(Ok(files))) => {
+            files_view(files, &format!("{}-", entry.name), splicer).into_any()
+        }
         (Some(_), Some(Err(e))) => view! {
             <p class="flash flash-error">"Could not load the source: " {e.clone()}</p>
         }
@@ -111,6 +115,7 @@ fn entry_view(
     entry: &Entry,
     forms: &Forms,
     sources: &HashMap<String, Result<RenderedSource, String>>,
+    splicer: &Splicer,
 ) -> impl IntoView + use<> {
     let (memory, timeout) = limits(entry.memory_mb, entry.timeout_sec);
     let badge_class = match entry.kind {
@@ -175,7 +180,7 @@ fn entry_view(
                 <dd>{timeout}</dd>
             </dl>
             {triggers}
-            {source_view(entry, &forms.namespace, sources)}
+            {source_view(entry, &forms.namespace, sources, splicer)}
         </li>
     }
 }
@@ -293,7 +298,8 @@ fn empty_view(namespace: &str, public_url: &str) -> impl IntoView + use<> {
 }
 
 /// The whole list page.
-pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> String {
+pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
+    let splicer = Splicer::new(&ctx.nonce);
     let namespace = page.listing.namespace.clone();
     let counts = Counts::of(page.listing);
     let forms = Forms {
@@ -316,7 +322,7 @@ pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> String {
         let items: Vec<_> = page
             .entries
             .iter()
-            .map(|e| entry_view(e, &forms, page.sources))
+            .map(|e| entry_view(e, &forms, page.sources, &splicer))
             .collect();
         let list = if items.is_empty() {
             view! { <p class="muted">"Nothing matches the filter."</p> }.into_any()
@@ -355,5 +361,5 @@ pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> String {
         </div>
         {body}
     };
-    document(format!("{namespace} · sless"), ctx, head)
+    splicer.finish(document(format!("{namespace} · sless"), ctx, head))
 }

@@ -6,12 +6,14 @@ mod list;
 mod login;
 mod message;
 mod source;
+mod splice;
 
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};
 pub use list::{ListPage, render_list};
 pub use login::{LoginPage, render_login};
 pub use message::render_message;
 pub use source::{SourcePage, render_source};
+pub use splice::PageBody;
 
 /// `128 MB`, and the timeout as people say it.
 fn limits(memory_mb: u32, timeout_sec: u32) -> (String, String) {
@@ -139,7 +141,8 @@ mod tests {
                 public_url: "http://127.0.0.1:8080",
             },
             &ctx(),
-        );
+        )
+        .into_string();
         assert!(
             html.starts_with("<!DOCTYPE html><html lang=\"en\">"),
             "{html}"
@@ -184,7 +187,8 @@ mod tests {
                 public_url: "http://127.0.0.1:8080",
             },
             &PageContext::default(),
-        );
+        )
+        .into_string();
         assert!(html.contains("Nothing deployed yet"));
         assert!(html.contains("/v1/namespaces/sless-0123456789abcdef"));
         assert!(html.contains("-F code=@hello.zip"));

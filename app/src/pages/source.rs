@@ -3,6 +3,7 @@
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
+use super::splice::{PageBody, Splicer};
 use super::{phase_class, short_time};
 use crate::highlight::{FileBody, RenderedFile};
 use crate::listing::EntryKind;
@@ -28,7 +29,7 @@ fn size_text(bytes: u64) -> String {
     }
 }
 
-fn file_view(file: &RenderedFile, id: String) -> impl IntoView + use<> {
+fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoView + use<> {
     let notices: Vec<_> = file
         .notices
         .iter()
@@ -52,7 +53,7 @@ fn file_view(file: &RenderedFile, id: String) -> impl IntoView + use<> {
             view! {
                 <div class="code-wrap">
                     <pre class="gutter" aria-hidden="true">{gutter.clone()}</pre>
-                    <pre class="hl-code"><code inner_html=html.clone()></code></pre>
+                    <pre class="hl-code"><code inner_html=splicer.marker(html)></code></pre>
                 </div>
             }
             .into_any(),
@@ -74,19 +75,24 @@ fn file_view(file: &RenderedFile, id: String) -> impl IntoView + use<> {
 }
 
 /// One section per file; `id_prefix` keeps ids unique when several entries share a page.
-pub(super) fn files_view(files: &RenderedSource, id_prefix: &str) -> impl IntoView + use<> {
+pub(super) fn files_view(
+    files: &RenderedSource,
+    id_prefix: &str,
+    splicer: &Splicer,
+) -> impl IntoView + use<> {
     if files.is_empty() {
         return view! { <p class="muted">"The upload holds no files."</p> }.into_any();
     }
     let sections: Vec<_> = files
         .iter()
         .enumerate()
-        .map(|(i, f)| file_view(f, format!("{id_prefix}file-{i}")))
+        .map(|(i, f)| file_view(f, format!("{id_prefix}file-{i}"), splicer))
         .collect();
     view! { <div class="files">{sections}</div> }.into_any()
 }
 
-pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> String {
+pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
+    let splicer = Splicer::new(&ctx.nonce);
     let back = format!("/funcs/{}", page.namespace);
     let badge_class = match page.kind {
         EntryKind::Function => "badge badge-job",
@@ -115,7 +121,7 @@ pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> String {
                     .collect();
                 view! { <nav class="toc" aria-label="Files"><ul>{items}</ul></nav> }
             });
-            view! { {toc} {files_view(files, "")} }.into_any()
+            view! { {toc} {files_view(files, "", &splicer)} }.into_any()
         }
     };
     let view = view! {
@@ -129,5 +135,9 @@ pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> String {
         </div>
         {body}
     };
-    document(format!("{} · source · sless", page.name), ctx, view)
+    splicer.finish(document(
+        format!("{} · source · sless", page.name),
+        ctx,
+        view,
+    ))
 }

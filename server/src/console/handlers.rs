@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use app::listing::{EntryKind, ListQuery, Selection, render_json, render_text};
 use app::pages::{Flash, ListPage, LoginPage, PageContext, SourcePage};
 use axum::Form;
+use axum::body::Body;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Extension, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -78,6 +79,19 @@ impl Format {
             .any(|v| v.contains("application/json"));
         if json { Format::Json } else { Format::Text }
     }
+}
+
+/// A page as the response body, its shared parts sent as they are (not joined).
+fn html_response(page: app::pages::PageBody) -> Response {
+    let mut parts = page.into_parts();
+    let body = if parts.len() <= 1 {
+        Body::from(parts.pop().unwrap_or_default())
+    } else {
+        Body::from_stream(futures::stream::iter(
+            parts.into_iter().map(Ok::<_, std::convert::Infallible>),
+        ))
+    };
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
 }
 
 /// `Server-Timing`: data fetching (API round-trips) apart from rendering.
@@ -165,7 +179,7 @@ pub async fn list(
                 &ctx,
             );
             let render = rendering.elapsed();
-            (Html(html).into_response(), fetch, render)
+            (html_response(html), fetch, render)
         }
     };
     let mut response = timed(response, fetch, render);
@@ -288,7 +302,7 @@ pub async fn source(
         &ctx,
     );
     let render = rendering.elapsed();
-    Ok(timed(Html(html).into_response(), fetch, render))
+    Ok(timed(html_response(html), fetch, render))
 }
 
 #[derive(Deserialize)]
