@@ -24,6 +24,10 @@ impl RouteTable for StaticRoute {
     }
 }
 
+// The same allocator as the `sless` binary, so the figures are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let ports: Vec<u16> = std::env::args()
