@@ -41,6 +41,9 @@ pub struct ConsoleOptions {
     /// shown); the rest link to their source page, so 1,000 entries cost 1,000 rows, not
     /// 1,000 source fetches.
     pub inline_sources: usize,
+    /// Uploads larger than this (bytes of source, all files) are not inlined: their
+    /// highlighted HTML is ~25× the source, and a list page should stay light.
+    pub inline_source_bytes: u64,
     /// Cap of the highlighted-source cache, in bytes.
     pub source_cache_bytes: usize,
 }
@@ -50,6 +53,7 @@ impl Default for ConsoleOptions {
         ConsoleOptions {
             api_endpoint: "http://127.0.0.1:8080".into(),
             inline_sources: 20,
+            inline_source_bytes: 32 * 1024,
             source_cache_bytes: 64 * 1024 * 1024,
         }
     }
@@ -123,6 +127,16 @@ impl Console {
             return Ok(files);
         }
         let listed = client.source(kind.collection(), name).await?;
+        self.highlight(s3_key, listed).await
+    }
+
+    /// Highlights the files of an upload not yet cached (off the async runtime) and
+    /// caches them.
+    async fn highlight(
+        &self,
+        s3_key: &str,
+        listed: Vec<operator::apitypes::SourceFileResponse>,
+    ) -> Result<RenderedSource> {
         let mut files: Vec<Option<Arc<crate::highlight::RenderedFile>>> = listed
             .iter()
             .map(|f| self.cache.get(s3_key, &f.name))
@@ -152,7 +166,8 @@ impl Console {
 
     /// Sources of the first [`ConsoleOptions::inline_sources`] entries that have code,
     /// by entry name; a failure is kept per entry so one broken upload does not blank
-    /// the page.
+    /// the page. Uploads over [`ConsoleOptions::inline_source_bytes`] are left out (the
+    /// page links to them) and not highlighted here.
     pub async fn inline_sources(
         &self,
         client: &Client,
@@ -165,15 +180,36 @@ impl Console {
             .collect();
         futures::stream::iter(wanted)
             .map(|(name, kind, key)| async move {
-                let result = self
-                    .source(client, kind, &name, &key)
-                    .await
-                    .map_err(|e| e.to_string());
-                (name, result)
+                let result = self.small_source(client, kind, &name, &key).await;
+                result
+                    .map_err(|e| e.to_string())
+                    .transpose()
+                    .map(|result| (name, result))
             })
             .buffer_unordered(8)
+            .filter_map(std::future::ready)
             .collect()
             .await
+    }
+
+    /// The highlighted upload if it is small enough to inline; `None` if it is not.
+    async fn small_source(
+        &self,
+        client: &Client,
+        kind: EntryKind,
+        name: &str,
+        s3_key: &str,
+    ) -> Result<Option<RenderedSource>> {
+        let limit = self.options.inline_source_bytes;
+        if let Some(files) = self.cache.get_upload(s3_key) {
+            let size: u64 = files.iter().map(|f| f.size).sum();
+            return Ok((size <= limit).then_some(files));
+        }
+        let listed = client.source(kind.collection(), name).await?;
+        if listed.iter().map(|f| f.size).sum::<u64>() > limit {
+            return Ok(None);
+        }
+        self.highlight(s3_key, listed).await.map(Some)
     }
 
     /// Starts (`enabled`) or stops a trigger in place.

@@ -1010,6 +1010,52 @@ async fn source_page_highlights_and_names_binary_and_empty_files() {
 }
 
 #[tokio::test]
+async fn the_list_inlines_small_uploads_and_links_large_ones() {
+    let f = Fixture::new();
+    f.function("small", "python3.11").await;
+    f.upload(
+        "small",
+        &[(
+            "handler.py",
+            b"SMALL_MARKER = 1\ndef handle(event):\n    return 1\n",
+        )],
+    )
+    .await;
+    f.function("large", "python3.11").await;
+    let mut large = String::from("LARGE_MARKER = 0\n");
+    while large.len() <= 40 * 1024 {
+        large.push_str("value = 'padding to make the upload larger than the inline limit'\n");
+    }
+    f.upload("large", &[("handler.py", large.as_bytes())]).await;
+
+    let page = f
+        .get(&f.list_path(), Some(&f.token), Some("text/html"))
+        .await
+        .expect(200, "list page");
+    let small = enclosing(&page.body, "id=\"entry-small\"", "<li", "</details>");
+    assert!(small.contains("SMALL_MARKER"), "{small}");
+    let large_entry = enclosing(&page.body, "id=\"entry-large\"", "<li", "</details>");
+    assert!(!large_entry.contains("LARGE_MARKER"), "{large_entry}");
+    assert!(
+        large_entry.contains("Open the source page"),
+        "{large_entry}"
+    );
+
+    // The source page still shows it, and a cached large upload stays out of the list.
+    let source = format!("/funcs/{}/source/large?kind=function", f.ns);
+    let source = f
+        .get(&source, Some(&f.token), Some("text/html"))
+        .await
+        .expect(200, "source page");
+    assert!(source.body.contains("LARGE_MARKER"));
+    let page = f
+        .get(&f.list_path(), Some(&f.token), Some("text/html"))
+        .await
+        .expect(200, "list page after the source page");
+    assert!(!page.body.contains("LARGE_MARKER"));
+}
+
+#[tokio::test]
 async fn huge_files_and_long_lines_are_cut_with_a_notice() {
     let f = Fixture::new();
     f.function("huge", "python3.11").await;
