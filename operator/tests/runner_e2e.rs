@@ -396,6 +396,41 @@ async fn until_status(api: &Api<'_>, name: &str, want: StatusCode) {
 }
 
 #[tokio::test]
+async fn a_call_waits_for_a_function_that_is_starting() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "cold-user");
+    // Two seconds to import: a start that is easy to catch in the middle.
+    let handler = b"import time\ntime.sleep(2)\n\ndef handle(e):\n    return 'awake'\n";
+    api.deploy("slow", "python3.11", &[("handler.py", handler)])
+        .await;
+    let (status, _) = api.invoke("slow", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "the first start completes");
+    let toggle = |enabled: bool| {
+        api.send(
+            reqwest::Method::PATCH,
+            "triggers/slow-http",
+            Some(json!({"enabled": enabled})),
+        )
+    };
+    assert_eq!(toggle(false).await.0, StatusCode::OK);
+    until_status(&api, "slow", StatusCode::SERVICE_UNAVAILABLE).await;
+
+    assert_eq!(toggle(true).await.0, StatusCode::OK);
+    // Long enough for the runner to react, well inside the two-second start.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let response = server.client.post(api.fn_url("slow")).send().await.unwrap();
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!((status, body), (StatusCode::OK, json!("awake")));
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "answered in {:?}: the call did not wait for the start",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn a_moved_or_deleted_trigger_wakes_the_functions_it_named() {
     let (server, _runner) = TestServer::platform(|_| {}).await;
     let api = Api::new(&server, "move-user");

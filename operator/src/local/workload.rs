@@ -238,6 +238,9 @@ impl Actor {
         let failed_before =
             built_key.as_deref() == Some(key.as_str()) && status.phase == Phase::Failed;
         if !dir.is_dir() && !failed_before {
+            if self.running.is_none() {
+                self.unavailable(format!("{noun} {name:?} is building version {version}"));
+            }
             self.build(&raw, &key, &version, &root, &spec, url.clone())
                 .await?;
         } else if built_key.as_deref() != Some(key.as_str()) {
@@ -292,6 +295,16 @@ impl Actor {
                 })
                 .await?;
                 return Ok(true);
+            }
+            if self.running.is_none() && exposure.is_ok() {
+                // Callers wait for this instance rather than fail while it starts.
+                self.shared.set_route(
+                    &self.ns,
+                    name,
+                    Route::Starting {
+                        reason: format!("{noun} {name:?} is starting"),
+                    },
+                );
             }
             match self.start(&dir, &spec, &wanted).await {
                 Ok(instance) => self.switch_to(instance, wanted),

@@ -18,6 +18,9 @@ use super::body::{RequestBody, RequestBodyError};
 use super::headers::{set_forwarding, strip_hop_by_hop};
 use super::{Invocation, InvokeError, Proxy, Route};
 
+/// How often a call waiting for a starting function looks at its route again.
+const START_POLL: Duration = Duration::from_millis(10);
+
 /// The parts of `/fn/{ns}/{name}{rest}?{query}`, borrowed from the request URI as
 /// received (no percent-decoding).
 #[derive(Debug, PartialEq)]
@@ -63,7 +66,11 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
         .into_response();
     };
 
-    let (authority, timeout) = match proxy.routes.route(target.namespace, target.name) {
+    let mut route = proxy.routes.route(target.namespace, target.name);
+    if matches!(route, Route::Starting { .. }) {
+        route = proxy.wait_while_starting(&target).await;
+    }
+    let (authority, timeout) = match route {
         // Not recorded: random names must not grow the log.
         Route::Unknown => {
             return InvokeError::Unknown {
@@ -72,7 +79,7 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
             }
             .into_response();
         }
-        Route::Unavailable { reason } => {
+        Route::Unavailable { reason } | Route::Starting { reason } => {
             let response = InvokeError::Unavailable(reason).into_response();
             proxy.record(&target, &parts.method, response.status(), started);
             return response;
@@ -102,6 +109,19 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
 }
 
 impl Proxy {
+    /// The route once the function is no longer starting, or the last one seen after
+    /// [`ProxyConfig::start_wait`]. Polled: the route table is memory, the wait rare.
+    async fn wait_while_starting(&self, target: &Target<'_>) -> Route {
+        let deadline = Instant::now() + self.config.start_wait;
+        loop {
+            tokio::time::sleep(START_POLL).await;
+            let route = self.routes.route(target.namespace, target.name);
+            if !matches!(route, Route::Starting { .. }) || Instant::now() >= deadline {
+                return route;
+            }
+        }
+    }
+
     async fn forward(
         &self,
         mut parts: Parts,

@@ -29,6 +29,9 @@ pub enum Route {
     Unknown,
     /// It exists but cannot take calls; the reason is for the caller.
     Unavailable { reason: String },
+    /// An instance is being started (e.g. a trigger was just started): calls wait up to
+    /// [`ProxyConfig::start_wait`] for it instead of failing at once.
+    Starting { reason: String },
     Ready {
         kind: Kind,
         /// `host:port` of the instance.
@@ -49,6 +52,8 @@ pub struct ProxyConfig {
     pub max_body_bytes: u64,
     /// Added to a function's timeout for the network in between.
     pub timeout_margin: Duration,
+    /// How long a call waits for a [`Route::Starting`] function before it gets 503.
+    pub start_wait: Duration,
 }
 
 impl Default for ProxyConfig {
@@ -56,6 +61,7 @@ impl Default for ProxyConfig {
         Self {
             max_body_bytes: 256 * 1024 * 1024,
             timeout_margin: Duration::from_secs(2),
+            start_wait: Duration::from_secs(10),
         }
     }
 }
