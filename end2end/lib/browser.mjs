@@ -12,6 +12,8 @@ export function launchChromium() {
       '--disable-background-networking',
       '--disable-component-update',
       '--disable-sync',
+      // Containers often give /dev/shm only 64 MB.
+      '--disable-dev-shm-usage',
     ],
   });
 }
