@@ -396,15 +396,22 @@ async fn until_status(api: &Api<'_>, name: &str, want: StatusCode) {
 }
 
 #[tokio::test]
-async fn a_call_waits_for_a_function_that_is_starting() {
+async fn ready_means_serving_and_a_call_waits_for_a_starting_function() {
     let (server, _runner) = TestServer::platform(|_| {}).await;
     let api = Api::new(&server, "cold-user");
     // Two seconds to import: a start that is easy to catch in the middle.
     let handler = b"import time\ntime.sleep(2)\n\ndef handle(e):\n    return 'awake'\n";
+    let uploading = Instant::now();
     api.deploy("slow", "python3.11", &[("handler.py", handler)])
         .await;
-    let (status, _) = api.invoke("slow", json!({})).await;
-    assert_eq!(status, StatusCode::OK, "the first start completes");
+    // Ready means serving: not before the handler has imported.
+    assert!(
+        uploading.elapsed() >= Duration::from_millis(1900),
+        "Ready after {:?}, before the instance could serve",
+        uploading.elapsed()
+    );
+    let response = server.client.post(api.fn_url("slow")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "callable once Ready");
     let toggle = |enabled: bool| {
         api.send(
             reqwest::Method::PATCH,

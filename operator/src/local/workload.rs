@@ -237,11 +237,15 @@ impl Actor {
             .cloned();
         let failed_before =
             built_key.as_deref() == Some(key.as_str()) && status.phase == Phase::Failed;
+        // Set when this pass built the version: recorded with the phase that follows
+        // (Ready once an instance serves it, or Failed).
+        let mut built_at = None;
         if !dir.is_dir() && !failed_before {
             if self.running.is_none() {
                 self.unavailable(format!("{noun} {name:?} is building version {version}"));
             }
-            self.build(&raw, &key, &version, &root, &spec, url.clone())
+            built_at = self
+                .build(&raw, &key, &version, &root, &spec, url.clone())
                 .await?;
         } else if built_key.as_deref() != Some(key.as_str()) {
             self.mark_built(&raw, &key).await?;
@@ -274,7 +278,8 @@ impl Actor {
                     .err()
                     .unwrap_or_else(|| format!("{noun} {name:?} has no enabled trigger")),
             );
-            self.write_ready(&version, url.clone(), None).await?;
+            self.write_ready(&version, url.clone(), built_at.clone())
+                .await?;
             self.update_triggers(|_| (false, None, None)).await;
             return Ok(true);
         }
@@ -320,6 +325,9 @@ impl Actor {
                     self.write_status(|s| {
                         s.phase = Phase::Failed;
                         s.message = Some(message.clone());
+                        if let Some(at) = &built_at {
+                            s.last_built_at = Some(at.clone());
+                        }
                     })
                     .await?;
                     self.failed_start = Some((wanted, message));
@@ -351,7 +359,8 @@ impl Actor {
             };
             self.shared.set_route(&self.ns, name, route);
         }
-        self.write_ready(&version, url.clone(), None).await?;
+        self.write_ready(&version, url.clone(), built_at.clone())
+            .await?;
         let function_url = self.shared.url(&self.ns, name);
         self.update_triggers(|t| {
             let url = (t.spec.trigger_type == TriggerType::Http).then(|| function_url.clone());
@@ -369,7 +378,7 @@ impl Actor {
         root: &Path,
         spec: &WorkloadSpec,
         url: Option<String>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         self.write_status(|s| {
             s.phase = Phase::Building;
             s.message = Some(format!("building version {version}"));
@@ -379,9 +388,7 @@ impl Actor {
         let result = self.shared.builder.build(root, key, spec.runtime).await;
         self.mark_built(raw, key).await?;
         match result {
-            Ok(_) => {
-                self.write_ready(version, url, Some(now())).await?;
-            }
+            Ok(_) => Ok(Some(now())),
             Err(e) => {
                 self.log(&format!("build of version {version} failed"));
                 self.write_status(|s| {
@@ -389,9 +396,9 @@ impl Actor {
                     s.message = Some(e.0.clone());
                 })
                 .await?;
+                Ok(None)
             }
         }
-        Ok(())
     }
 
     async fn write_ready(
