@@ -144,7 +144,8 @@ test('■ Stop makes /fn answer 503 and the button turn to ▶ Start; ▶ Start 
   await Promise.all([page.waitForNavigation(), page.keyboard.press('Enter')]);
   await trigger().getByRole('button', { name: 'Stop trigger hello-http' }).waitFor();
   assert.equal(await trigger().locator('.state').innerText(), 'on');
-  // Stopping scaled the function to nothing: it answers once its process is up again.
+  // Stopping scaled the function to nothing; once the runner has seen the change, calls
+  // wait for the new process (a call in the milliseconds before may still see 503).
   assert.equal(await statusWithin('hello-python', 200, 15_000), 200);
   await context.close();
 });
