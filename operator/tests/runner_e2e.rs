@@ -133,22 +133,46 @@ impl<'a> Api<'a> {
 
     /// Calls `/fn/...` until it stops answering 503 (the instance is starting).
     async fn invoke(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.call_until(path, &body, Duration::from_secs(30), |s| {
+            s != StatusCode::SERVICE_UNAVAILABLE
+        })
+        .await
+    }
+
+    /// Calls `/fn/...` until it answers `want`; fails after 10 s.
+    async fn invoke_until(&self, path: &str, want: StatusCode) -> Value {
+        let (status, body) = self
+            .call_until(path, &json!({}), Duration::from_secs(10), |s| s == want)
+            .await;
+        assert_eq!(status, want, "/fn/{path} still answers {body}");
+        body
+    }
+
+    /// POSTs `body` to `/fn/...` until `done(status)` or `within` has passed; the last
+    /// answer.
+    async fn call_until(
+        &self,
+        path: &str,
+        body: &Value,
+        within: Duration,
+        done: impl Fn(StatusCode) -> bool,
+    ) -> (StatusCode, Value) {
+        let deadline = Instant::now() + within;
         loop {
             let response = self
                 .server
                 .client
                 .post(self.fn_url(path))
-                .json(&body)
+                .json(body)
                 .send()
                 .await
                 .unwrap();
             let status = response.status();
             let value: Value = response.json().await.unwrap_or(Value::Null);
-            if status != StatusCode::SERVICE_UNAVAILABLE || Instant::now() > deadline {
+            if done(status) || Instant::now() > deadline {
                 return (status, value);
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
@@ -326,16 +350,10 @@ async fn stopping_and_starting_the_http_trigger() {
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let reason = loop {
-        let response = server.client.post(api.fn_url("tog")).send().await.unwrap();
-        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
-            let body: Value = response.json().await.unwrap();
-            break body["error"].as_str().unwrap().to_string();
-        }
-        assert!(Instant::now() < deadline, "never 503 after stop");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let stopped = api
+        .invoke_until("tog", StatusCode::SERVICE_UNAVAILABLE)
+        .await;
+    let reason = stopped["error"].as_str().unwrap_or_default();
     assert!(
         reason.contains("stopped") && reason.contains("tog-http"),
         "{reason}"
@@ -372,29 +390,6 @@ async fn stopping_and_starting_the_http_trigger() {
     assert_eq!(dangling["active"], false);
 }
 
-/// Polls `/fn/<name>` until it answers `want`; fails after 10 s.
-async fn until_status(api: &Api<'_>, name: &str, want: StatusCode) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let response = api
-            .server
-            .client
-            .post(api.fn_url(name))
-            .send()
-            .await
-            .unwrap();
-        if response.status() == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/fn/{name} still {} instead of {want}",
-            response.status()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn ready_means_serving_and_a_call_waits_for_a_starting_function() {
     let (server, _runner) = TestServer::platform(|_| {}).await;
@@ -420,7 +415,8 @@ async fn ready_means_serving_and_a_call_waits_for_a_starting_function() {
         )
     };
     assert_eq!(toggle(false).await.0, StatusCode::OK);
-    until_status(&api, "slow", StatusCode::SERVICE_UNAVAILABLE).await;
+    api.invoke_until("slow", StatusCode::SERVICE_UNAVAILABLE)
+        .await;
 
     assert_eq!(toggle(true).await.0, StatusCode::OK);
     // Long enough for the runner to react, well inside the two-second start.
@@ -464,7 +460,8 @@ async fn a_moved_or_deleted_trigger_wakes_the_functions_it_named() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{moved}");
-    until_status(&api, "first", StatusCode::SERVICE_UNAVAILABLE).await;
+    api.invoke_until("first", StatusCode::SERVICE_UNAVAILABLE)
+        .await;
 
     // Deleting second-http leaves `second` served through first-http.
     let (status, _) = api
@@ -479,7 +476,8 @@ async fn a_moved_or_deleted_trigger_wakes_the_functions_it_named() {
         .send(reqwest::Method::DELETE, "triggers/first-http", None)
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    until_status(&api, "second", StatusCode::SERVICE_UNAVAILABLE).await;
+    api.invoke_until("second", StatusCode::SERVICE_UNAVAILABLE)
+        .await;
 }
 
 #[tokio::test]
