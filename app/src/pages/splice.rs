@@ -8,32 +8,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 /// A rendered page: the pieces of its body, in order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PageBody {
     parts: Vec<Bytes>,
 }
 
 impl PageBody {
-    /// Bytes in the whole page.
-    pub fn len(&self) -> usize {
-        self.parts.iter().map(Bytes::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub fn into_parts(self) -> Vec<Bytes> {
         self.parts
     }
 
-    /// The page in one string, for callers that need it whole.
-    pub fn into_string(self) -> String {
-        let mut whole = Vec::with_capacity(self.len());
-        for part in &self.parts {
-            whole.extend_from_slice(part);
-        }
-        String::from_utf8_lossy(&whole).into_owned()
+    /// The page in one string, for the tests' assertions.
+    #[cfg(test)]
+    pub(crate) fn into_string(self) -> String {
+        String::from_utf8_lossy(&self.parts.concat()).into_owned()
     }
 }
 
