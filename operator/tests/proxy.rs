@@ -331,6 +331,45 @@ async fn errors_are_distinct_json() {
 }
 
 #[tokio::test]
+async fn calls_wait_for_a_starting_function_then_give_up() {
+    let h = Harness::start_with(ProxyConfig {
+        start_wait: Duration::from_millis(500),
+        ..ProxyConfig::default()
+    })
+    .await;
+    let starting = || Route::Starting {
+        reason: "function \"f\" is starting".into(),
+    };
+
+    // Ready while the call waits: it is forwarded.
+    h.routes.set("ns", "f", starting());
+    let (routes, upstream) = (h.routes.clone(), h.upstream.clone());
+    let flip = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        routes.set("ns", "f", ready(&upstream, None));
+    });
+    let started = std::time::Instant::now();
+    let answer = h.echo(h.client.get(h.url("/fn/ns/f/after-start"))).await;
+    assert_eq!(answer["path"], "/after-start");
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    flip.await.unwrap();
+
+    // Still starting when the wait is over: 503 with the reason.
+    h.routes.set("ns", "f", starting());
+    let started = std::time::Instant::now();
+    let response = h.client.get(h.url("/fn/ns/f/")).send().await.unwrap();
+    assert_eq!(
+        error_of(response).await,
+        (503, "function \"f\" is starting".into())
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
 async fn slow_functions_time_out() {
     let h = Harness::start_with(ProxyConfig {
         timeout_margin: Duration::from_millis(100),
