@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use operator::model::Kind;
 use operator::proxy::{self, Proxy, ProxyConfig, Route, RouteTable};
 use tokio::net::TcpListener;
@@ -44,15 +43,15 @@ async fn main() -> std::io::Result<()> {
         timeout: Some(Duration::from_secs(30)),
     }));
     let proxy = Arc::new(Proxy::new(routes, ProxyConfig::default()));
-    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], listen)))
-        .await?
-        .tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], listen))).await?;
     eprintln!("bench_proxy listening on 127.0.0.1:{listen}, upstream 127.0.0.1:{upstream}");
-    axum::serve(
+    // Served as `sless` serves it.
+    let threads = operator::serve::default_threads();
+    operator::serve::serve(
         listener,
-        proxy::router(proxy).into_make_service_with_connect_info::<SocketAddr>(),
+        proxy::router(proxy),
+        threads,
+        std::future::pending(),
     )
     .await
 }

@@ -11,5 +11,6 @@ pub mod logs;
 pub mod model;
 pub mod proxy;
 pub mod s3;
+pub mod serve;
 pub mod store;
 pub mod upload;

@@ -1,28 +1,16 @@
-//! Serving a router: one place for the socket options and shutdown of every listener.
-
-use std::net::SocketAddr;
+//! Serving a router: one place for the threads, socket options and shutdown of every
+//! listener (see [`operator::serve`]).
 
 use anyhow::Context;
 use axum::Router;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
-/// Serves `app` until SIGINT or SIGTERM. Connections get TCP_NODELAY: the proxy writes a
-/// response head before the body arrives from the function, and with Nagle the body
-/// would wait for the caller's delayed ACK (about 40 ms).
+/// Serves `app` until SIGINT or SIGTERM.
 pub async fn serve(listener: TcpListener, app: Router) -> anyhow::Result<()> {
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .context("serving")
+    let threads = operator::serve::default_threads();
+    operator::serve::serve(listener, app, threads, shutdown_signal())
+        .await
+        .context("serving")
 }
 
 async fn shutdown_signal() {

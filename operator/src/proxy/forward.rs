@@ -156,7 +156,7 @@ impl Proxy {
         parts.extensions.clear();
         let request = hyper::Request::from_parts(parts, RequestBody::new(body, limit));
 
-        let call = self.client.request(request);
+        let call = self.client().request(request);
         let answer = match timeout {
             Some(timeout) => {
                 let deadline = timeout.saturating_add(self.config.timeout_margin);

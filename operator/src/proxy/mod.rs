@@ -14,6 +14,7 @@ use axum::routing::any;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use thread_local::ThreadLocal;
 
 use crate::model::Kind;
 use body::RequestBody;
@@ -72,29 +73,40 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// it has no call timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+type UpstreamClient = Client<HttpConnector, RequestBody>;
+
 pub struct Proxy {
     routes: Arc<dyn RouteTable>,
-    client: Client<HttpConnector, RequestBody>,
+    /// One pool per thread: a pooled connection is driven by a task on the thread
+    /// that opened it, and a serving thread should not wake another per call
+    /// ([`crate::serve`]).
+    clients: ThreadLocal<UpstreamClient>,
     config: ProxyConfig,
     invocations: InvocationLog,
 }
 
 impl Proxy {
     pub fn new(routes: Arc<dyn RouteTable>, config: ProxyConfig) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        connector.set_keepalive(Some(Duration::from_secs(60)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_timer(TokioTimer::new())
-            .build(connector);
         Self {
             routes,
-            client,
+            clients: ThreadLocal::new(),
             config,
             invocations: InvocationLog::new(),
         }
+    }
+
+    /// This thread's pooled client.
+    fn client(&self) -> &UpstreamClient {
+        self.clients.get_or(|| {
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+            connector.set_keepalive(Some(Duration::from_secs(60)));
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .pool_timer(TokioTimer::new())
+                .build(connector)
+        })
     }
 
     pub fn config(&self) -> &ProxyConfig {
