@@ -121,15 +121,15 @@ mod tests {
         (base, stop, server)
     }
 
+    /// The body of `GET url`, on a new connection each time.
+    async fn text(url: String) -> String {
+        reqwest::get(url).await.unwrap().text().await.unwrap()
+    }
+
     #[tokio::test]
     async fn handlers_run_on_the_serving_threads() {
         let (base, stop, server) = start(2).await;
-        let name = reqwest::get(format!("{base}/thread"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let name = text(format!("{base}/thread")).await;
         assert!(name.starts_with("sless-http-"), "{name}");
         stop.send(true).unwrap();
         server.await.unwrap().unwrap();
@@ -138,28 +138,18 @@ mod tests {
     #[tokio::test]
     async fn a_blocked_thread_leaves_new_connections_to_the_others() {
         let (base, stop, server) = start(2).await;
-        let blocked = tokio::spawn(reqwest::get(format!("{base}/block")));
+        let blocked = tokio::spawn(text(format!("{base}/block")));
         tokio::time::sleep(Duration::from_millis(200)).await;
         let started = Instant::now();
-        // A new client: a new connection, accepted by the thread that is not blocked.
-        let name = reqwest::Client::new()
-            .get(format!("{base}/thread"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        // A new connection, accepted by the thread that is not blocked.
+        let name = text(format!("{base}/thread")).await;
         assert!(
             started.elapsed() < Duration::from_millis(800),
             "waited {:?}",
             started.elapsed()
         );
         assert!(name.starts_with("sless-http-"), "{name}");
-        assert_eq!(
-            blocked.await.unwrap().unwrap().text().await.unwrap(),
-            "done"
-        );
+        assert_eq!(blocked.await.unwrap(), "done");
         stop.send(true).unwrap();
         server.await.unwrap().unwrap();
     }
@@ -167,13 +157,10 @@ mod tests {
     #[tokio::test]
     async fn shutdown_lets_calls_in_flight_finish() {
         let (base, stop, server) = start(1).await;
-        let in_flight = tokio::spawn(reqwest::get(format!("{base}/block")));
+        let in_flight = tokio::spawn(text(format!("{base}/block")));
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop.send(true).unwrap();
-        assert_eq!(
-            in_flight.await.unwrap().unwrap().text().await.unwrap(),
-            "done"
-        );
+        assert_eq!(in_flight.await.unwrap(), "done");
         server.await.unwrap().unwrap();
         assert!(
             reqwest::get(format!("{base}/thread")).await.is_err(),
