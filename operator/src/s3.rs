@@ -21,6 +21,7 @@ use aws_sdk_s3::operation::head_bucket::HeadBucketError;
 use aws_sdk_s3::operation::head_object::HeadObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
+use aws_smithy_http_client::tls;
 use bytes::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
@@ -134,7 +135,14 @@ impl ObjectStore {
             .connect_timeout(CONNECT_TIMEOUT)
             .operation_timeout(OPERATION_TIMEOUT)
             .build();
+        // ring, like every other TLS client in the process (see the workspace manifest).
+        let http_client = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http_client)
             .region(Region::new(config.region.clone()))
             .timeout_config(timeouts);
         match (&config.access_key_id, &config.secret_access_key) {

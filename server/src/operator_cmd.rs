@@ -8,12 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use axum::Router;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use clap::{Args, ValueEnum};
 use operator::api::{ApiConfig, AppState};
 use operator::auth::Authenticator;
 use operator::k8s::{
     Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
-    KubeWorkloadLogs, S3ContextUrls,
+    KubeWorkloadLogs, LeaderElection, Readiness, S3ContextUrls,
 };
 use operator::proxy::{Proxy, ProxyConfig};
 use operator::s3::{ObjectStore, S3Config};
@@ -106,6 +112,15 @@ pub struct OperatorArgs {
         default_value = "http://sless-operator.sless-system.svc:8080"
     )]
     pub api_url: String,
+    /// Run the controllers only while holding a Lease in the operator namespace, so two
+    /// replicas never both reconcile.
+    #[arg(long, env = "SLESS_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    #[arg(long, env = "SLESS_LEASE_NAME", default_value = "sless-operator")]
+    pub lease_name: String,
+    /// A standby takes over this long after the leader stopped renewing.
+    #[arg(long, env = "SLESS_LEASE_DURATION_SECS", default_value_t = 15)]
+    pub lease_duration_secs: u64,
     /// Console sessions (with --components console); an emptyDir is enough.
     #[arg(long, env = "SLESS_DATA_DIR", default_value = "/var/lib/sless")]
     pub data_dir: std::path::PathBuf,
@@ -204,13 +219,55 @@ async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
     };
     let app = crate::console::router(config, auth)
         .await?
-        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .merge(probes(Readiness::default()))
         .layer(tower_http::trace::TraceLayer::new_for_http());
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = listen(args.listen).await?;
     tracing::info!(address = %args.listen, api = %args.api_url, "console listening");
     crate::serve::serve(listener, app).await
+}
+
+/// `/healthz` (the process runs) and `/readyz` (every watched kind was listed once).
+fn probes(readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || async move { ready_answer(&readiness) }),
+        )
+}
+
+fn ready_answer(readiness: &Readiness) -> Response {
+    match readiness.check() {
+        Ok(()) => "ready".into_response(),
+        Err(waiting) => (StatusCode::SERVICE_UNAVAILABLE, waiting).into_response(),
+    }
+}
+
+/// The API's own `/readyz` checks its store; this puts the first lists in front of it.
+fn gate_readyz(app: Router, readiness: Readiness) -> Router {
+    app.layer(axum::middleware::from_fn(
+        move |request: Request, next: Next| {
+            let readiness = readiness.clone();
+            async move {
+                if request.uri().path() == "/readyz" && readiness.check().is_err() {
+                    return ready_answer(&readiness);
+                }
+                next.run(request).await
+            }
+        },
+    ))
+}
+
+/// Unique per process, readable in `kubectl get lease`: the pod name and the pid.
+fn leader_identity() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "sless".into());
+    format!("{host}-{}", std::process::id())
+}
+
+async fn listen(address: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))
 }
 
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
@@ -231,15 +288,19 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         .await
         .context("preparing the S3 bucket")?;
     let pod_logs = Arc::new(KubePodLogs::new(client.clone()));
+    let readiness = Readiness::default();
 
     let api_task = async {
         let Some(auth) = auth else {
-            return std::future::pending().await;
+            // The probes of the deployment manifests work for every component.
+            let listener = listen(args.listen).await?;
+            tracing::info!(address = %args.listen, "health probes listening");
+            return crate::serve::serve(listener, probes(readiness.clone())).await;
         };
         operator::k8s::controller::check_crds(&client).await?;
         let store = Arc::new(KubeStore::new(client.clone()));
         // Watches keep the route table current with changes made by the controllers.
-        let _watchers = store.spawn_watchers();
+        let _watchers = store.spawn_watchers(&readiness);
         let routes = KubeRoutes::new(args.cluster_domain.clone());
         let _routes_task = routes.spawn(store.clone(), Duration::from_secs(60));
         let proxy = Arc::new(Proxy::new(
@@ -265,9 +326,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         let app = operator::api::router(state)
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .merge(operator::proxy::router(proxy));
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let app = gate_readyz(app, readiness.clone());
+        let listener = listen(args.listen).await?;
         tracing::info!(address = %args.listen, "API and /fn proxy listening");
         crate::serve::serve(listener, app).await
     };
@@ -282,7 +342,23 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             Arc::new(S3ContextUrls::new(objects.clone())),
             pod_logs.clone(),
         );
-        operator::k8s::run_controllers(ctx).await
+        let run = operator::k8s::run_controllers(ctx, readiness.clone());
+        if !args.leader_election {
+            return run.await;
+        }
+        let election = LeaderElection::new(
+            client.clone(),
+            &args.operator_namespace,
+            &args.lease_name,
+            &leader_identity(),
+            Duration::from_secs(args.lease_duration_secs),
+        );
+        election.acquire().await;
+        // A replica that lost the lease exits; its restart stands by for the next turn.
+        tokio::select! {
+            result = run => result,
+            lost = election.hold() => Err(lost),
+        }
     };
 
     // Whichever part stops first (a signal, or an error) stops the process.

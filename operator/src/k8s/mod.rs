@@ -9,9 +9,11 @@
 pub mod context_url;
 pub mod controller;
 pub mod crds;
+pub mod leader;
 pub mod logs;
 pub mod manifests;
 pub mod names;
+pub mod readiness;
 pub mod routes;
 pub mod store;
 
@@ -19,7 +21,9 @@ use std::time::Duration;
 
 pub use context_url::{ContextUrls, S3ContextUrls};
 pub use controller::{Context, Error, run_controllers};
+pub use leader::LeaderElection;
 pub use logs::{KubePodLogs, KubeWorkloadLogs, PodLogs};
+pub use readiness::Readiness;
 pub use routes::KubeRoutes;
 pub use store::KubeStore;
 
@@ -123,12 +127,33 @@ impl KubeConfig {
     }
 }
 
-/// A client from the in-cluster service account, or the local kubeconfig.
+/// How long start-up waits for the API server's first answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A client from the in-cluster service account, or the local kubeconfig, once the API
+/// server answered: a wrong address fails the start with a message, not later.
 pub async fn connect() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default().await.map_err(|e| {
+    let config = kube::Config::infer().await.map_err(|e| {
         anyhow::anyhow!(
-            "cannot reach Kubernetes ({e}); run in a pod with a service account, or set \
-             KUBECONFIG"
+            "no Kubernetes configuration found ({e}); run in a pod with a service account, \
+             or set KUBECONFIG to a kubeconfig file"
         )
-    })
+    })?;
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client for {url}: {e}"))?;
+    match tokio::time::timeout(CONNECT_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(version)) => {
+            tracing::info!(%url, version = %version.git_version, "connected to Kubernetes");
+            Ok(client)
+        }
+        Ok(Err(e)) => anyhow::bail!(
+            "cannot reach the Kubernetes API at {url} ({e}); check KUBECONFIG or the \
+             pod's service account and network policy"
+        ),
+        Err(_) => anyhow::bail!(
+            "the Kubernetes API at {url} did not answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+    }
 }

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+use super::Readiness;
 use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
 use crate::store::{Change, Meta, RawObject, Result, Store, StoreError};
 
@@ -28,6 +29,10 @@ pub struct KubeStore {
     client: Client,
     changes: broadcast::Sender<Change>,
     terminating_wait: Duration,
+}
+
+fn watcher_part(kind: Kind) -> String {
+    format!("{kind} (api)")
 }
 
 pub fn api_resource(kind: Kind) -> ApiResource {
@@ -164,12 +169,15 @@ impl KubeStore {
 
     /// Feeds changes made by anyone (kubectl, the controllers, another replica) into
     /// [`Store::subscribe`]. Writes through this store are announced without it.
-    pub fn spawn_watchers(&self) -> Vec<JoinHandle<()>> {
+    /// Each watcher marks `readiness` (part `"<Kind> (api)"`) after its first list.
+    pub fn spawn_watchers(&self, readiness: &Readiness) -> Vec<JoinHandle<()>> {
+        readiness.expect(Kind::ALL.map(watcher_part));
         Kind::ALL
             .into_iter()
             .map(|kind| {
                 let api = self.api(kind, None);
                 let changes = self.changes.clone();
+                let readiness = readiness.clone();
                 tokio::spawn(async move {
                     let mut events = watcher(api, watcher::Config::default())
                         .default_backoff()
@@ -179,7 +187,11 @@ impl KubeStore {
                             Ok(watcher::Event::Apply(o))
                             | Ok(watcher::Event::InitApply(o))
                             | Ok(watcher::Event::Delete(o)) => o,
-                            Ok(_) => continue,
+                            Ok(watcher::Event::InitDone) => {
+                                readiness.ready(&watcher_part(kind));
+                                continue;
+                            }
+                            Ok(watcher::Event::Init) => continue,
                             Err(e) => {
                                 tracing::warn!(%kind, error = %e, "watch failed; retrying");
                                 continue;

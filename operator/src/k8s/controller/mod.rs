@@ -17,7 +17,8 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service as KubeService};
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -29,7 +30,7 @@ use serde_json::{Value, json};
 
 use super::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY, MANAGER, owner_of};
 use super::store::{is_already_exists, is_conflict, is_not_found};
-use super::{ContextUrls, KubeConfig, PodLogs, manifests};
+use super::{ContextUrls, KubeConfig, PodLogs, Readiness, manifests};
 use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
 
 pub use job::reconcile_job;
@@ -388,8 +389,12 @@ where
     (owner_kind == kind).then(|| ObjectRef::new(&name).within(&namespace))
 }
 
+fn managed_labels() -> String {
+    format!("{MANAGED_BY}={MANAGER}")
+}
+
 fn managed() -> watcher::Config {
-    watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGER}"))
+    watcher::Config::default().labels(&managed_labels())
 }
 
 /// A tick whenever the registry secret changes, so every workload re-copies it.
@@ -457,12 +462,63 @@ pub async fn check_crds(client: &Client) -> anyhow::Result<()> {
     probe::<FunctionJob>(client).await
 }
 
-/// Runs the four controllers until a shutdown signal.
-pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
+/// Marks `part` ready once the first list of `K` succeeded: the controllers' own
+/// watches do not say when theirs did, so one probing list stands for them.
+async fn probe_until_listed<K>(
+    client: Client,
+    part: &str,
+    managed_only: bool,
+    readiness: &Readiness,
+) where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    let mut params = ListParams::default().limit(1);
+    if managed_only {
+        params = params.labels(&managed_labels());
+    }
+    loop {
+        match Api::<K>::all(client.clone()).list(&params).await {
+            Ok(_) => return readiness.ready(part),
+            Err(e) => tracing::warn!(part, error = %e, "first list failed; retrying"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Runs the four controllers until a shutdown signal; `readiness` waits for the first
+/// list of every kind they watch.
+pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     check_crds(&client).await?;
     let all = watcher::Config::default;
+    const PARTS: [&str; 9] = [
+        "Function (controllers)",
+        "Service (controllers)",
+        "Trigger (controllers)",
+        "FunctionJob (controllers)",
+        "Deployment (controllers)",
+        "Job (controllers)",
+        "CronJob (controllers)",
+        "core Service (controllers)",
+        "Ingress (controllers)",
+    ];
+    readiness.expect(PARTS);
+    let probes = async {
+        let (c, r) = (&client, &readiness);
+        tokio::join!(
+            probe_until_listed::<Function>(c.clone(), PARTS[0], false, r),
+            probe_until_listed::<Service>(c.clone(), PARTS[1], false, r),
+            probe_until_listed::<Trigger>(c.clone(), PARTS[2], false, r),
+            probe_until_listed::<FunctionJob>(c.clone(), PARTS[3], false, r),
+            probe_until_listed::<Deployment>(c.clone(), PARTS[4], true, r),
+            probe_until_listed::<Job>(c.clone(), PARTS[5], true, r),
+            probe_until_listed::<CronJob>(c.clone(), PARTS[6], true, r),
+            probe_until_listed::<KubeService>(c.clone(), PARTS[7], true, r),
+            probe_until_listed::<Ingress>(c.clone(), PARTS[8], true, r),
+        );
+    };
 
+    // Every kind of child is watched, so one deleted by hand comes back at once.
     let functions = Controller::new(Api::<Function>::all(client.clone()), all())
         .watches(
             Api::<Trigger>::all(client.clone()),
@@ -477,6 +533,11 @@ pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
             managed(),
             |d: Deployment| owner_ref(d.labels(), Kind::Function),
         )
+        .watches(
+            Api::<KubeService>::all(client.clone()),
+            managed(),
+            |s: KubeService| owner_ref(s.labels(), Kind::Function),
+        )
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Function)
         })
@@ -489,6 +550,11 @@ pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
             Api::<Deployment>::all(client.clone()),
             managed(),
             |d: Deployment| owner_ref(d.labels(), Kind::Service),
+        )
+        .watches(
+            Api::<KubeService>::all(client.clone()),
+            managed(),
+            |s: KubeService| owner_ref(s.labels(), Kind::Service),
         )
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Service)
@@ -519,6 +585,11 @@ pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
             managed(),
             |c: CronJob| owner_ref(c.labels(), Kind::Trigger),
         )
+        .watches(
+            Api::<Ingress>::all(client.clone()),
+            managed(),
+            |i: Ingress| owner_ref(i.labels(), Kind::Trigger),
+        )
         .shutdown_on_signal()
         .run(reconcile_trigger, error_policy, ctx.clone());
 
@@ -532,6 +603,7 @@ pub async fn run_controllers(ctx: Arc<Context>) -> anyhow::Result<()> {
 
     tracing::info!("controllers started");
     tokio::join!(
+        probes,
         drain("function", functions),
         drain("service", services),
         drain("trigger", triggers),
