@@ -2,17 +2,43 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
+use serde_json::Value;
 
 use crate::model::{Function, FunctionJob, Service, Trigger};
 
 /// The four CRDs, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    [
         Function::crd(),
         Service::crd(),
         Trigger::crd(),
         FunctionJob::crd(),
     ]
+    .into_iter()
+    .map(with_kubernetes_formats)
+    .collect()
+}
+
+/// schemars names Rust's unsigned integers `uint32`/`uint64`, formats the API server
+/// does not know (it warns on every apply); the bounds stay in `minimum`/`maximum`.
+fn with_kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn rewrite(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(format)) = map.get_mut("format")
+                    && format.starts_with("uint")
+                {
+                    *format = "int64".into();
+                }
+                map.values_mut().for_each(rewrite);
+            }
+            Value::Array(items) => items.iter_mut().for_each(rewrite),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("a CRD serializes");
+    rewrite(&mut value);
+    serde_json::from_value(value).expect("formats are plain strings")
 }
 
 /// The CRDs as one multi-document YAML stream, as `kubectl apply -f -` takes it.

@@ -5,6 +5,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::validation::{
+    ENTRYPOINT_PATTERN, MAX_NAME_LEN, MAX_REPLICAS, MAX_TIMEOUT_SEC, MEMORY_MB_MAX, MEMORY_MB_MIN,
+    NAME_PATTERN, SCHEDULE_PATTERN, env_names_rule,
+};
+
 pub const API_GROUP: &str = "sless.kube5s.ru";
 pub const API_VERSION: &str = "v1alpha1";
 /// The s3Key a Function was last built from; the same upload is never built twice.
@@ -103,16 +108,21 @@ impl fmt::Display for Runtime {
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadSpec {
     pub runtime: Runtime,
+    #[schemars(regex(pattern = ENTRYPOINT_PATTERN))]
     pub entrypoint: String,
+    #[schemars(range(min = MEMORY_MB_MIN, max = MEMORY_MB_MAX))]
     pub memory_mb: u32,
     /// 0 = no limit, else 1–900.
+    #[schemars(range(max = MAX_TIMEOUT_SEC))]
     pub timeout_sec: u32,
     #[serde(default)]
+    #[schemars(transform = env_names_rule)]
     pub env: BTreeMap<String, String>,
     /// Build context key in S3, set by upload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
 }
 
@@ -223,11 +233,19 @@ fn enabled_by_default() -> bool {
     printcolumn = r#"{"name":"Enabled","type":"boolean","jsonPath":".spec.enabled"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.type != 'cron' || has(self.schedule)",
+     "message": "schedule is required for a cron trigger (5-field cron, e.g. \"*/5 * * * *\")"},
+    {"rule": "self.type != 'event' || (has(self.queue) && self.queue.trim().size() > 0)",
+     "message": "queue is required for an event trigger"},
+]))]
 pub struct TriggerSpec {
     #[serde(rename = "type")]
     pub trigger_type: TriggerType,
+    #[schemars(regex(pattern = NAME_PATTERN), length(max = MAX_NAME_LEN))]
     pub function_ref: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = SCHEDULE_PATTERN))]
     pub schedule: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
@@ -263,15 +281,22 @@ pub struct TriggerStatus {
     printcolumn = r#"{"name":"Run","type":"integer","jsonPath":".spec.runId"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.functionRef) != has(self.runtime)",
+     "message": "give either functionRef (run a function's code) or runtime and entrypoint (a self-contained job), not both"},
+]))]
 pub struct FunctionJobSpec {
     /// Run an existing function's code; otherwise the job carries its own code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = NAME_PATTERN), length(max = MAX_NAME_LEN))]
     pub function_ref: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<Runtime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = ENTRYPOINT_PATTERN))]
     pub entrypoint: Option<String>,
     #[serde(default)]
+    #[schemars(transform = env_names_rule)]
     pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_key: Option<String>,
@@ -282,6 +307,7 @@ pub struct FunctionJobSpec {
     pub run_id: i64,
     /// 0 = no limit, else 1–900.
     #[serde(default)]
+    #[schemars(range(max = MAX_TIMEOUT_SEC))]
     pub timeout_sec: u32,
 }
 

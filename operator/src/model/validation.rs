@@ -3,9 +3,33 @@ use std::fmt;
 
 use super::resources::*;
 
-pub const MEMORY_MB_RANGE: std::ops::RangeInclusive<u32> = 64..=4096;
+pub const MEMORY_MB_MIN: u32 = 64;
+pub const MEMORY_MB_MAX: u32 = 4096;
+pub const MEMORY_MB_RANGE: std::ops::RangeInclusive<u32> = MEMORY_MB_MIN..=MEMORY_MB_MAX;
 pub const MAX_TIMEOUT_SEC: u32 = 900;
-const MAX_NAME_LEN: usize = 63;
+pub const MAX_REPLICAS: i32 = 100;
+pub const MAX_NAME_LEN: usize = 63;
+
+// The same rules as the CRD schemas state them (RE2 patterns and CEL), so `kubectl
+// apply` of an invalid resource is refused by the API server itself.
+/// A DNS-1123 label ([`validate_name`]).
+pub const NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// `module.function` ([`validate_entrypoint`]).
+pub const ENTRYPOINT_PATTERN: &str =
+    "^[A-Za-z0-9_-]+([./][A-Za-z0-9_-]+)*\\.[A-Za-z_][A-Za-z0-9_]*$";
+/// Five whitespace-separated fields; the API server cannot parse cron itself.
+pub const SCHEDULE_PATTERN: &str = "^\\s*\\S+(\\s+\\S+){4}\\s*$";
+
+/// [`validate_env`]'s names rule as a CEL rule on the env map.
+pub fn env_names_rule(schema: &mut schemars::Schema) {
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([{
+            "rule": "self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*$') && k != 'PORT' && !k.startsWith('SLESS_'))",
+            "message": "env names use letters, digits and '_', not starting with a digit; PORT and SLESS_* are reserved",
+        }]),
+    );
+}
 
 /// A rule a field broke; the message names the field and the rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,11 +221,11 @@ impl WorkloadSpec {
         validate_timeout_sec("timeout_sec", self.timeout_sec)?;
         validate_env("env_vars", &self.env)?;
         if let Some(replicas) = self.replicas
-            && !(0..=100).contains(&replicas)
+            && !(0..=MAX_REPLICAS).contains(&replicas)
         {
             return Err(ValidationError::new(
                 "replicas",
-                format!("{replicas} is out of range: must be between 0 and 100"),
+                format!("{replicas} is out of range: must be between 0 and {MAX_REPLICAS}"),
             ));
         }
         Ok(())
