@@ -264,3 +264,46 @@ async fn routes_follow_the_store() {
     wait_for(|r| *r == Route::Unknown).await;
     task.abort();
 }
+
+#[tokio::test]
+async fn an_unreadable_object_does_not_take_the_namespace_routes_down() {
+    let kube: Arc<dyn Store> = Arc::new(KubeStore::new(fake_client().await));
+    let routes = KubeRoutes::new("cluster.local");
+    let ns = "sless-ab";
+    let mut ready = spec();
+    ready.workload.s3_key = Some("contexts/sless-ab/hello/1.tar.gz".into());
+    kube.create_typed::<Function>(ns, "hello", &ready)
+        .await
+        .unwrap();
+    modify_status::<Function, _>(&*kube, ns, "hello", |f| f.status.phase = Phase::Ready)
+        .await
+        .unwrap();
+    let trigger = TriggerSpec {
+        trigger_type: TriggerType::Http,
+        function_ref: "hello".into(),
+        schedule: None,
+        queue: None,
+        enabled: true,
+    };
+    kube.create_typed::<Trigger>(ns, "web", &trigger)
+        .await
+        .unwrap();
+    // What `kubectl apply` could leave behind where no schema refused it.
+    let mut bad = serde_json::to_value(spec()).unwrap();
+    bad["memoryMb"] = json!(4294967296u64);
+    kube.create(Kind::Function, ns, "bad", bad, json!({}))
+        .await
+        .unwrap();
+
+    routes.refresh_namespace(&*kube, ns).await.unwrap();
+    assert!(matches!(routes.route(ns, "hello"), Route::Ready { .. }));
+    match routes.route(ns, "bad") {
+        Route::Unavailable { reason } => {
+            assert!(
+                reason.contains("function \"bad\" cannot be read"),
+                "{reason}"
+            )
+        }
+        other => panic!("bad object routed: {other:?}"),
+    }
+}

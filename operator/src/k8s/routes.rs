@@ -14,7 +14,7 @@ use crate::model::{
     Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus,
 };
 use crate::proxy::{Route, RouteTable};
-use crate::store::{Object, Store, StoreError, StoreExt};
+use crate::store::{Object, Resource, Store, StoreError};
 
 pub struct KubeRoutes {
     cluster_domain: String,
@@ -112,6 +112,29 @@ pub fn service_route(service: &Object<Service>, cluster_domain: &str) -> Route {
     }
 }
 
+/// The objects of a kind that decode; one that does not (e.g. applied with kubectl
+/// against an older schema) gets an unavailable route naming the problem instead of
+/// taking every route of its namespace down with it.
+async fn decodable<R: Resource>(
+    store: &dyn Store,
+    namespace: &str,
+    routes: &mut HashMap<String, Route>,
+) -> Result<Vec<Object<R>>, StoreError> {
+    let mut objects = Vec::new();
+    for raw in store.list(R::KIND, Some(namespace)).await? {
+        let name = raw.meta.name.clone();
+        match Object::<R>::from_raw(raw) {
+            Ok(object) => objects.push(object),
+            Err(e) => {
+                tracing::warn!(%namespace, %name, error = %e, "skipping an unreadable object");
+                let reason = format!("{} {name:?} cannot be read: {e}", R::KIND.noun());
+                routes.insert(name, Route::Unavailable { reason });
+            }
+        }
+    }
+    Ok(objects)
+}
+
 impl KubeRoutes {
     pub fn new(cluster_domain: impl Into<String>) -> Arc<Self> {
         Arc::new(Self {
@@ -126,10 +149,10 @@ impl KubeRoutes {
         store: &dyn Store,
         namespace: &str,
     ) -> Result<(), StoreError> {
-        let functions = store.list_typed::<Function>(Some(namespace)).await?;
-        let services = store.list_typed::<Service>(Some(namespace)).await?;
-        let triggers = store.list_typed::<Trigger>(Some(namespace)).await?;
         let mut routes = HashMap::new();
+        let functions = decodable::<Function>(store, namespace, &mut routes).await?;
+        let services = decodable::<Service>(store, namespace, &mut routes).await?;
+        let triggers = decodable::<Trigger>(store, namespace, &mut HashMap::new()).await?;
         for function in &functions {
             routes.insert(
                 function.meta.name.clone(),

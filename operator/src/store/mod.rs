@@ -156,7 +156,7 @@ pub struct Object<R: Resource> {
 }
 
 impl<R: Resource> Object<R> {
-    fn from_raw(raw: RawObject) -> Result<Self> {
+    pub fn from_raw(raw: RawObject) -> Result<Self> {
         let corrupt = |e: serde_json::Error| StoreError::Corrupt {
             kind: R::KIND,
             name: raw.meta.name.clone(),
