@@ -899,3 +899,43 @@ async fn status_written_by_the_api_survives_reconciles_of_other_fields() {
         "no code: the controller corrects it"
     );
 }
+
+#[tokio::test]
+async fn a_service_named_like_an_older_function_fails_and_the_function_keeps_serving() {
+    let c = cluster().await;
+    c.ready_function().await;
+    let function = c.function().await;
+    let function_created = function.metadata.creation_timestamp.clone().unwrap().0;
+    // As `kubectl apply` creates it, past the REST API's check.
+    let mut service = operator::model::Service::new(
+        "hello",
+        operator::model::ServiceSpec {
+            workload: function_spec(Some(KEY)).workload,
+        },
+    );
+    service.metadata.creation_timestamp = Some(Time(
+        function_created + k8s_openapi::jiff::SignedDuration::from_secs(5),
+    ));
+    let services = c.api::<operator::model::Service>(NS);
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let service = services.get("hello").await.unwrap();
+    operator::k8s::controller::reconcile_service(Arc::new(service), c.ctx.clone())
+        .await
+        .unwrap();
+
+    let status = services.get("hello").await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Phase::Failed);
+    let message = status.message.unwrap();
+    assert!(
+        message.contains("a function named \"hello\" already exists"),
+        "{message}"
+    );
+    let labels = c.deployment().await.unwrap().metadata.labels.unwrap();
+    assert_eq!(labels["sless.kube5s.ru/kind"], "function");
+    assert_eq!(c.names::<Job>().await.len(), 1, "no build for the service");
+    c.reconcile_function().await;
+    assert_eq!(c.function().await.status.unwrap().phase, Phase::Ready);
+}

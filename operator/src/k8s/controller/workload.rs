@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Service as KubeService;
 use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{DynamicObject, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, Resource, ResourceExt};
@@ -22,7 +23,7 @@ use super::{
 };
 use crate::k8s::manifests::{self, Workload};
 use crate::k8s::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
-use crate::k8s::store::api_status;
+use crate::k8s::store::{api_resource, api_status};
 use crate::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
     WorkloadSpec, WorkloadStatus, deploy_namespace, workload_image,
@@ -122,6 +123,17 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     let url = (K::KIND == Kind::Service || exposed)
         .then(|| ctx.config.function_url(&namespace, &name))
         .flatten();
+
+    if let Some(first) = name_taken_by_other_kind::<K>(ctx, &namespace, object).await? {
+        status.phase = Phase::Failed;
+        status.message = Some(first);
+        status.url = None;
+        if status != current {
+            write_status(&api, &name, &status).await?;
+        }
+        // Looked at again, so it starts once the other one is gone.
+        return Ok(Action::requeue(ctx.config.poll_interval));
+    }
 
     let Some(key) = spec.s3_key.as_deref() else {
         status.phase = Phase::Pending;
@@ -254,6 +266,40 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         write_status(&api, &name, &status).await?;
     }
     Ok(Action::requeue(ctx.config.ready_requeue))
+}
+
+/// Functions and Services share names (both become the Deployment and Service of that
+/// name): the REST API refuses the second, but `kubectl apply` does not. The older one
+/// keeps the name; the message for the newer says why it does not run.
+async fn name_taken_by_other_kind<K: WorkloadResource>(
+    ctx: &Context,
+    namespace: &str,
+    object: &K,
+) -> Result<Option<String>> {
+    let Some(other_kind) = K::KIND.shares_names_with() else {
+        return Ok(None);
+    };
+    let name = object.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &api_resource(other_kind));
+    let Some(other) = api.get_opt(&name).await? else {
+        return Ok(None);
+    };
+    let age = |meta: &ObjectMeta| {
+        (
+            meta.creation_timestamp.as_ref().map(|t| t.0),
+            meta.uid.clone(),
+        )
+    };
+    let other_first =
+        other.metadata.deletion_timestamp.is_none() && age(&other.metadata) < age(object.meta());
+    Ok(other_first.then(|| {
+        format!(
+            "a {} named {name:?} already exists in this namespace; functions and services \
+             share names (both are served at /fn/{namespace}/{name}): rename or delete one",
+            other_kind.noun()
+        )
+    }))
 }
 
 /// Everything the workload made in the deploy namespace, and a build still running.
