@@ -435,6 +435,17 @@ where
         .await;
 }
 
+/// What the API server said when it refused an object outright (invalid or bad
+/// request): retrying the same object cannot help, so it goes into the status.
+pub(crate) fn refusal(result: &Result<impl Sized>) -> Option<String> {
+    match result {
+        Err(Error::KubeError(e)) => super::store::api_status(e)
+            .filter(|s| s.code == 422 || s.code == 400)
+            .map(|s| s.message.clone()),
+        _ => None,
+    }
+}
+
 /// Refuses to start when the CRDs are missing, with the fix in the message.
 pub async fn check_crds(client: &Client) -> anyhow::Result<()> {
     async fn probe<K>(client: &Client) -> anyhow::Result<()>

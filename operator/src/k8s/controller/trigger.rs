@@ -12,7 +12,8 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 
 use super::{
-    Context, Error, Result, apply, delete_labelled, ensure_finalizer, namespace_of, write_status,
+    Context, Error, Result, apply, delete_labelled, ensure_finalizer, namespace_of, refusal,
+    write_status,
 };
 use crate::k8s::manifests::{self, CronTrigger};
 use crate::k8s::names::{FINALIZER, owner_selector};
@@ -110,7 +111,13 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
                     ctx.prepare_deploy_namespace(&namespace, &deploy_ns).await?;
                     let ingress =
                         manifests::http_ingress(&namespace, &name, function_name, &ctx.config);
-                    apply(&ingresses, &ingress).await?;
+                    let applied = apply(&ingresses, &ingress).await;
+                    if let Some(refused) = refusal(&applied) {
+                        status.active = false;
+                        status.message = Some(format!("Kubernetes refused the Ingress: {refused}"));
+                    } else {
+                        applied?;
+                    }
                 } else {
                     let owned = owner_selector(Kind::Trigger, &namespace, &name);
                     delete_labelled(&ingresses, &owned, None).await?;
@@ -131,8 +138,12 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
                 &ctx.config,
             );
             let cron_jobs: Api<CronJob> = Api::namespaced(ctx.client.clone(), &deploy_ns);
-            let applied = apply(&cron_jobs, &cron).await?;
-            if let Some(time) = applied.status.and_then(|s| s.last_schedule_time) {
+            let applied = apply(&cron_jobs, &cron).await;
+            if let Some(refused) = refusal(&applied) {
+                // Said in the status, not retried every few seconds in silence.
+                status.active = false;
+                status.message = Some(format!("Kubernetes refused the CronJob: {refused}"));
+            } else if let Some(time) = applied?.status.and_then(|s| s.last_schedule_time) {
                 status.last_schedule_time = Some(
                     chrono::DateTime::from_timestamp(time.0.as_second(), 0)
                         .unwrap_or_default()

@@ -19,11 +19,11 @@ use serde::de::DeserializeOwned;
 use super::build::{BuildState, BuildTarget, build};
 use super::{
     Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of, now,
-    version_of, write_status,
+    refusal, version_of, write_status,
 };
 use crate::k8s::manifests::{self, Workload};
 use crate::k8s::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
-use crate::k8s::store::{api_resource, api_status};
+use crate::k8s::store::api_resource;
 use crate::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
     WorkloadSpec, WorkloadStatus, deploy_namespace, workload_image,
@@ -243,15 +243,10 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
             .map(|_| ()),
         Err(e) => Err(e),
     };
-    if let Err(Error::KubeError(e)) = &applied
-        && let Some(refused) = api_status(e).filter(|s| s.code == 422)
-    {
-        // Retrying cannot help (e.g. a name Kubernetes does not take for a Service).
+    if let Some(refused) = refusal(&applied) {
+        // E.g. a name Kubernetes does not take for a Service.
         status.phase = Phase::Failed;
-        status.message = Some(format!(
-            "Kubernetes refused the workload: {}",
-            refused.message
-        ));
+        status.message = Some(format!("Kubernetes refused the workload: {refused}"));
         write_status(&api, &name, &status).await?;
         return Ok(Action::await_change());
     }
