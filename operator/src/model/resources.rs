@@ -22,6 +22,38 @@ pub const DEFAULT_ENTRYPOINT: &str = "handler.handle";
 /// Applied when a request gives no timeout; 0 (no limit) must be asked for.
 pub const DEFAULT_TIMEOUT_SEC: u32 = 60;
 
+/// Kubernetes mode writes a standard `Ready` condition next to the phase (see
+/// `k8s::controller::write_status`); the CRD schema must name it or the API server
+/// prunes it.
+fn with_ready_condition(schema: &mut schemars::Schema) {
+    let condition = serde_json::json!({
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "observedGeneration": {"type": "integer", "format": "int64"},
+        },
+    });
+    if let Some(properties) = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        properties.insert(
+            "conditions".into(),
+            serde_json::json!({
+                "type": "array",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            }),
+        );
+    }
+}
+
 /// The four resource kinds; the store and the API dispatch on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Kind {
@@ -148,6 +180,7 @@ impl Phase {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = with_ready_condition)]
 pub struct WorkloadStatus {
     #[serde(default)]
     pub phase: Phase,
@@ -255,6 +288,7 @@ pub struct TriggerSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = with_ready_condition)]
 pub struct TriggerStatus {
     #[serde(default)]
     pub active: bool,
@@ -341,6 +375,7 @@ impl JobPhase {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = with_ready_condition)]
 pub struct FunctionJobStatus {
     #[serde(default)]
     pub phase: JobPhase,

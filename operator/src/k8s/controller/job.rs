@@ -107,7 +107,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             ..FunctionJobStatus::default()
         };
         if status != current {
-            write_status(&api, &name, &status).await?;
+            write_status(&api, job, &status).await?;
         }
         return Ok(Action::await_change());
     }
@@ -159,7 +159,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             status.log_tail = Some(tail(&log, LOG_TAIL_BYTES));
         }
         if status != current {
-            write_status(&api, &name, &status).await?;
+            write_status(&api, job, &status).await?;
         }
         return Ok(if poll {
             Action::requeue(ctx.config.poll_interval)
@@ -173,7 +173,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             "the Job {job_name} disappeared before it finished; raise run_id to run it again"
         ));
         status.completion_time = Some(now());
-        write_status(&api, &name, &status).await?;
+        write_status(&api, job, &status).await?;
         return Ok(Action::await_change());
     }
 
@@ -183,18 +183,18 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             return Ok(Action::requeue(ctx.config.poll_interval));
         }
         Planned::Wait(waiting) => {
-            write_status(&api, &name, &waiting).await?;
+            write_status(&api, job, &waiting).await?;
             return Ok(Action::requeue(ctx.config.poll_interval));
         }
         Planned::Idle(idle) => {
-            write_status(&api, &name, &idle).await?;
+            write_status(&api, job, &idle).await?;
             return Ok(Action::await_change());
         }
         Planned::Fail(message) => {
             status.phase = JobPhase::Failed;
             status.message = Some(message);
             status.completion_time = Some(now());
-            write_status(&api, &name, &status).await?;
+            write_status(&api, job, &status).await?;
             return Ok(Action::await_change());
         }
     };
@@ -226,7 +226,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         start_time: Some(now()),
         ..FunctionJobStatus::default()
     };
-    write_status(&api, &name, &status).await?;
+    write_status(&api, job, &status).await?;
     Ok(Action::requeue(ctx.config.poll_interval))
 }
 

@@ -254,17 +254,64 @@ where
 
 /// Replaces the whole status (a JSON patch `add /status`): fields that are `None` now
 /// are removed, which a merge patch would leave behind.
-pub(crate) async fn write_status<K, S>(api: &Api<K>, name: &str, status: &S) -> Result<()>
+pub(crate) async fn write_status<K, S>(api: &Api<K>, object: &K, status: &S) -> Result<()>
 where
-    K: Resource + Clone + Debug + DeserializeOwned,
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
     S: Serialize,
 {
+    let previous = serde_json::to_value(object)?;
+    let mut status = serde_json::to_value(status)?;
+    let condition = ready_condition(
+        &status,
+        previous.pointer("/status/conditions"),
+        object.meta().generation,
+        &now(),
+    );
+    status["conditions"] = json!([condition]);
     let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "add", "path": "/status", "value": serde_json::to_value(status)?}
+        {"op": "add", "path": "/status", "value": status}
     ]))?;
-    api.patch_status(name, &PatchParams::default(), &Patch::Json::<()>(patch))
-        .await?;
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await?;
     Ok(())
+}
+
+/// The `Ready` condition `kubectl wait --for=condition=Ready` and other tools read,
+/// derived from the phase (workloads, jobs) or `active` (triggers). Its transition
+/// time changes only when its status does.
+fn ready_condition(
+    status: &Value,
+    previous: Option<&Value>,
+    generation: Option<i64>,
+    now: &str,
+) -> Value {
+    let (ready, reason) = match (status["phase"].as_str(), status["active"].as_bool()) {
+        (Some(phase), _) => (matches!(phase, "Ready" | "Succeeded"), phase.to_string()),
+        (None, Some(true)) => (true, "Active".to_string()),
+        (None, _) => (false, "Inactive".to_string()),
+    };
+    let state = if ready { "True" } else { "False" };
+    let since = previous
+        .and_then(Value::as_array)
+        .and_then(|all| all.iter().find(|c| c["type"] == "Ready"))
+        .filter(|c| c["status"] == state)
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .unwrap_or(now);
+    let mut condition = json!({
+        "type": "Ready",
+        "status": state,
+        "reason": reason,
+        "message": status["message"].as_str().unwrap_or(""),
+        "lastTransitionTime": since,
+    });
+    if let Some(generation) = generation {
+        condition["observedGeneration"] = json!(generation);
+    }
+    condition
 }
 
 /// Sets (`Some`) or removes (`None`) annotations.
@@ -621,4 +668,37 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         drain("job", jobs),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ready_condition_follows_the_phase_and_keeps_its_transition_time() {
+        let building = json!({"phase": "Building", "message": "building version 1"});
+        let first = ready_condition(&building, None, Some(2), "t1");
+        assert_eq!(first["status"], "False");
+        assert_eq!(first["reason"], "Building");
+        assert_eq!(first["message"], "building version 1");
+        assert_eq!(first["observedGeneration"], 2);
+        assert_eq!(first["lastTransitionTime"], "t1");
+
+        let failed = json!({"phase": "Failed", "message": "boom"});
+        let still_false = ready_condition(&failed, Some(&json!([first])), Some(2), "t2");
+        assert_eq!(still_false["lastTransitionTime"], "t1");
+        assert_eq!(still_false["reason"], "Failed");
+
+        let ready = json!({"phase": "Ready"});
+        let flipped = ready_condition(&ready, Some(&json!([still_false])), Some(3), "t3");
+        assert_eq!(flipped["status"], "True");
+        assert_eq!(flipped["lastTransitionTime"], "t3");
+
+        let trigger = ready_condition(&json!({"active": true}), None, None, "t4");
+        assert_eq!(
+            (&trigger["status"], &trigger["reason"]),
+            (&json!("True"), &json!("Active"))
+        );
+        assert!(trigger.get("observedGeneration").is_none());
+    }
 }

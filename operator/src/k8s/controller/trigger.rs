@@ -78,7 +78,7 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
             )),
         };
         if status != current {
-            write_status(&api, &name, &status).await?;
+            write_status(&api, trigger, &status).await?;
         }
         return Ok(Action::requeue(MISSING_FUNCTION_RETRY));
     };
@@ -158,7 +158,7 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
         }
     }
     if status != current {
-        write_status(&api, &name, &status).await?;
+        write_status(&api, trigger, &status).await?;
     }
     Ok(Action::requeue(ctx.config.ready_requeue))
 }

@@ -129,7 +129,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         status.message = Some(first);
         status.url = None;
         if status != current {
-            write_status(&api, &name, &status).await?;
+            write_status(&api, object, &status).await?;
         }
         // Looked at again, so it starts once the other one is gone.
         return Ok(Action::requeue(ctx.config.poll_interval));
@@ -142,7 +142,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         ));
         status.url = url;
         if status != current {
-            write_status(&api, &name, &status).await?;
+            write_status(&api, object, &status).await?;
         }
         return Ok(Action::await_change());
     };
@@ -170,7 +170,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.message = Some(format!("building version {} (job {job})", version_of(key)));
                 status.url = url;
                 if status != current {
-                    write_status(&api, &name, &status).await?;
+                    write_status(&api, object, &status).await?;
                 }
                 if annotations.get(ANNOTATION_BUILD_JOB) != Some(&job) {
                     annotate(&api, &name, &[(ANNOTATION_BUILD_JOB, Some(&job))]).await?;
@@ -182,7 +182,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.phase = Phase::Failed;
                 status.message = Some(message);
                 status.url = url;
-                write_status(&api, &name, &status).await?;
+                write_status(&api, object, &status).await?;
                 // Status first: if this patch is lost, the next pass reads the same
                 // failed Job again instead of building twice.
                 annotate(
@@ -201,7 +201,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.image_ref = Some(image.clone());
                 status.phase = Phase::Ready;
                 status.message = None;
-                write_status(&api, &name, &status).await?;
+                write_status(&api, object, &status).await?;
                 annotate(
                     &api,
                     &name,
@@ -247,7 +247,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         // E.g. a name Kubernetes does not take for a Service.
         status.phase = Phase::Failed;
         status.message = Some(format!("Kubernetes refused the workload: {refused}"));
-        write_status(&api, &name, &status).await?;
+        write_status(&api, object, &status).await?;
         return Ok(Action::await_change());
     }
     applied?;
@@ -258,7 +258,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     status.message = (replicas == 0)
         .then(|| format!("{noun} {name:?} has no enabled trigger; it runs 0 instances"));
     if status != current {
-        write_status(&api, &name, &status).await?;
+        write_status(&api, object, &status).await?;
     }
     Ok(Action::requeue(ctx.config.ready_requeue))
 }
