@@ -157,6 +157,15 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         if !poll {
             status.completion_time = Some(now());
             status.log_tail = Some(tail(&log, LOG_TAIL_BYTES));
+            if status != current {
+                let failed = status.phase == JobPhase::Failed;
+                let reason = if failed { "RunFailed" } else { "RunSucceeded" };
+                let note = format!(
+                    "run {run_id}: {}",
+                    status.message.as_deref().unwrap_or_default()
+                );
+                ctx.event(job, failed, reason, &note).await;
+            }
         }
         if status != current {
             write_status(&api, job, &status).await?;
@@ -215,7 +224,11 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     );
     ctx.prepare_deploy_namespace(&namespace, &deploy_ns).await?;
     match jobs.create(&PostParams::default(), &manifest).await {
-        Ok(_) => tracing::info!(%namespace, %name, run_id, job = %job_name, "job run started"),
+        Ok(_) => {
+            tracing::info!(%namespace, %name, run_id, job = %job_name, "job run started");
+            let note = format!("run {run_id} in Job {job_name}");
+            ctx.event(job, false, "RunStarted", &note).await;
+        }
         Err(e) if is_already_exists(&e) => {}
         Err(e) => return Err(e.into()),
     }

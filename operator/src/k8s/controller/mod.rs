@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service as KubeService};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -100,6 +101,8 @@ pub struct Context {
     pub config: KubeConfig,
     pub contexts: Arc<dyn ContextUrls>,
     pub logs: Arc<dyn PodLogs>,
+    /// Kubernetes Events, what `kubectl describe` shows.
+    recorder: Recorder,
     /// Deploy namespaces known to exist (and since when), to skip a call per reconcile.
     namespaces: Mutex<HashMap<String, Instant>>,
     /// Deploy namespace → (source secret resourceVersion, when it was copied).
@@ -110,6 +113,8 @@ pub struct Context {
 /// checked again after this long, so a namespace or copy deleted by hand comes back.
 const SECRET_RESYNC: Duration = Duration::from_secs(600);
 
+const EVENT_NOTE_BYTES: usize = 1000;
+
 impl Context {
     pub fn new(
         client: Client,
@@ -117,7 +122,12 @@ impl Context {
         contexts: Arc<dyn ContextUrls>,
         logs: Arc<dyn PodLogs>,
     ) -> Arc<Self> {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("HOSTNAME").ok(),
+        };
         Arc::new(Self {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             config,
             contexts,
@@ -125,6 +135,28 @@ impl Context {
             namespaces: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Records an Event on `object`; a failure is logged, never fails a reconcile.
+    pub(crate) async fn event<K>(&self, object: &K, warning: bool, reason: &str, note: &str)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            // The API server refuses notes over 1 kB.
+            note: Some(build::tail(note, EVENT_NOTE_BYTES)),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::warn!(reason, error = %e, "cannot record an event");
+        }
     }
 
     /// The deploy namespace exists and holds a current copy of the registry secret.

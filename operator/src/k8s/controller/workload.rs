@@ -174,11 +174,14 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 }
                 if annotations.get(ANNOTATION_BUILD_JOB) != Some(&job) {
                     annotate(&api, &name, &[(ANNOTATION_BUILD_JOB, Some(&job))]).await?;
+                    let note = format!("building version {} in Job {job}", version_of(key));
+                    ctx.event(object, false, "BuildStarted", &note).await;
                 }
                 return Ok(Action::requeue(ctx.config.poll_interval));
             }
             BuildState::Failed { message } => {
                 tracing::info!(kind = %K::KIND, %namespace, %name, "build failed");
+                ctx.event(object, true, "BuildFailed", &message).await;
                 status.phase = Phase::Failed;
                 status.message = Some(message);
                 status.url = url;
@@ -197,6 +200,8 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 return Ok(Action::await_change());
             }
             BuildState::Succeeded => {
+                ctx.event(object, false, "BuildSucceeded", &format!("built {image}"))
+                    .await;
                 status.last_built_at = Some(now());
                 status.image_ref = Some(image.clone());
                 status.phase = Phase::Ready;
