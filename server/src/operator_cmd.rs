@@ -303,6 +303,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         let _watchers = store.spawn_watchers(&readiness);
         let routes = KubeRoutes::new(args.cluster_domain.clone());
         let _routes_task = routes.spawn(store.clone(), Duration::from_secs(60));
+        let _endpoints_task = routes.watch_endpoints(client.clone());
         let proxy = Arc::new(Proxy::new(
             routes,
             ProxyConfig {

@@ -2,14 +2,19 @@
 //! Service DNS name. Routes are kept in memory, rebuilt per namespace from the store
 //! on every change, so the invoke path never waits on the API server.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
-use super::names::service_authority;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
 use crate::model::{
     Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus,
 };
@@ -20,17 +25,49 @@ pub struct KubeRoutes {
     cluster_domain: String,
     /// Namespace → name → route.
     routes: RwLock<HashMap<String, HashMap<String, Route>>>,
+    /// `(namespace, name)` of workloads with a ready pod, once [`KubeRoutes::watch_endpoints`]
+    /// listed them; `None` before (or without) it, and then routes are not held back.
+    ready_instances: RwLock<Option<HashSet<(String, String)>>>,
 }
 
 impl RouteTable for KubeRoutes {
     fn route(&self, namespace: &str, name: &str) -> Route {
-        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
-        routes
-            .get(namespace)
-            .and_then(|names| names.get(name))
-            .cloned()
-            .unwrap_or(Route::Unknown)
+        let route = {
+            let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+            routes
+                .get(namespace)
+                .and_then(|names| names.get(name))
+                .cloned()
+                .unwrap_or(Route::Unknown)
+        };
+        let Route::Ready { kind, .. } = &route else {
+            return route;
+        };
+        let ready = self
+            .ready_instances
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        match &*ready {
+            Some(ready) if !ready.contains(&(namespace.to_string(), name.to_string())) => {
+                // A trigger was just started (replicas 0 -> 1): calls wait for the pod.
+                Route::Starting {
+                    reason: format!("{} {name:?} has no ready instance yet", kind.noun()),
+                }
+            }
+            _ => route,
+        }
     }
+}
+
+/// The workload a Deployment runs, and whether it has a ready pod.
+fn workload_readiness(deployment: &Deployment) -> Option<((String, String), bool)> {
+    let ready = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    let (_, namespace, name) = owner_of(deployment.labels())?;
+    Some(((namespace, name), ready > 0))
 }
 
 fn first_line(text: &str) -> &str {
@@ -140,6 +177,65 @@ impl KubeRoutes {
         Arc::new(Self {
             cluster_domain: cluster_domain.into(),
             routes: RwLock::new(HashMap::new()),
+            ready_instances: RwLock::new(None),
+        })
+    }
+
+    fn update_ready(&self, change: impl FnOnce(&mut Option<HashSet<(String, String)>>)) {
+        change(
+            &mut self
+                .ready_instances
+                .write()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+    }
+
+    /// Follows the workloads' Deployments, so a Ready route of a workload without a
+    /// ready pod is [`Route::Starting`] and its calls wait instead of failing.
+    pub fn watch_endpoints(self: &Arc<Self>, client: Client) -> JoinHandle<()> {
+        let routes = self.clone();
+        tokio::spawn(async move {
+            let deployments = Api::<Deployment>::all(client);
+            let config = watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGER}"));
+            let mut events = watcher(deployments, config).default_backoff().boxed();
+            let mut listing = HashSet::new();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::Init) => listing.clear(),
+                    Ok(watcher::Event::InitApply(d)) => {
+                        if let Some((workload, true)) = workload_readiness(&d) {
+                            listing.insert(workload);
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let listed = std::mem::take(&mut listing);
+                        routes.update_ready(|ready| *ready = Some(listed));
+                    }
+                    Ok(watcher::Event::Apply(d)) => {
+                        if let Some((workload, is_ready)) = workload_readiness(&d) {
+                            routes.update_ready(|ready| {
+                                if let Some(ready) = ready {
+                                    if is_ready {
+                                        ready.insert(workload);
+                                    } else {
+                                        ready.remove(&workload);
+                                    }
+                                }
+                            });
+                        }
+                    }
+                    Ok(watcher::Event::Delete(d)) => {
+                        if let Some((workload, _)) = workload_readiness(&d) {
+                            routes.update_ready(|ready| {
+                                if let Some(ready) = ready {
+                                    ready.remove(&workload);
+                                }
+                            });
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "routes: deployment watch failed"),
+                }
+            }
         })
     }
 
