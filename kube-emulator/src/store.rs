@@ -599,12 +599,15 @@ impl State {
             // A write that changes nothing is not a write: no new version, no event.
             return Ok(old);
         }
-        let stored = self.commit(&key, new, Some(old), "MODIFIED");
-        if stored["metadata"].get("deletionTimestamp").is_some() && !has_finalizers(&stored) {
-            self.delete_cascading(key);
-        } else {
-            self.collect_orphan(&key);
+        if new["metadata"].get("deletionTimestamp").is_some() && !has_finalizers(&new) {
+            // The last finalizer is gone: the update is the deletion, as in the API server.
+            let removed = self.commit(&key, new, Some(old), "DELETED");
+            let dependents = self.dependents(&key, &removed);
+            self.delete_cascading(dependents);
+            return Ok(removed);
         }
+        let stored = self.commit(&key, new, Some(old), "MODIFIED");
+        self.collect_orphan(&key);
         Ok(stored)
     }
 
@@ -682,12 +685,11 @@ impl State {
         if mismatch("uid") || mismatch("resourceVersion") {
             return Err(ApiError::conflict(&res.group, &res.plural, name));
         }
-        self.delete_cascading(key.clone());
+        self.delete_cascading(vec![key.clone()]);
         Ok(self.objects.get(&key).cloned())
     }
 
-    fn delete_cascading(&mut self, first: Key) {
-        let mut pending = vec![first];
+    fn delete_cascading(&mut self, mut pending: Vec<Key>) {
         while let Some(key) = pending.pop() {
             let Some(current) = self.objects.get(&key).cloned() else {
                 continue;
@@ -769,7 +771,7 @@ impl State {
     /// The garbage collector removes a dependent whose owners are all absent.
     fn collect_orphan(&mut self, key: &Key) {
         if self.orphaned(key) {
-            self.delete_cascading(key.clone());
+            self.delete_cascading(vec![key.clone()]);
         }
     }
 
