@@ -158,9 +158,17 @@ pub(crate) fn from_crd(crd: &Value) -> Result<Resource, String> {
     })
 }
 
-/// The status a real API server reports once a CRD's names are accepted.
+/// The status a real API server reports once a CRD's names are accepted. Conditions
+/// already reported are kept, so re-applying a CRD unchanged is no write.
 pub(crate) fn crd_status(crd: &Value, now: &str) -> Value {
     let condition = |kind: &str, reason: &str| json!({"type": kind, "status": "True", "reason": reason, "lastTransitionTime": now, "message": ""});
+    let conditions = match crd["status"].get("conditions") {
+        Some(kept) if kept.is_array() => kept.clone(),
+        _ => json!([
+            condition("NamesAccepted", "NoConflicts"),
+            condition("Established", "InitialNamesAccepted"),
+        ]),
+    };
     let stored: Vec<Value> = crd["spec"]["versions"]
         .as_array()
         .into_iter()
@@ -170,10 +178,7 @@ pub(crate) fn crd_status(crd: &Value, now: &str) -> Value {
         .collect();
     json!({
         "acceptedNames": crd["spec"]["names"],
-        "conditions": [
-            condition("NamesAccepted", "NoConflicts"),
-            condition("Established", "InitialNamesAccepted"),
-        ],
+        "conditions": conditions,
         "storedVersions": stored,
     })
 }

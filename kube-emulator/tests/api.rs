@@ -780,12 +780,19 @@ async fn crds_define_validated_and_pruned_resources() {
     for document in yaml.split("\n---\n").filter(|d| d.contains("kind:")) {
         let crd: CustomResourceDefinition = serde_yaml::from_str(document).unwrap();
         let created = crds.create(&PostParams::default(), &crd).await.unwrap();
-        let conditions = created.status.unwrap().conditions.unwrap();
+        let conditions = created.status.clone().unwrap().conditions.unwrap();
         assert!(
             conditions
                 .iter()
                 .any(|c| c.type_ == "Established" && c.status == "True")
         );
+        // Applying it again unchanged, as `kubectl apply` would, is no write.
+        let apply = PatchParams::apply("installer").force();
+        let again = crds
+            .patch(&created.name_any(), &apply, &Patch::Apply(&crd))
+            .await
+            .unwrap();
+        assert_eq!(again.resource_version(), created.resource_version());
     }
 
     // Discovery finds the new kinds.
