@@ -326,7 +326,7 @@ async fn expired_resource_version_is_gone_and_the_watcher_relists() {
         next_event(&mut events).await,
         watcher::Event::InitDone
     ));
-    let lists_before = emu.request_count("GET", "/api/v1/namespaces/default/configmaps");
+    let lists_before = lists(&emu);
     maps.create(
         &PostParams::default(),
         &config_map("unseen", json!({}), json!({})),
@@ -351,8 +351,50 @@ async fn expired_resource_version_is_gone_and_the_watcher_relists() {
         next_event(&mut events).await,
         watcher::Event::InitDone
     ));
-    // One GET is the relist; the resumed watches are GETs too, so at least one more.
-    assert!(emu.request_count("GET", "/api/v1/namespaces/default/configmaps") > lists_before + 1);
+    assert_eq!(lists(&emu), lists_before + 1, "one relist");
+}
+
+/// Plain (not watch) GETs of the default namespace's config maps.
+fn lists(emu: &Emulator) -> usize {
+    emu.requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/namespaces/default/configmaps")
+        .filter(|r| !r.query.contains("watch="))
+        .count()
+}
+
+#[tokio::test]
+async fn streaming_list_watcher_gets_initial_events_then_changes() {
+    let (emu, client) = start().await;
+    let maps: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    maps.create(
+        &PostParams::default(),
+        &config_map("first", json!({}), json!({})),
+    )
+    .await
+    .unwrap();
+    let config = watcher::Config::default().streaming_lists();
+    let mut events = watcher(maps.clone(), config).boxed();
+    // kube-runtime emits no Init for a streaming list.
+    match next_event(&mut events).await {
+        watcher::Event::InitApply(m) => assert_eq!(m.name_any(), "first"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        next_event(&mut events).await,
+        watcher::Event::InitDone
+    ));
+    maps.create(
+        &PostParams::default(),
+        &config_map("second", json!({}), json!({})),
+    )
+    .await
+    .unwrap();
+    match next_event(&mut events).await {
+        watcher::Event::Apply(m) => assert_eq!(m.name_any(), "second"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(lists(&emu), 0, "no list call with streaming lists");
 }
 
 #[tokio::test]
