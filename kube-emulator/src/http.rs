@@ -16,7 +16,7 @@ use crate::Emulator;
 use crate::error::ApiError;
 use crate::resources::{self, Resource};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{Change, Changes, Key, Part, PatchKind, present};
+use crate::store::{Change, Changes, Key, Origin, Part, PatchKind, State, present};
 
 /// How often a watch that allows bookmarks gets one.
 const BOOKMARK_PERIOD: Duration = Duration::from_secs(5);
@@ -141,12 +141,7 @@ struct Target {
 }
 
 impl Target {
-    fn parse(
-        state: &crate::store::State,
-        group: &str,
-        version: &str,
-        rest: &[&str],
-    ) -> Result<Self, ApiError> {
+    fn parse(state: &State, group: &str, version: &str, rest: &[&str]) -> Result<Self, ApiError> {
         let namespaced_path = match rest {
             ["namespaces", ns, plural, tail @ ..] => state
                 .find(group, version, plural)
@@ -213,13 +208,9 @@ impl Target {
                 Method::GET => self.list(emu, params),
                 Method::POST if self.res.namespaced == ns.is_some() => {
                     let object = parse_json(body)?;
-                    let created = emu.state().create(
-                        &self.res,
-                        &self.version,
-                        ns,
-                        object,
-                        crate::store::Origin::Client,
-                    )?;
+                    let created = write(emu, params, |s| {
+                        s.create(&self.res, &self.version, ns, object, Origin::Client)
+                    })?;
                     Ok(self.respond(StatusCode::CREATED, created))
                 }
                 Method::DELETE => self.delete_collection(emu, params),
@@ -239,15 +230,17 @@ impl Target {
             }
             Method::PUT => {
                 let object = parse_json(body)?;
-                let updated = emu.state().update(
-                    &self.res,
-                    &self.version,
-                    ns,
-                    &name,
-                    object,
-                    part,
-                    crate::store::Origin::Client,
-                )?;
+                let updated = write(emu, params, |s| {
+                    s.update(
+                        &self.res,
+                        &self.version,
+                        ns,
+                        &name,
+                        object,
+                        part,
+                        Origin::Client,
+                    )
+                })?;
                 Ok(self.respond(StatusCode::OK, updated))
             }
             Method::PATCH => {
@@ -279,9 +272,9 @@ impl Target {
                         });
                     }
                 };
-                let (object, created) =
-                    emu.state()
-                        .patch(&self.res, &self.version, ns, &name, kind, body, part)?;
+                let (object, created) = write(emu, params, |s| {
+                    s.patch(&self.res, &self.version, ns, &name, kind, body, part)
+                })?;
                 let code = if created {
                     StatusCode::CREATED
                 } else {
@@ -295,10 +288,11 @@ impl Target {
                 } else {
                     parse_json(body)?
                 };
-                let uid = emu.state().get(&self.res, ns, &name)?["metadata"]["uid"].clone();
-                let pending =
-                    emu.state()
-                        .delete(&self.res, ns, &name, &options["preconditions"])?;
+                let (uid, pending) = write(emu, params, |s| {
+                    let uid = s.get(&self.res, ns, &name)?["metadata"]["uid"].clone();
+                    let pending = s.delete(&self.res, ns, &name, &options["preconditions"])?;
+                    Ok((uid, pending))
+                })?;
                 Ok(match pending {
                     Some(object) => self.respond(StatusCode::OK, object),
                     None => json_response(
@@ -349,16 +343,18 @@ impl Target {
             return Err(ApiError::method_not_allowed("DELETE"));
         }
         let (labels, fields) = Self::selectors(params)?;
-        let mut state = emu.state();
-        let names: Vec<String> = state
-            .list(&self.res, self.namespace.as_deref())
-            .into_iter()
-            .filter(|o| labels.matches(o) && fields.matches(o))
-            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
-            .collect();
-        for name in names {
-            state.delete(&self.res, self.namespace.as_deref(), &name, &Value::Null)?;
-        }
+        write(emu, params, |state| {
+            let names: Vec<String> = state
+                .list(&self.res, self.namespace.as_deref())
+                .into_iter()
+                .filter(|o| labels.matches(o) && fields.matches(o))
+                .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+                .collect();
+            for name in names {
+                state.delete(&self.res, self.namespace.as_deref(), &name, &Value::Null)?;
+            }
+            Ok(())
+        })?;
         Ok(json_response(
             StatusCode::OK,
             &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
@@ -470,6 +466,20 @@ impl Target {
             Body::from_stream(body),
         )
             .into_response())
+    }
+}
+
+/// Runs a write on the store, or with `dryRun` on a throwaway copy that no watch sees.
+fn write<T>(
+    emu: &Emulator,
+    params: &Params,
+    op: impl FnOnce(&mut State) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let mut state = emu.state();
+    if params.contains_key("dryRun") {
+        op(&mut state.dry_run_copy())
+    } else {
+        op(&mut state)
     }
 }
 

@@ -217,6 +217,21 @@ impl State {
         state
     }
 
+    /// A copy to try a write on: same objects, no history, no watchers.
+    pub(crate) fn dry_run_copy(&self) -> Self {
+        Self {
+            rv: self.rv,
+            serial: self.serial,
+            seed: self.seed,
+            resources: self.resources.clone(),
+            objects: self.objects.clone(),
+            history: VecDeque::new(),
+            compacted: self.rv,
+            changes: broadcast::channel(1).0,
+            logs: HashMap::new(),
+        }
+    }
+
     pub(crate) fn resources(&self) -> &[Arc<Resource>] {
         &self.resources
     }

@@ -124,6 +124,24 @@ async fn create_get_and_failure_statuses() {
         (404, "namespaces \"absent\" not found")
     );
 
+    // A dry run answers as the write would, and stores nothing.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let tried = maps
+        .create(&dry, &config_map("dry", json!({}), json!({})))
+        .await
+        .unwrap();
+    assert_eq!(tried.name_any(), "dry");
+    assert!(maps.get_opt("dry").await.unwrap().is_none());
+    let dry_again = status_of(
+        maps.create(&dry, &config_map("a", json!({}), json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(dry_again.code, 409);
+
     // Names and label values are validated like the API server does.
     let bad = status_of(
         maps.create(
