@@ -765,21 +765,35 @@ impl State {
         keys
     }
 
-    /// True when an object has owner references and none resolves. As in the garbage
-    /// collector, a namespaced owner only counts in the dependent's own namespace.
+    /// True when an object has owner references and every owner is absent. As in the
+    /// garbage collector, an owner is looked up by kind and name (a namespaced one in the
+    /// dependent's namespace) and must have the referenced uid; a reference that cannot
+    /// be resolved (unknown kind, namespaced owner of a cluster-scoped object) keeps it.
     fn orphaned(&self, key: &Key) -> bool {
         let Some(object) = self.objects.get(key) else {
             return false;
         };
-        let mut owners = owner_uids(object).peekable();
-        if owners.peek().is_none() || key.namespace.is_empty() {
+        let refs = object["metadata"]["ownerReferences"].as_array();
+        let Some(refs) = refs.filter(|r| !r.is_empty()) else {
             return false;
-        }
-        !owners.any(|uid| {
-            self.objects.iter().any(|(k, o)| {
-                o["metadata"]["uid"].as_str() == Some(uid)
-                    && (k.namespace.is_empty() || k.namespace == key.namespace)
-            })
+        };
+        refs.iter().all(|owner| {
+            let (group, version) = owner["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .split_once('/')
+                .unwrap_or(("", owner["apiVersion"].as_str().unwrap_or_default()));
+            let Some(res) = self.resources.iter().find(|r| {
+                r.group == group && r.kind == owner["kind"] && r.version(version).is_some()
+            }) else {
+                return false;
+            };
+            if res.namespaced && key.namespace.is_empty() {
+                return false;
+            }
+            let name = owner["name"].as_str().unwrap_or_default();
+            let found = self.objects.get(&Key::new(res, Some(&key.namespace), name));
+            found.is_none_or(|o| o["metadata"]["uid"] != owner["uid"])
         })
     }
 

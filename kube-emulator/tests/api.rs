@@ -735,6 +735,33 @@ async fn owner_references_cascade_deletion() {
     left.sort();
     assert_eq!(left, ["bystander"]);
 
+    // A reference the collector cannot resolve (a kind it does not know) keeps the object.
+    let mut unknown = config_map("unknown-owner", json!({}), json!({}));
+    unknown.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "0000",
+        }))
+        .unwrap(),
+    ]);
+    maps.create(&pp, &unknown).await.unwrap();
+    assert!(maps.get_opt("unknown-owner").await.unwrap().is_some());
+
+    // Cluster-scoped owners and dependents cascade too.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    create_namespace(&client, "owner-ns").await;
+    let owner = namespaces.get("owner-ns").await.unwrap();
+    let dependent: Namespace = serde_json::from_value(json!({"metadata": {
+        "name": "dependent-ns",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "owner-ns", "uid": owner.uid()}],
+    }}))
+    .unwrap();
+    namespaces.create(&pp, &dependent).await.unwrap();
+    namespaces
+        .delete("owner-ns", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(namespaces.get_opt("dependent-ns").await.unwrap().is_none());
+
     // Deleting a namespace takes its content.
     elsewhere
         .create(&pp, &config_map("inside", json!({}), json!({})))
