@@ -7,6 +7,17 @@
 //! owner-reference garbage collection, CRDs with structural-schema pruning and
 //! validation. It runs no controllers: tests play the Job controller and the kubelet
 //! through the [`Emulator`] handle.
+//!
+//! Not emulated: authentication and authorization (every request is allowed), field
+//! ownership in server-side apply (an apply deep-merges into the object: maps merge,
+//! lists are replaced, and fields dropped from a later apply stay), strategic merge
+//! patch directives (treated as a merge patch), CEL rules (`x-kubernetes-validations`)
+//! and `oneOf`/`anyOf`/`allOf`/`not` in CRD schemas, conversion between CRD versions
+//! (objects are served under the requested version unchanged), pagination (`limit` and
+//! `continue` are ignored: a list is one page), `resourceVersionMatch` on lists,
+//! `propagationPolicy` and graceful pod deletion (deletion is background-cascading and
+//! immediate unless finalizers hold it), aggregated discovery and `/openapi`, protobuf,
+//! and workloads: nothing creates pods for Jobs or Deployments.
 
 mod error;
 mod http;

@@ -767,7 +767,6 @@ async fn owner_references_cascade_deletion() {
         .create(&pp, &config_map("inside", json!({}), json!({})))
         .await
         .unwrap();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .delete("other", &DeleteParams::default())
         .await
