@@ -1,0 +1,302 @@
+//! A Kubernetes API server emulator served over HTTP on loopback, so the real operator
+//! binary and kube-rs clients can be tested end to end without a cluster.
+//!
+//! It keeps objects in memory with the API server's rules where controllers depend on
+//! them: resource versions and optimistic concurrency, list/watch with selectors,
+//! bookmarks and 410 Gone, merge/JSON/apply patches, status subresources, finalizers,
+//! owner-reference garbage collection, CRDs with structural-schema pruning and
+//! validation. It runs no controllers: tests play the Job controller and the kubelet
+//! through the [`Emulator`] handle.
+//!
+//! Not emulated: authentication and authorization (every request is allowed), field
+//! ownership in server-side apply (an apply deep-merges into the object: maps merge,
+//! lists are replaced, and fields dropped from a later apply stay), strategic merge
+//! patch directives (treated as a merge patch), CEL rules (`x-kubernetes-validations`)
+//! and `oneOf`/`anyOf`/`allOf`/`not` in CRD schemas, conversion between CRD versions
+//! (objects are served under the requested version unchanged), pagination (`limit` and
+//! `continue` are ignored: a list is one page), `resourceVersionMatch` on lists,
+//! `propagationPolicy` and graceful pod deletion (deletion is background-cascading and
+//! immediate unless finalizers hold it), aggregated discovery and `/openapi`, protobuf,
+//! and workloads: nothing creates pods for Jobs or Deployments.
+
+mod error;
+mod http;
+mod resources;
+mod schema;
+mod selector;
+mod store;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde_json::Value;
+
+pub use error::ApiError;
+use store::{Origin, Part, State};
+
+/// Requests kept in the log; counts per (method, path) are kept for all.
+const REQUEST_LOG: usize = 10_000;
+
+/// One served request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    /// The `{id}` of a `/clients/{id}` path prefix, see [`Emulator::kubeconfig_yaml_for`].
+    pub client: Option<String>,
+    pub method: String,
+    /// Without the client prefix and the query.
+    pub path: String,
+    pub query: String,
+    pub status: u16,
+}
+
+impl RequestRecord {
+    /// True for methods that can change state.
+    pub fn is_write(&self) -> bool {
+        matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE")
+    }
+}
+
+#[derive(Default)]
+struct Requests {
+    log: VecDeque<RequestRecord>,
+    counts: HashMap<(String, String), u64>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    requests: Mutex<Requests>,
+    addr: SocketAddr,
+}
+
+/// A cheap handle on a running emulator's shared state.
+#[derive(Clone)]
+pub struct Emulator {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `"batch/v1"` → (`"batch"`, `"v1"`); `"v1"` → (`""`, `"v1"`).
+fn split_api_version(api_version: &str) -> (&str, &str) {
+    api_version.split_once('/').unwrap_or(("", api_version))
+}
+
+impl Emulator {
+    /// Serves on an ephemeral loopback port in a tokio task.
+    pub async fn start() -> std::io::Result<(Emulator, SocketAddr)> {
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    pub async fn start_on(addr: SocketAddr) -> std::io::Result<(Emulator, SocketAddr)> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let emulator = Emulator {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State::new()),
+                requests: Mutex::new(Requests::default()),
+                addr,
+            }),
+        };
+        let app = axum::Router::new()
+            .fallback(http::handle)
+            .with_state(emulator.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "kube emulator stopped serving");
+            }
+        });
+        Ok((emulator, addr))
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.inner.state)
+    }
+
+    /// A kubeconfig for this server: namespace `default`, no credentials.
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig(&self.url())
+    }
+
+    /// Like [`Self::kubeconfig_yaml`], but the requests of whoever uses it are logged
+    /// with `client` set, so a test can tell apart what each process did.
+    pub fn kubeconfig_yaml_for(&self, client: &str) -> String {
+        kubeconfig(&format!("{}/clients/{client}", self.url()))
+    }
+
+    /// An object as stored, `None` when absent or of an unknown type.
+    pub fn get(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let (group, version) = split_api_version(api_version);
+        let state = self.state();
+        let res = state.find(group, version, plural)?;
+        state
+            .get(&res, namespace, name)
+            .ok()
+            .map(|o| store::present(o, &res, version))
+    }
+
+    /// Objects of one type in a namespace, or in all namespaces with `None`.
+    pub fn list(&self, api_version: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+        let (group, version) = split_api_version(api_version);
+        let state = self.state();
+        let Some(res) = state.find(group, version, plural) else {
+            return Vec::new();
+        };
+        state
+            .list(&res, namespace)
+            .into_iter()
+            .map(|o| store::present(o, &res, version))
+            .collect()
+    }
+
+    fn resource(
+        state: &State,
+        api_version: &str,
+        plural: &str,
+    ) -> Result<Arc<resources::Resource>, ApiError> {
+        let (group, version) = split_api_version(api_version);
+        state
+            .find(group, version, plural)
+            .ok_or_else(ApiError::no_route)
+    }
+
+    /// Creates an object as a controller or the kubelet would, its `status` kept; the
+    /// namespace comes from `metadata.namespace`.
+    pub fn create(
+        &self,
+        api_version: &str,
+        plural: &str,
+        object: Value,
+    ) -> Result<Value, ApiError> {
+        let (_, version) = split_api_version(api_version);
+        let mut state = self.state();
+        let res = Self::resource(&state, api_version, plural)?;
+        state.create(&res, version, None, object, Origin::Handle)
+    }
+
+    /// Replaces an object's `status`, e.g. to mark a Job complete or a pod running.
+    pub fn update_status(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+        status: Value,
+    ) -> Result<Value, ApiError> {
+        let (_, version) = split_api_version(api_version);
+        let mut state = self.state();
+        let res = Self::resource(&state, api_version, plural)?;
+        let body = serde_json::json!({ "status": status });
+        state.update(
+            &res,
+            version,
+            namespace,
+            name,
+            body,
+            Part::Status,
+            Origin::Handle,
+        )
+    }
+
+    /// Deletes as a client would: finalizers hold the object, dependents follow it.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let mut state = self.state();
+        let res = Self::resource(&state, api_version, plural)?;
+        state
+            .delete(&res, namespace, name, &Value::Null)
+            .map(|_| ())
+    }
+
+    /// What `/api/v1/namespaces/{namespace}/pods/{pod}/log` serves.
+    pub fn set_pod_log(&self, namespace: &str, pod: &str, log: &str) {
+        self.state().set_log(namespace, pod, log);
+    }
+
+    /// Forgets the change history, as an etcd compaction does: watches resuming from
+    /// an older resource version get 410 Gone and must relist.
+    pub fn compact_history(&self) {
+        self.state().compact();
+    }
+
+    /// The current (latest) resource version.
+    pub fn resource_version(&self) -> u64 {
+        self.state().resource_version()
+    }
+
+    /// The latest requests, oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.inner.requests).log.iter().cloned().collect()
+    }
+
+    /// How many `method` requests reached `path` (no query, no client prefix).
+    pub fn request_count(&self, method: &str, path: &str) -> u64 {
+        lock(&self.inner.requests)
+            .counts
+            .get(&(method.to_string(), path.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn record(&self, client: Option<String>, method: &str, path: &str, query: &str, status: u16) {
+        let mut requests = lock(&self.inner.requests);
+        *requests
+            .counts
+            .entry((method.to_string(), path.to_string()))
+            .or_default() += 1;
+        if requests.log.len() == REQUEST_LOG {
+            requests.log.pop_front();
+        }
+        requests.log.push_back(RequestRecord {
+            client,
+            method: method.to_string(),
+            path: path.to_string(),
+            query: query.to_string(),
+            status,
+        });
+    }
+}
+
+fn kubeconfig(server: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: kube-emulator
+  cluster:
+    server: {server}
+contexts:
+- name: kube-emulator
+  context:
+    cluster: kube-emulator
+    user: kube-emulator
+    namespace: default
+current-context: kube-emulator
+users:
+- name: kube-emulator
+  user: {{}}
+"
+    )
+}

@@ -1,0 +1,137 @@
+//! The operator's controllers, run in process against the emulator over HTTP: a
+//! Function with code gets a build Job, the Job's success makes it Ready, and deleting
+//! it runs the finalizer's cleanup. The test plays the Job controller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use kube_emulator::Emulator;
+use operator::k8s::context_url::ContextUrls;
+use operator::k8s::{Context, KubePodLogs};
+use serde_json::{Value, json};
+
+struct FixedUrls;
+
+#[async_trait::async_trait]
+impl ContextUrls for FixedUrls {
+    async fn presigned_get(&self, key: &str, _ttl: Duration) -> Result<String, String> {
+        Ok(format!("http://contexts.invalid/{key}"))
+    }
+}
+
+/// Polls the emulator's state until `check` gives a value.
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..200 {
+        if let Some(found) = check() {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn phase(emu: &Emulator) -> Option<String> {
+    let function = emu.get(
+        "sless.kube5s.ru/v1alpha1",
+        "functions",
+        Some("default"),
+        "hello",
+    )?;
+    function["status"]["phase"].as_str().map(str::to_string)
+}
+
+#[tokio::test]
+async fn controllers_build_a_function_and_clean_it_up() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (emu, addr) = Emulator::start().await.unwrap();
+    let client =
+        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let yaml = operator::k8s::crds::crds_yaml().unwrap();
+    for document in yaml.split("\n---\n").filter(|d| d.contains("kind:")) {
+        let crd: CustomResourceDefinition = serde_yaml::from_str(document).unwrap();
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let ctx = Context::new(
+        client.clone(),
+        operator::k8s::KubeConfig::new("registry.invalid"),
+        Arc::new(FixedUrls),
+        Arc::new(KubePodLogs::new(client.clone())),
+    );
+    let controllers = tokio::spawn(operator::k8s::run_controllers(ctx));
+
+    emu.create(
+        "sless.kube5s.ru/v1alpha1",
+        "functions",
+        json!({"metadata": {"name": "hello", "namespace": "default"},
+               "spec": {"runtime": "python3.11", "entrypoint": "main.handler", "memoryMb": 128,
+                        "timeoutSec": 30, "s3Key": "default/hello/v1.zip"}}),
+    )
+    .unwrap();
+
+    let job: Value = eventually("a build Job", || {
+        emu.list("batch/v1", "jobs", Some("sless-fn-default"))
+            .into_iter()
+            .next()
+    })
+    .await;
+    let job_name = job["metadata"]["name"].as_str().unwrap().to_string();
+    eventually("phase Building", || {
+        (phase(&emu).as_deref() == Some("Building")).then_some(())
+    })
+    .await;
+    let function = emu
+        .get(
+            "sless.kube5s.ru/v1alpha1",
+            "functions",
+            Some("default"),
+            "hello",
+        )
+        .unwrap();
+    assert!(
+        function["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+    );
+
+    emu.update_status(
+        "batch/v1",
+        "jobs",
+        Some("sless-fn-default"),
+        &job_name,
+        json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
+    )
+    .unwrap();
+    eventually("phase Ready", || {
+        (phase(&emu).as_deref() == Some("Ready")).then_some(())
+    })
+    .await;
+
+    let functions: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("sless.kube5s.ru", "v1alpha1", "Function"),
+            "functions",
+        ),
+    );
+    functions
+        .delete("hello", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the Function gone after cleanup", || {
+        emu.get(
+            "sless.kube5s.ru/v1alpha1",
+            "functions",
+            Some("default"),
+            "hello",
+        )
+        .is_none()
+        .then_some(())
+    })
+    .await;
+    controllers.abort();
+}
