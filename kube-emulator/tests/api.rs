@@ -915,7 +915,7 @@ async fn crds_define_validated_and_pruned_resources() {
     assert_eq!((too_big.code, too_big.reason.as_str()), (422, "Invalid"));
     assert!(
         too_big.message.starts_with("Function.sless.kube5s.ru \"big\" is invalid: ")
-            && too_big.message.contains("spec.memoryMb: Invalid value: 4294967296: spec.memoryMb in body should be less than or equal to 4294967295"),
+            && too_big.message.contains("spec.memoryMb: Invalid value: 4294967296: spec.memoryMb in body should be less than or equal to 4096"),
         "{}",
         too_big.message
     );

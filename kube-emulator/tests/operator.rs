@@ -61,7 +61,10 @@ async fn controllers_build_a_function_and_clean_it_up() {
         Arc::new(FixedUrls),
         Arc::new(KubePodLogs::new(client.clone())),
     );
-    let controllers = tokio::spawn(operator::k8s::run_controllers(ctx));
+    let controllers = tokio::spawn(operator::k8s::run_controllers(
+        ctx,
+        operator::k8s::Readiness::default(),
+    ));
 
     emu.create(
         "sless.kube5s.ru/v1alpha1",
