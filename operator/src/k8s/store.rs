@@ -338,7 +338,16 @@ impl Store for KubeStore {
         let mut raw = to_raw(kind, created)?;
         if !status.is_null() && raw.status != status {
             raw.status = status;
-            raw = self.patch_status(&raw).await?;
+            raw = match self.patch_status(&raw).await {
+                Ok(written) => written,
+                // The controller saw the new object first and wrote its own status (or
+                // finalizer): that is newer than the initial one, which is dropped.
+                Err(StoreError::Conflict { .. }) => {
+                    let latest = api.get(name).await.map_err(backend)?;
+                    to_raw(kind, latest)?
+                }
+                Err(e) => return Err(e),
+            };
         }
         self.announce(kind, namespace, name);
         Ok(raw)

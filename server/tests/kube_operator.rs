@@ -1,0 +1,708 @@
+//! The shipped binary in Kubernetes mode, run the way a cluster runs it: `sless operator`
+//! as a process with a kubeconfig pointing at a Kubernetes API served over HTTP on
+//! loopback (the `kube-emulator` crate), a real S3 endpoint, and the flows driven
+//! through the operator's REST API and through CRs applied as `kubectl apply` would.
+//! The test plays the Job controller and the kubelet (Job conditions, pods, logs).
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::{Api, Client};
+use kube_emulator::Emulator;
+use operator::k8s::names::{build_job_name, run_job_name};
+use operator::model::{deploy_namespace, namespace_for_sub};
+use operator::s3::EmbeddedS3;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const SECRET: &str = "kube-operator-test-secret-0123456789abcdef";
+const FUNCTIONS: &str = "sless.kube5s.ru/v1alpha1";
+
+/// A running `sless operator`; killed when dropped. Its log is kept in a file and
+/// printed when a wait times out.
+struct Operator {
+    child: Child,
+    base: String,
+    log: PathBuf,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Operator {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+struct Cluster {
+    emu: Emulator,
+    client: Client,
+    s3: EmbeddedS3,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn cluster() -> Cluster {
+    // The test's own kube client needs a provider, as the binary installs one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (emu, addr) = Emulator::start().await.unwrap();
+    let client =
+        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+    // What the install manifests make: the operator's namespace and the CRDs.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut system = Namespace::default();
+    system.metadata.name = Some("sless-system".into());
+    namespaces
+        .create(&PostParams::default(), &system)
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in operator::k8s::crds::crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = EmbeddedS3::start(&dir.path().join("s3"), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    Cluster {
+        emu,
+        client,
+        s3,
+        dir,
+    }
+}
+
+impl Cluster {
+    /// Starts `sless operator` with `args`; `client` names its requests in the
+    /// emulator's log.
+    fn operator(&self, client: &str, args: &[&str]) -> Operator {
+        let kubeconfig = self.dir.path().join(format!("kubeconfig-{client}"));
+        std::fs::write(&kubeconfig, self.emu.kubeconfig_yaml_for(client)).unwrap();
+        let log = self.dir.path().join(format!("operator-{client}.log"));
+        let port = free_port();
+        let s3 = self.s3.config("sless");
+        let child = Command::new(env!("CARGO_BIN_EXE_sless"))
+            .arg("operator")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("SLESS_REGISTRY", "registry.test/sless")
+            .env("SLESS_JWT_HS256_SECRET", SECRET)
+            .env("SLESS_INGRESS_HOST", "fn.test")
+            .env("SLESS_LEASE_DURATION_SECS", "2")
+            .env("SLESS_S3_ENDPOINT", s3.endpoint.unwrap())
+            .env("SLESS_S3_ACCESS_KEY_ID", s3.access_key_id.unwrap())
+            .env("SLESS_S3_SECRET_ACCESS_KEY", s3.secret_access_key.unwrap())
+            .env("SLESS_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start sless operator");
+        Operator {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        }
+    }
+
+    fn get(&self, api_version: &str, plural: &str, ns: &str, name: &str) -> Option<Value> {
+        self.emu.get(api_version, plural, Some(ns), name)
+    }
+
+    fn names(&self, api_version: &str, plural: &str, ns: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .emu
+            .list(api_version, plural, Some(ns))
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// What the Job controller writes when a Job's pod ends.
+    fn finish_job(&self, ns: &str, job: &str, succeeded: bool) {
+        let status = if succeeded {
+            json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+        } else {
+            json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                   "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]})
+        };
+        self.emu
+            .update_status("batch/v1", "jobs", Some(ns), job, status)
+            .unwrap();
+    }
+
+    /// What the Job controller and the kubelet make: a pod of the Job, with a log.
+    fn job_pod_with_log(&self, ns: &str, job: &str, log: &str) {
+        let pod = format!("{job}-pod");
+        self.emu
+            .create(
+                "v1",
+                "pods",
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": pod, "namespace": ns,
+                                 "labels": {"batch.kubernetes.io/job-name": job}},
+                    "spec": {"containers": [{"name": "main", "image": "x"}]},
+                }),
+            )
+            .unwrap();
+        self.emu.set_pod_log(ns, &pod, log);
+    }
+
+    fn events(&self, ns: &str) -> Vec<(String, String, String)> {
+        self.emu
+            .list("events.k8s.io/v1", "events", Some(ns))
+            .iter()
+            .map(|e| {
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    text(&e["regarding"]["name"]),
+                    text(&e["reason"]),
+                    text(&e["type"]),
+                )
+            })
+            .collect()
+    }
+}
+
+async fn eventually<T>(operator: &Operator, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Some(found) = check() {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "timed out waiting for {what}; operator log:\n{}",
+        operator.log()
+    );
+}
+
+async fn wait_ready(operator: &Operator) {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(response) = http.get(format!("{}/readyz", operator.base)).send().await
+            && response.status() == StatusCode::OK
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never ready; operator log:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, content) in files {
+        writer
+            .start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
+        writer.write_all(content).unwrap();
+    }
+    writer.finish().unwrap().into_inner()
+}
+
+/// A user of the REST API.
+struct User {
+    http: reqwest::Client,
+    base: String,
+    ns: String,
+    token: String,
+}
+
+impl User {
+    fn new(operator: &Operator, sub: &str) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base: operator.base.clone(),
+            ns: namespace_for_sub(sub),
+            token: operator::auth::issue_hs256(SECRET.as_bytes(), sub, 3600).unwrap(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1/namespaces/{}/{path}", self.base, self.ns)
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+        let response = request.bearer_auth(&self.token).send().await.unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.send(self.http.post(self.url(path)).json(&body)).await
+    }
+
+    async fn patch(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.send(self.http.patch(self.url(path)).json(&body)).await
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.send(self.http.get(self.url(path))).await
+    }
+
+    async fn delete(&self, path: &str) -> StatusCode {
+        self.send(self.http.delete(self.url(path))).await.0
+    }
+
+    /// Uploads a one-file python handler; the new s3 key.
+    async fn upload(&self, collection: &str, name: &str) -> String {
+        let form = reqwest::multipart::Form::new().part(
+            "code",
+            reqwest::multipart::Part::bytes(zip_of(&[(
+                "handler.py",
+                b"def handle(event):\n    return event\n",
+            )]))
+            .file_name("code.zip"),
+        );
+        let (status, body) = self
+            .send(
+                self.http
+                    .post(self.url(&format!("{collection}/{name}/upload")))
+                    .multipart(form),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["phase"], "Building");
+        body["s3_key"].as_str().unwrap().to_string()
+    }
+}
+
+fn replicas(deployment: &Value) -> i64 {
+    deployment["spec"]["replicas"].as_i64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
+    let cluster = cluster().await;
+    let operator = cluster.operator("operator", &[]);
+    wait_ready(&operator).await;
+    let alice = User::new(&operator, "alice");
+    let ns = alice.ns.clone();
+    let deploy_ns = deploy_namespace(&ns);
+
+    // Function + upload → build Job → Complete → Deployment + Service → Ready.
+    let (status, body) = alice
+        .post(
+            "functions",
+            json!({"name": "hello", "runtime": "python3.11"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let key = alice.upload("functions", "hello").await;
+    let build = build_job_name("hello", &key);
+    let job = eventually(&operator, "the build Job", || {
+        cluster.get("batch/v1", "jobs", &deploy_ns, &build)
+    })
+    .await;
+    let build_pod = &job["spec"]["template"]["spec"];
+    assert_eq!(build_pod["initContainers"][0]["name"], "fetch-context");
+    cluster.finish_job(&deploy_ns, &build, true);
+    eventually(&operator, "the Deployment and Service", || {
+        cluster.get("apps/v1", "deployments", &deploy_ns, "hello")?;
+        cluster.get("v1", "services", &deploy_ns, "hello")
+    })
+    .await;
+    let function = eventually(&operator, "phase Ready", || {
+        cluster
+            .get(FUNCTIONS, "functions", &ns, "hello")
+            .filter(|f| f["status"]["phase"] == "Ready")
+    })
+    .await;
+    let ready = &function["status"]["conditions"][0];
+    assert_eq!(
+        (&ready["type"], &ready["status"]),
+        (&json!("Ready"), &json!("True"))
+    );
+    assert_eq!(
+        ready["observedGeneration"],
+        function["metadata"]["generation"]
+    );
+    let (_, body) = alice.get("functions/hello").await;
+    assert_eq!(body["phase"], "Ready", "{body}");
+    let events = cluster.events(&ns);
+    for reason in ["BuildStarted", "BuildSucceeded"] {
+        assert!(
+            events
+                .iter()
+                .any(|(name, r, _)| name == "hello" && r == reason),
+            "{reason} missing from {events:?}"
+        );
+    }
+
+    // A failed build → Failed with the log's tail.
+    alice
+        .post(
+            "functions",
+            json!({"name": "broken", "runtime": "python3.11"}),
+        )
+        .await;
+    let broken_key = alice.upload("functions", "broken").await;
+    let broken_build = build_job_name("broken", &broken_key);
+    eventually(&operator, "the failing build Job", || {
+        cluster.get("batch/v1", "jobs", &deploy_ns, &broken_build)
+    })
+    .await;
+    cluster.job_pod_with_log(
+        &deploy_ns,
+        &broken_build,
+        "#1 load build definition\nERROR: failed to solve: pip install exited 1\n",
+    );
+    cluster.finish_job(&deploy_ns, &broken_build, false);
+    let broken = eventually(&operator, "phase Failed", || {
+        cluster
+            .get(FUNCTIONS, "functions", &ns, "broken")
+            .filter(|f| f["status"]["phase"] == "Failed")
+    })
+    .await;
+    let message = broken["status"]["message"].as_str().unwrap();
+    assert!(message.contains("pip install exited 1"), "{message}");
+    assert!(
+        cluster
+            .events(&ns)
+            .iter()
+            .any(|(name, r, t)| name == "broken" && r == "BuildFailed" && t == "Warning")
+    );
+
+    // http and cron triggers; enabled=false stops both, back on starts them.
+    let (status, body) = alice
+        .post(
+            "triggers",
+            json!({"name": "web", "type": "http", "function_ref": "hello"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = alice
+        .post(
+            "triggers",
+            json!({"name": "tick", "type": "cron", "function_ref": "hello", "schedule": "*/5 * * * *"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    eventually(&operator, "an Ingress, a CronJob and one replica", || {
+        let ingresses = cluster.names("networking.k8s.io/v1", "ingresses", &deploy_ns);
+        let crons = cluster.names("batch/v1", "cronjobs", &deploy_ns);
+        let deployment = cluster.get("apps/v1", "deployments", &deploy_ns, "hello")?;
+        (ingresses.len() == 1 && crons.len() == 1 && replicas(&deployment) == 1).then_some(())
+    })
+    .await;
+    let web = cluster.get(FUNCTIONS, "triggers", &ns, "web").unwrap();
+    assert_eq!(
+        web["status"]["url"],
+        format!("http://fn.test/fn/{ns}/hello")
+    );
+    for trigger in ["web", "tick"] {
+        let (status, body) = alice
+            .patch(&format!("triggers/{trigger}"), json!({"enabled": false}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    eventually(
+        &operator,
+        "0 replicas, the CronJob suspended, no Ingress",
+        || {
+            let deployment = cluster.get("apps/v1", "deployments", &deploy_ns, "hello")?;
+            let crons = cluster.emu.list("batch/v1", "cronjobs", Some(&deploy_ns));
+            let ingresses = cluster.names("networking.k8s.io/v1", "ingresses", &deploy_ns);
+            (replicas(&deployment) == 0
+                && crons.first()?["spec"]["suspend"] == true
+                && ingresses.is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    for trigger in ["web", "tick"] {
+        alice
+            .patch(&format!("triggers/{trigger}"), json!({"enabled": true}))
+            .await;
+    }
+    eventually(&operator, "1 replica, the CronJob running again", || {
+        let deployment = cluster.get("apps/v1", "deployments", &deploy_ns, "hello")?;
+        let crons = cluster.emu.list("batch/v1", "cronjobs", Some(&deploy_ns));
+        (replicas(&deployment) == 1 && crons.first()?["spec"]["suspend"] == false).then_some(())
+    })
+    .await;
+
+    // Right after the start no pod is ready: a call waits for one instead of failing.
+    let started = Instant::now();
+    let response = reqwest::get(format!("{}/fn/{ns}/hello", operator.base))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() >= Duration::from_secs(9), "did not wait");
+    let reason = response.text().await.unwrap();
+    assert!(reason.contains("no ready instance"), "{reason}");
+
+    // Children deleted by hand come back.
+    let cron_name = cluster.names("batch/v1", "cronjobs", &deploy_ns)[0].clone();
+    let ingress_name = cluster.names("networking.k8s.io/v1", "ingresses", &deploy_ns)[0].clone();
+    for (api_version, plural, name) in [
+        ("apps/v1", "deployments", "hello"),
+        ("v1", "services", "hello"),
+        ("batch/v1", "cronjobs", cron_name.as_str()),
+        ("networking.k8s.io/v1", "ingresses", ingress_name.as_str()),
+    ] {
+        cluster
+            .emu
+            .delete(api_version, plural, Some(&deploy_ns), name)
+            .unwrap();
+        eventually(&operator, &format!("{plural}/{name} back"), || {
+            cluster.get(api_version, plural, &deploy_ns, name)
+        })
+        .await;
+    }
+
+    // FunctionJob: run 1 → Job → Succeeded with the log's last line; run 2 replaces it.
+    let (status, body) = alice
+        .post(
+            "jobs",
+            json!({"name": "once", "function_ref": "hello", "event_json": "{\"n\": 1}", "run_id": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let run1 = run_job_name("once", 1);
+    eventually(&operator, "the run Job", || {
+        cluster.get("batch/v1", "jobs", &deploy_ns, &run1)
+    })
+    .await;
+    cluster.job_pod_with_log(&deploy_ns, &run1, "handler started\n{\"n\": 1}\n");
+    cluster.finish_job(&deploy_ns, &run1, true);
+    let done = eventually(&operator, "the run Succeeded", || {
+        cluster
+            .get(FUNCTIONS, "functionjobs", &ns, "once")
+            .filter(|j| j["status"]["phase"] == "Succeeded")
+    })
+    .await;
+    assert_eq!(done["status"]["message"], "{\"n\": 1}");
+    assert!(
+        cluster
+            .events(&ns)
+            .iter()
+            .any(|(n, r, _)| n == "once" && r == "RunSucceeded")
+    );
+    let (status, body) = alice.patch("jobs/once", json!({"run_id": 2})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let run2 = run_job_name("once", 2);
+    eventually(&operator, "run 2's Job, run 1's gone", || {
+        cluster.get("batch/v1", "jobs", &deploy_ns, &run2)?;
+        cluster
+            .get("batch/v1", "jobs", &deploy_ns, &run1)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // A Service runs always on.
+    alice
+        .post(
+            "services",
+            json!({"name": "always", "runtime": "python3.11"}),
+        )
+        .await;
+    let service_key = alice.upload("services", "always").await;
+    let service_build = build_job_name("always", &service_key);
+    eventually(&operator, "the Service's build", || {
+        cluster.get("batch/v1", "jobs", &deploy_ns, &service_build)
+    })
+    .await;
+    cluster.finish_job(&deploy_ns, &service_build, true);
+    let deployment = eventually(&operator, "the always-on Deployment", || {
+        cluster.get("apps/v1", "deployments", &deploy_ns, "always")
+    })
+    .await;
+    assert_eq!(replicas(&deployment), 1);
+
+    // A CR the schema refuses never reaches the controllers (kubectl apply gets 422).
+    let resource = ApiResource::erase::<operator::model::Function>(&());
+    let functions: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), &ns, &resource);
+    let mut bad = DynamicObject::new("huge", &resource);
+    bad.data = json!({"spec": {"runtime": "python3.11", "entrypoint": "handler.handle",
+                               "memoryMb": 4294967296u64, "timeoutSec": 30}});
+    let refused = functions
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap_err();
+    match refused {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status.message.contains("spec.memoryMb"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("{other}"),
+    }
+
+    // Delete → every child gone, the finalizer removed, the CR gone.
+    assert_eq!(
+        alice.delete("functions/hello").await,
+        StatusCode::NO_CONTENT
+    );
+    eventually(&operator, "the function and its children gone", || {
+        let gone = cluster.get(FUNCTIONS, "functions", &ns, "hello").is_none()
+            && cluster
+                .get("apps/v1", "deployments", &deploy_ns, "hello")
+                .is_none()
+            && cluster.get("v1", "services", &deploy_ns, "hello").is_none()
+            && cluster.names("batch/v1", "cronjobs", &deploy_ns).is_empty()
+            && cluster
+                .names("networking.k8s.io/v1", "ingresses", &deploy_ns)
+                .is_empty();
+        gone.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
+    let cluster = cluster().await;
+    let first = cluster.operator("first", &["--components", "controllers"]);
+    wait_ready(&first).await;
+    let lease = eventually(&first, "the lease", || {
+        cluster.get(
+            "coordination.k8s.io/v1",
+            "leases",
+            "sless-system",
+            "sless-operator",
+        )
+    })
+    .await;
+    assert!(lease["spec"]["holderIdentity"].is_string());
+    let second = cluster.operator("second", &["--components", "controllers"]);
+    // Every component serves its probes, controllers-only included.
+    wait_ready(&second).await;
+
+    // A Function applied as kubectl would: the leader builds it.
+    let ns = "team-a";
+    let mut team = Namespace::default();
+    team.metadata.name = Some(ns.into());
+    Api::<Namespace>::all(cluster.client.clone())
+        .create(&PostParams::default(), &team)
+        .await
+        .unwrap();
+    let resource = ApiResource::erase::<operator::model::Function>(&());
+    let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
+    let apply = |name: &str| {
+        let mut function = DynamicObject::new(name, &resource);
+        function.data = json!({"spec": {"runtime": "python3.11", "entrypoint": "handler.handle",
+            "memoryMb": 128, "timeoutSec": 30, "s3Key": format!("contexts/{ns}/{name}/1.tar.gz")}});
+        function
+    };
+    functions
+        .create(&PostParams::default(), &apply("one"))
+        .await
+        .unwrap();
+    let key = format!("contexts/{ns}/one/1.tar.gz");
+    eventually(&first, "the leader's build Job", || {
+        cluster.get(
+            "batch/v1",
+            "jobs",
+            &deploy_namespace(ns),
+            &build_job_name("one", &key),
+        )
+    })
+    .await;
+    let writes_by = |client: &str| {
+        cluster
+            .emu
+            .requests()
+            .iter()
+            .filter(|r| r.client.as_deref() == Some(client) && r.is_write())
+            .filter(|r| !r.path.contains("/leases"))
+            .count()
+    };
+    assert!(writes_by("first") > 0);
+    assert_eq!(writes_by("second"), 0, "the standby wrote");
+
+    // The leader stops; the standby takes over within the lease duration.
+    drop(first);
+    functions
+        .create(&PostParams::default(), &apply("two"))
+        .await
+        .unwrap();
+    let key = format!("contexts/{ns}/two/1.tar.gz");
+    eventually(&second, "the new leader's build Job", || {
+        cluster.get(
+            "batch/v1",
+            "jobs",
+            &deploy_namespace(ns),
+            &build_job_name("two", &key),
+        )
+    })
+    .await;
+    assert!(writes_by("second") > 0);
+}
+
+#[test]
+fn a_missing_or_unreachable_api_server_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |kubeconfig: &Path| {
+        let output = Command::new(env!("CARGO_BIN_EXE_sless"))
+            .args(["operator", "--listen", "127.0.0.1:0"])
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", kubeconfig)
+            .env("SLESS_REGISTRY", "registry.test/sless")
+            .env("SLESS_JWT_HS256_SECRET", SECRET)
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    let stderr = run(&dir.path().join("missing"));
+    assert!(
+        stderr.contains("no Kubernetes configuration found"),
+        "{stderr}"
+    );
+
+    let port = free_port();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"http://127.0.0.1:{port}\"}}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let stderr = run(&kubeconfig);
+    assert!(
+        stderr.contains(&format!(
+            "cannot reach the Kubernetes API at http://127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
+}
