@@ -191,7 +191,12 @@ fn controller_objects() -> Vec<Value> {
     };
     let image = "registry.test/sless/sless-sless-ab-hello:0123456789ab";
     let mut out = vec![
-        serde_json::to_value(manifests::namespace("sless-fn-sless-ab", Some("sless-ab"))).unwrap(),
+        serde_json::to_value(manifests::namespace(
+            "sless-fn-sless-ab",
+            Some("sless-ab"),
+            Some(manifests::PodSecurity::Restricted),
+        ))
+        .unwrap(),
         serde_json::to_value(manifests::deployment(
             &Workload {
                 kind: Kind::Function,

@@ -191,7 +191,10 @@ fn build(builder: Builder, insecure: bool) -> Job {
 fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     let job = build(Builder::BuildKit, false);
     assert_eq!(job.metadata.name, Some(build_job_name("hello", KEY)));
-    assert_eq!(job.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    assert_eq!(
+        job.metadata.namespace.as_deref(),
+        Some("sless-build-sless-cdd874dfa31ba6ca")
+    );
     assert_eq!(
         job.metadata.labels.as_ref().unwrap()[LABEL_COMPONENT],
         "build"
@@ -232,7 +235,8 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     )));
     let security = builder.security_context.as_ref().unwrap();
     assert_eq!(security.run_as_non_root, Some(true));
-    assert_eq!(security.allow_privilege_escalation, Some(false));
+    // newuidmap is setuid: rootless BuildKit cannot start without escalation.
+    assert_eq!(security.allow_privilege_escalation, Some(true));
     let mounts = builder.volume_mounts.as_ref().unwrap();
     assert!(mounts.iter().any(|m| m.mount_path == "/home/user/.docker"));
     // The presigned URL is the only S3 access the build has.

@@ -27,6 +27,7 @@ use serde_json::json;
 
 const NS: &str = "sless-cdd874dfa31ba6ca";
 const DEPLOY_NS: &str = "sless-fn-sless-cdd874dfa31ba6ca";
+const BUILD_NS: &str = "sless-build-sless-cdd874dfa31ba6ca";
 const KEY: &str = "contexts/sless-cdd874dfa31ba6ca/hello/20250101120000.tar.gz";
 
 struct Cluster {
@@ -117,7 +118,18 @@ impl Cluster {
         } else {
             json!({"status": {"failed": 3, "conditions": [condition]}})
         };
-        self.api::<Job>(DEPLOY_NS)
+        let namespace = if self
+            .api::<Job>(BUILD_NS)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            BUILD_NS
+        } else {
+            DEPLOY_NS
+        };
+        self.api::<Job>(namespace)
             .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
             .await
             .unwrap();
@@ -149,6 +161,21 @@ impl Cluster {
     {
         let mut names: Vec<String> = self
             .api::<K>(DEPLOY_NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The build Jobs, in the namespace builds run in.
+    async fn builds(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .api::<Job>(BUILD_NS)
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -194,7 +221,7 @@ async fn function_build_deploy_restore_and_cleanup() {
     let function = c.function().await;
     assert!(function.finalizers().contains(&FINALIZER.to_string()));
     assert_eq!(function.status.as_ref().unwrap().phase, Phase::Pending);
-    assert!(c.names::<Job>().await.is_empty());
+    assert!(c.builds().await.is_empty());
 
     // The upload sets s3Key: a build Job appears in the deploy namespace.
     modify::<Function, _>(&*c.store, NS, "hello", |f| {
@@ -204,7 +231,7 @@ async fn function_build_deploy_restore_and_cleanup() {
     .unwrap();
     let action = c.reconcile_function().await;
     let build = build_job_name("hello", KEY);
-    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
+    assert_eq!(c.builds().await, std::slice::from_ref(&build));
     let deploy_ns = Api::<Namespace>::all(c.client.clone())
         .get_opt(DEPLOY_NS)
         .await
@@ -218,7 +245,7 @@ async fn function_build_deploy_restore_and_cleanup() {
         action,
         kube::runtime::controller::Action::requeue(c.ctx.config.poll_interval)
     );
-    let job = c.api::<Job>(DEPLOY_NS).get(&build).await.unwrap();
+    let job = c.api::<Job>(BUILD_NS).get(&build).await.unwrap();
     let init = &job
         .spec
         .unwrap()
@@ -235,7 +262,7 @@ async fn function_build_deploy_restore_and_cleanup() {
 
     // Still running: nothing new.
     c.reconcile_function().await;
-    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
+    assert_eq!(c.builds().await, std::slice::from_ref(&build));
     assert!(c.deployment().await.is_none());
 
     // The build succeeds: Ready, a Deployment rolled at lastBuiltAt, and a Service.
@@ -277,7 +304,7 @@ async fn function_build_deploy_restore_and_cleanup() {
 
     // The same upload is never built twice.
     c.reconcile_function().await;
-    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
+    assert_eq!(c.builds().await, std::slice::from_ref(&build));
 
     // A Deployment deleted by hand comes back at the next reconcile (a Ready object
     // is requeued every few minutes).
@@ -300,7 +327,7 @@ async fn function_build_deploy_restore_and_cleanup() {
         .unwrap();
     assert!(c.deployment().await.is_none());
     assert!(c.names::<KubeService>().await.is_empty());
-    assert!(c.names::<Job>().await.is_empty());
+    assert!(c.builds().await.is_empty());
     assert!(
         !c.function()
             .await
@@ -319,7 +346,7 @@ async fn a_failed_build_is_failed_with_the_reason_and_not_retried() {
     c.reconcile_function().await;
     let build = build_job_name("hello", KEY);
     c.logs.set(
-        DEPLOY_NS,
+        BUILD_NS,
         &build,
         "build",
         "#5 [2/3] RUN pip install --no-cache-dir -r requirements.txt\n\
@@ -342,12 +369,12 @@ async fn a_failed_build_is_failed_with_the_reason_and_not_retried() {
     );
 
     // The failed Job is kept for its log; no second build, no Deployment.
-    c.api::<Job>(DEPLOY_NS)
+    c.api::<Job>(BUILD_NS)
         .delete(&build, &DeleteParams::background())
         .await
         .unwrap();
     c.reconcile_function().await;
-    assert!(c.names::<Job>().await.is_empty());
+    assert!(c.builds().await.is_empty());
     assert!(c.deployment().await.is_none());
     assert_eq!(c.function().await.status.unwrap().phase, Phase::Failed);
 
@@ -359,7 +386,7 @@ async fn a_failed_build_is_failed_with_the_reason_and_not_retried() {
     .await
     .unwrap();
     c.reconcile_function().await;
-    assert_eq!(c.names::<Job>().await, [build_job_name("hello", next)]);
+    assert_eq!(c.builds().await, [build_job_name("hello", next)]);
     assert_eq!(c.function().await.status.unwrap().phase, Phase::Building);
 }
 
@@ -378,7 +405,7 @@ async fn a_new_upload_replaces_a_running_build() {
     .await
     .unwrap();
     c.reconcile_function().await;
-    assert_eq!(c.names::<Job>().await, [build_job_name("hello", next)]);
+    assert_eq!(c.builds().await, [build_job_name("hello", next)]);
 }
 
 #[tokio::test]
@@ -775,7 +802,7 @@ async fn self_contained_job_builds_first() {
         .unwrap();
     assert_eq!(status.phase, JobPhase::Building);
     let build = build_job_name("adhoc", key);
-    assert_eq!(c.names::<Job>().await, std::slice::from_ref(&build));
+    assert_eq!(c.builds().await, std::slice::from_ref(&build));
     c.finish_job(&build, true).await;
     c.reconcile_job("adhoc").await;
     let run = c.api::<Job>(DEPLOY_NS).get("adhoc-run-1").await.unwrap();
@@ -935,7 +962,7 @@ async fn a_service_named_like_an_older_function_fails_and_the_function_keeps_ser
     );
     let labels = c.deployment().await.unwrap().metadata.labels.unwrap();
     assert_eq!(labels["sless.kube5s.ru/kind"], "function");
-    assert_eq!(c.names::<Job>().await.len(), 1, "no build for the service");
+    assert_eq!(c.builds().await.len(), 1, "no build for the service");
     c.reconcile_function().await;
     assert_eq!(c.function().await.status.unwrap().phase, Phase::Ready);
 }

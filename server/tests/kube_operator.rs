@@ -16,7 +16,7 @@ use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client};
 use kube_emulator::Emulator;
 use operator::k8s::names::{build_job_name, run_job_name};
-use operator::model::{deploy_namespace, namespace_for_sub};
+use operator::model::{build_namespace, deploy_namespace, namespace_for_sub};
 use operator::s3::EmbeddedS3;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -309,6 +309,7 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     let alice = User::new(&operator, "alice");
     let ns = alice.ns.clone();
     let deploy_ns = deploy_namespace(&ns);
+    let build_ns = build_namespace(&ns);
 
     // Function + upload → build Job → Complete → Deployment + Service → Ready.
     let (status, body) = alice
@@ -321,17 +322,26 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     let key = alice.upload("functions", "hello").await;
     let build = build_job_name("hello", &key);
     let job = eventually(&operator, "the build Job", || {
-        cluster.get("batch/v1", "jobs", &deploy_ns, &build)
+        cluster.get("batch/v1", "jobs", &build_ns, &build)
     })
     .await;
     let build_pod = &job["spec"]["template"]["spec"];
     assert_eq!(build_pod["initContainers"][0]["name"], "fetch-context");
-    cluster.finish_job(&deploy_ns, &build, true);
+    // Builds run where rootless BuildKit is allowed; functions under `restricted`.
+    let pod_security = |namespace: &str| {
+        let object = cluster.emu.get("v1", "namespaces", None, namespace)?;
+        object["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+            .as_str()
+            .map(str::to_string)
+    };
+    assert_eq!(pod_security(&build_ns).as_deref(), Some("privileged"));
+    cluster.finish_job(&build_ns, &build, true);
     eventually(&operator, "the Deployment and Service", || {
         cluster.get("apps/v1", "deployments", &deploy_ns, "hello")?;
         cluster.get("v1", "services", &deploy_ns, "hello")
     })
     .await;
+    assert_eq!(pod_security(&deploy_ns).as_deref(), Some("restricted"));
     let function = eventually(&operator, "phase Ready", || {
         cluster
             .get(FUNCTIONS, "functions", &ns, "hello")
@@ -369,15 +379,15 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     let broken_key = alice.upload("functions", "broken").await;
     let broken_build = build_job_name("broken", &broken_key);
     eventually(&operator, "the failing build Job", || {
-        cluster.get("batch/v1", "jobs", &deploy_ns, &broken_build)
+        cluster.get("batch/v1", "jobs", &build_ns, &broken_build)
     })
     .await;
     cluster.job_pod_with_log(
-        &deploy_ns,
+        &build_ns,
         &broken_build,
         "#1 load build definition\nERROR: failed to solve: pip install exited 1\n",
     );
-    cluster.finish_job(&deploy_ns, &broken_build, false);
+    cluster.finish_job(&build_ns, &broken_build, false);
     let broken = eventually(&operator, "phase Failed", || {
         cluster
             .get(FUNCTIONS, "functions", &ns, "broken")
@@ -531,10 +541,10 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     let service_key = alice.upload("services", "always").await;
     let service_build = build_job_name("always", &service_key);
     eventually(&operator, "the Service's build", || {
-        cluster.get("batch/v1", "jobs", &deploy_ns, &service_build)
+        cluster.get("batch/v1", "jobs", &build_ns, &service_build)
     })
     .await;
-    cluster.finish_job(&deploy_ns, &service_build, true);
+    cluster.finish_job(&build_ns, &service_build, true);
     let deployment = eventually(&operator, "the always-on Deployment", || {
         cluster.get("apps/v1", "deployments", &deploy_ns, "always")
     })
@@ -628,7 +638,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
         cluster.get(
             "batch/v1",
             "jobs",
-            &deploy_namespace(ns),
+            &build_namespace(ns),
             &build_job_name("one", &key),
         )
     })
@@ -656,7 +666,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
         cluster.get(
             "batch/v1",
             "jobs",
-            &deploy_namespace(ns),
+            &build_namespace(ns),
             &build_job_name("two", &key),
         )
     })

@@ -12,7 +12,7 @@ use kube::{Api, Client, ResourceExt};
 use super::manifests::build::{BUILD_CONTAINER, COMPONENT as BUILD_COMPONENT};
 use super::names::{LABEL_COMPONENT, owner_selector};
 use crate::logs::{LogLine, Stream, WorkloadLogs};
-use crate::model::{Kind, deploy_namespace};
+use crate::model::{Kind, build_namespace, deploy_namespace};
 
 /// The largest log read from one pod.
 const MAX_LOG_BYTES: i64 = 512 * 1024;
@@ -93,8 +93,8 @@ impl WorkloadLogs for KubeWorkloadLogs {
     }
 
     async fn build_log(&self, kind: Kind, namespace: &str, name: &str) -> Option<String> {
-        let deploy_ns = deploy_namespace(namespace);
-        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &deploy_ns);
+        let build_ns = build_namespace(namespace);
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &build_ns);
         let selector = format!(
             "{},{LABEL_COMPONENT}={BUILD_COMPONENT}",
             owner_selector(kind, namespace, name)
@@ -108,7 +108,7 @@ impl WorkloadLogs for KubeWorkloadLogs {
             .into_iter()
             .max_by_key(|job| job.creation_timestamp().map(|t| t.0))?;
         self.pods
-            .job_log(&deploy_ns, &newest.name_any(), BUILD_CONTAINER)
+            .job_log(&build_ns, &newest.name_any(), BUILD_CONTAINER)
             .await
     }
 }

@@ -257,7 +257,7 @@ impl KubeStore {
 impl Store for KubeStore {
     async fn ensure_namespace(&self, namespace: &str) -> Result<bool> {
         let api: Api<Namespace> = Api::all(self.client.clone());
-        let object = super::manifests::namespace(namespace, None);
+        let object = super::manifests::namespace(namespace, None, None);
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(true),
             Err(e) if is_already_exists(&e) => Ok(false),

@@ -7,9 +7,16 @@ pub fn namespace_for_sub(sub: &str) -> String {
     format!("sless-{}", hex::encode(&digest[..8]))
 }
 
-/// Where a namespace's workloads (Deployments, Jobs, build Jobs, CronJobs) run in Kubernetes.
+/// Where a namespace's workloads (Deployments, run Jobs, CronJobs) run in Kubernetes,
+/// under the `restricted` Pod Security profile.
 pub fn deploy_namespace(namespace: &str) -> String {
     format!("sless-fn-{namespace}")
+}
+
+/// Where a namespace's image builds run: rootless BuildKit needs what `restricted` (and
+/// `baseline`) forbid, so builds get a namespace of their own.
+pub fn build_namespace(namespace: &str) -> String {
+    format!("sless-build-{namespace}")
 }
 
 /// The image a workload's build pushes: `<registry>/sless-<ns>-<name>:<sha12 of s3Key>`.

@@ -6,11 +6,12 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome, version_of};
+use crate::k8s::manifests::PodSecurity;
 use crate::k8s::manifests::build::{BUILD_CONTAINER, COMPONENT, FETCH_CONTAINER};
 use crate::k8s::manifests::{self, BuildJob};
 use crate::k8s::names::{build_job_name, component_labels, selector};
 use crate::k8s::store::is_already_exists;
-use crate::model::{Kind, deploy_namespace};
+use crate::model::{Kind, build_namespace};
 
 /// How much of a failed build's log the status carries.
 const LOG_TAIL_BYTES: usize = 2000;
@@ -46,8 +47,10 @@ pub(crate) fn tail(text: &str, max: usize) -> String {
 
 /// Starts the build of `target.s3_key` if it has no Job yet, or reports how it went.
 pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<BuildState> {
-    let deploy_ns = deploy_namespace(target.namespace);
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+    let build_ns = build_namespace(target.namespace);
+    ctx.prepare_namespace(target.namespace, &build_ns, PodSecurity::Privileged)
+        .await?;
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &build_ns);
     let job_name = build_job_name(target.name, target.s3_key);
     // A newer upload supersedes builds of older ones.
     let builds = selector(&component_labels(
@@ -91,14 +94,14 @@ pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<Bui
         JobOutcome::Failed { reason } => {
             let mut log = ctx
                 .logs
-                .job_log(&deploy_ns, &job_name, BUILD_CONTAINER)
+                .job_log(&build_ns, &job_name, BUILD_CONTAINER)
                 .await
                 .unwrap_or_default();
             if log.trim().is_empty() {
                 // It never got past fetching the context.
                 log = ctx
                     .logs
-                    .job_log(&deploy_ns, &job_name, FETCH_CONTAINER)
+                    .job_log(&build_ns, &job_name, FETCH_CONTAINER)
                     .await
                     .unwrap_or_default();
             }

@@ -24,8 +24,8 @@ use crate::k8s::names::{
 use crate::k8s::store::is_already_exists;
 use crate::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB,
-    Function, FunctionJob, FunctionJobStatus, JobPhase, Kind, Phase, deploy_namespace,
-    workload_image,
+    Function, FunctionJob, FunctionJobStatus, JobPhase, Kind, Phase, build_namespace,
+    deploy_namespace, workload_image,
 };
 
 /// Output kept in `logTail`.
@@ -370,12 +370,11 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
 
 async fn cleanup_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     let namespace = namespace_of(job)?;
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &deploy_namespace(&namespace));
-    delete_labelled(
-        &jobs,
-        &owner_selector(Kind::FunctionJob, &namespace, &job.name_any()),
-        None,
-    )
-    .await?;
+    // Its runs, and the build of a self-contained job.
+    let owned = owner_selector(Kind::FunctionJob, &namespace, &job.name_any());
+    for job_namespace in [deploy_namespace(&namespace), build_namespace(&namespace)] {
+        let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &job_namespace);
+        delete_labelled(&jobs, &owned, None).await?;
+    }
     Ok(Action::await_change())
 }

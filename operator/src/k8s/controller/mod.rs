@@ -29,8 +29,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::manifests::PodSecurity;
 use super::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY, MANAGER, owner_of};
-use super::store::{is_already_exists, is_conflict, is_not_found};
+use super::store::{is_conflict, is_not_found};
 use super::{ContextUrls, KubeConfig, PodLogs, Readiness, manifests};
 use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
 
@@ -159,35 +160,37 @@ impl Context {
         }
     }
 
-    /// The deploy namespace exists and holds a current copy of the registry secret.
+    /// A deploy namespace, as [`Context::prepare_namespace`] makes it.
     async fn prepare_deploy_namespace(&self, namespace: &str, deploy_ns: &str) -> Result<()> {
+        self.prepare_namespace(namespace, deploy_ns, PodSecurity::Restricted)
+            .await
+    }
+
+    /// `target_ns` exists with its Pod Security labels and holds a current copy of the
+    /// registry secret.
+    async fn prepare_namespace(
+        &self,
+        namespace: &str,
+        target_ns: &str,
+        pod_security: PodSecurity,
+    ) -> Result<()> {
         let known = self
             .namespaces
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(deploy_ns)
+            .get(target_ns)
             .is_some_and(|at| at.elapsed() < SECRET_RESYNC);
         if !known {
+            // Applied, not only created: labels of an older version are brought up to date.
             let api: Api<Namespace> = Api::all(self.client.clone());
-            if api.get_opt(deploy_ns).await?.is_none() {
-                match api
-                    .create(
-                        &Default::default(),
-                        &manifests::namespace(deploy_ns, Some(namespace)),
-                    )
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if is_already_exists(&e) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            let manifest = manifests::namespace(target_ns, Some(namespace), Some(pod_security));
+            apply(&api, &manifest).await?;
             self.namespaces
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(deploy_ns.to_string(), Instant::now());
+                .insert(target_ns.to_string(), Instant::now());
         }
-        self.sync_pull_secret(deploy_ns).await
+        self.sync_pull_secret(target_ns).await
     }
 
     async fn sync_pull_secret(&self, deploy_ns: &str) -> Result<()> {

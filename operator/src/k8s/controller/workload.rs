@@ -26,7 +26,7 @@ use crate::k8s::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_se
 use crate::k8s::store::api_resource;
 use crate::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
-    WorkloadSpec, WorkloadStatus, deploy_namespace, workload_image,
+    WorkloadSpec, WorkloadStatus, build_namespace, deploy_namespace, workload_image,
 };
 
 /// Functions and Services, as the reconciler needs them.
@@ -322,7 +322,7 @@ async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Res
     )
     .await?;
     delete_labelled(
-        &Api::<Job>::namespaced(client.clone(), &deploy_ns),
+        &Api::<Job>::namespaced(client.clone(), &build_namespace(&namespace)),
         &owned,
         None,
     )

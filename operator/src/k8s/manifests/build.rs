@@ -14,7 +14,7 @@ use super::{
 };
 use crate::k8s::names::{ANNOTATION_S3_KEY, build_job_name, component_labels};
 use crate::k8s::{Builder, KubeConfig};
-use crate::model::{Kind, deploy_namespace};
+use crate::model::{Kind, build_namespace};
 
 pub const COMPONENT: &str = "build";
 /// The container whose log a failed build reports.
@@ -135,10 +135,12 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
                 "--oci-worker-no-process-sandbox",
             ));
             env.push(env_var("DOCKER_CONFIG", docker_config_dir));
-            // Rootless BuildKit needs user namespaces: no seccomp/AppArmor confinement,
-            // but it never runs as root and never escalates.
+            // Rootless BuildKit (its Kubernetes examples) needs user namespaces: no
+            // seccomp/AppArmor confinement, and privilege escalation for the setuid
+            // newuidmap/newgidmap (moby/buildkit#1671). It never runs as root; the build
+            // namespace allows this profile, the deploy namespaces do not.
             SecurityContext {
-                allow_privilege_escalation: Some(false),
+                allow_privilege_escalation: Some(true),
                 run_as_non_root: Some(true),
                 run_as_user: Some(BUILDKIT_UID),
                 run_as_group: Some(BUILDKIT_UID),
@@ -176,7 +178,7 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
     Job {
         metadata: metadata(
             &name,
-            &deploy_namespace(build.namespace),
+            &build_namespace(build.namespace),
             labels.clone(),
             annotations,
         ),

@@ -29,10 +29,22 @@ pub const CURL_UID: i64 = 100;
 pub const TMP_MOUNT: &str = "/tmp";
 
 /// The deploy namespace of a user namespace.
-pub fn namespace(name: &str, user_namespace: Option<&str>) -> Namespace {
+pub fn namespace(
+    name: &str,
+    user_namespace: Option<&str>,
+    pod_security: Option<PodSecurity>,
+) -> Namespace {
     let mut labels = BTreeMap::from([(MANAGED_BY.to_string(), MANAGER.to_string())]);
     if let Some(user) = user_namespace {
         labels.insert(super::names::LABEL_NAMESPACE.to_string(), user.to_string());
+    }
+    if let Some(level) = pod_security {
+        for mode in ["enforce", "audit", "warn"] {
+            labels.insert(
+                format!("pod-security.kubernetes.io/{mode}"),
+                level.as_str().to_string(),
+            );
+        }
     }
     Namespace {
         metadata: ObjectMeta {
@@ -41,6 +53,26 @@ pub fn namespace(name: &str, user_namespace: Option<&str>) -> Namespace {
             ..ObjectMeta::default()
         },
         ..Namespace::default()
+    }
+}
+
+/// The Pod Security Standard a namespace enforces (its `pod-security.kubernetes.io`
+/// labels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodSecurity {
+    /// Function pods: non-root, no privilege escalation, RuntimeDefault seccomp.
+    Restricted,
+    /// Build pods: rootless BuildKit needs unconfined seccomp/AppArmor and setuid
+    /// newuidmap (privilege escalation); it still never runs as root.
+    Privileged,
+}
+
+impl PodSecurity {
+    fn as_str(self) -> &'static str {
+        match self {
+            PodSecurity::Restricted => "restricted",
+            PodSecurity::Privileged => "privileged",
+        }
     }
 }
 
