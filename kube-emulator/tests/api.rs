@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -14,6 +15,7 @@ use kube::core::Status;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kube_emulator::Emulator;
+use operator::k8s::controller::{JobOutcome, job_outcome};
 use serde_json::{Value, json};
 
 async fn start() -> (Emulator, Client) {
@@ -807,6 +809,57 @@ async fn pod_logs_honour_tail_lines() {
         status_of(pods.logs("q", &params).await.unwrap_err()).code,
         404
     );
+}
+
+#[tokio::test]
+async fn the_handle_plays_the_job_controller() {
+    let (emu, client) = start().await;
+    let jobs: Api<Job> = Api::default_namespaced(client.clone());
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "build"},
+        "spec": {"backoffLimit": 2, "template": {
+            "metadata": {"labels": {"app": "b"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]},
+        }},
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    assert_eq!(
+        job_outcome(&jobs.get("build").await.unwrap()),
+        JobOutcome::Running
+    );
+
+    let pod = emu
+        .add_job_pod("default", "build", "Succeeded", "done\n")
+        .unwrap();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(pod_name.starts_with("build-"));
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let listed = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=build,app=b"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(
+        pods.logs(&pod_name, &Default::default()).await.unwrap(),
+        "done\n"
+    );
+
+    emu.complete_job("default", "build").unwrap();
+    assert_eq!(
+        job_outcome(&jobs.get("build").await.unwrap()),
+        JobOutcome::Succeeded
+    );
+    emu.fail_job("default", "build").unwrap();
+    let failed = jobs.get("build").await.unwrap();
+    assert_eq!(failed.status.as_ref().unwrap().failed, Some(3));
+    assert!(matches!(job_outcome(&failed), JobOutcome::Failed { .. }));
+
+    // The pod is the Job's dependent.
+    jobs.delete("build", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(pods.get_opt(&pod_name).await.unwrap().is_none());
 }
 
 #[tokio::test]
