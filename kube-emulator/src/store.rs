@@ -603,6 +603,10 @@ impl State {
             old["metadata"]["resourceVersion"].clone(),
         );
         self.validate(res, version, &mut new, name)?;
+        let changed = update_rules(res, &old, &new);
+        if !changed.is_empty() {
+            return Err(ApiError::invalid(&res.kind, &res.group, name, &changed));
+        }
         if part == Part::Main {
             self.define(res, &mut new)?;
         }
@@ -815,6 +819,56 @@ impl State {
             .cloned()
             .unwrap_or_default()
     }
+}
+
+/// Fields the API server refuses to change once set.
+const IMMUTABLE: [(&str, &str, &[&str]); 2] = [
+    ("batch", "jobs", &["selector", "template"]),
+    ("apps", "deployments", &["selector"]),
+];
+
+/// What an update may not do: change an immutable field, or add a finalizer to an
+/// object being deleted.
+fn update_rules(res: &Resource, old: &Value, new: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    for (group, plural, fields) in IMMUTABLE {
+        if res.group != group || res.plural != plural {
+            continue;
+        }
+        for field in fields {
+            let (before, after) = (&old["spec"][field], &new["spec"][field]);
+            if before != after {
+                errors.push(FieldError::new(
+                    &format!("spec.{field}"),
+                    "FieldValueInvalid",
+                    format!("Invalid value: {after}: field is immutable"),
+                ));
+            }
+        }
+    }
+    if old["metadata"].get("deletionTimestamp").is_some() {
+        let before = old["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let added: Vec<&Value> = new["metadata"]["finalizers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            errors.push(FieldError::new(
+                "metadata.finalizers",
+                "FieldValueForbidden",
+                format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
+                    json!(added)
+                ),
+            ));
+        }
+    }
+    errors
 }
 
 fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {

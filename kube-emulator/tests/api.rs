@@ -621,6 +621,27 @@ async fn status_subresource_is_separate_from_the_main_resource() {
         .unwrap();
     assert_eq!(labelled.metadata.generation, Some(2));
 
+    // The selector is immutable.
+    let selector = Patch::Merge(json!({"spec": {"selector": {"matchLabels": {"app": "x"}}}}));
+    let immutable = status_of(
+        deployments
+            .patch("d", &PatchParams::default(), &selector)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (immutable.code, immutable.reason.as_str()),
+        (422, "Invalid")
+    );
+    assert!(
+        immutable
+            .message
+            .starts_with("Deployment.apps \"d\" is invalid: spec.selector: Invalid value: ")
+            && immutable.message.ends_with("field is immutable"),
+        "{}",
+        immutable.message
+    );
+
     // The handle plays a controller writing status.
     emu.update_status(
         "apps/v1",
@@ -658,6 +679,19 @@ async fn finalizers_hold_deletion_until_removed() {
         watcher::Event::Apply(m) => assert!(m.metadata.deletion_timestamp.is_some()),
         other => panic!("{other:?}"),
     }
+
+    let more = Patch::Merge(json!({"metadata": {"finalizers": ["sless.dev/cleanup", "x/y"]}}));
+    let refused = status_of(
+        maps.patch("held", &PatchParams::default(), &more)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(refused.code, 422);
+    assert!(
+        refused.message.contains("no new finalizers"),
+        "{}",
+        refused.message
+    );
 
     maps.patch(
         "held",

@@ -1,7 +1,7 @@
 //! The operator's controllers, run in process against the emulator over HTTP: a
 //! Function with code gets a build Job, the Job's success makes it Ready (a failure,
-//! Failed with the build log's tail), and deleting
-//! it runs the finalizer's cleanup. The test plays the Job controller.
+//! Failed with the build log's tail), and deleting it runs the finalizer's cleanup.
+//! The test plays the Job controller.
 
 use std::sync::Arc;
 use std::time::Duration;
