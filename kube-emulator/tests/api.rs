@@ -843,6 +843,9 @@ async fn pod_logs_honour_tail_lines() {
         status_of(pods.logs("q", &params).await.unwrap_err()).code,
         404
     );
+    emu.delete("v1", "pods", Some("default"), "p").unwrap();
+    assert!(pods.get_opt("p").await.unwrap().is_none());
+    assert!(emu.get("v1", "pods", Some("default"), "p").is_none());
 }
 
 #[tokio::test]
@@ -879,7 +882,11 @@ async fn the_handle_plays_the_job_controller() {
         "done\n"
     );
 
-    emu.complete_job("default", "build").unwrap();
+    let completed = emu.complete_job("default", "build").unwrap();
+    assert_eq!(
+        completed["metadata"]["resourceVersion"],
+        emu.resource_version().to_string()
+    );
     assert_eq!(
         job_outcome(&jobs.get("build").await.unwrap()),
         JobOutcome::Succeeded
