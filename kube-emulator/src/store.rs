@@ -447,8 +447,11 @@ impl State {
         ] {
             fields.remove(server_owned);
         }
+        // The phases the API server gives new namespaces and pods.
         if is_namespace(res) {
             object["status"] = json!({"phase": "Active"});
+        } else if res.group.is_empty() && res.plural == "pods" && origin == Origin::Client {
+            object["status"] = json!({"phase": "Pending"});
         }
         self.define(res, &mut object)?;
         let stored = self.commit(&key, object, None, "ADDED");

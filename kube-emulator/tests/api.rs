@@ -822,6 +822,15 @@ async fn pod_logs_honour_tail_lines() {
     .unwrap();
     emu.set_pod_log("default", "p", "one\ntwo\nthree\n");
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let through_api: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "new"}, "status": {"phase": "Running"},
+    }))
+    .unwrap();
+    let created = pods
+        .create(&PostParams::default(), &through_api)
+        .await
+        .unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
     assert_eq!(
         pods.get("p")
             .await
