@@ -8,9 +8,10 @@
 //! validation. It runs no controllers: tests play the Job controller and the kubelet
 //! through the [`Emulator`] handle.
 //!
-//! Not emulated: authentication and authorization (every request is allowed), field
-//! ownership in server-side apply (an apply deep-merges into the object: maps merge,
-//! lists are replaced, and fields dropped from a later apply stay), strategic merge
+//! Not emulated: authentication and authorization (every request is allowed), shared
+//! field ownership and conflicts in server-side apply (an apply deep-merges into the
+//! object, maps merging and lists replaced, after dropping what the same manager applied
+//! before and now omits, even where another writer set it too), strategic merge
 //! patch directives (treated as a merge patch), CEL rules (`x-kubernetes-validations`)
 //! and `oneOf`/`anyOf`/`allOf`/`not` in CRD schemas, conversion between CRD versions
 //! (objects are served under the requested version unchanged), pagination (`limit` and

@@ -479,11 +479,12 @@ async fn patches_merge_json_and_server_side_apply() {
         .await
         .unwrap();
     assert_eq!(created.data.as_ref().unwrap()["x"], "1");
-    // Applying again merges into what another writer set.
+    // Applying again merges into what another writer set, and drops what this
+    // manager applied before and no longer does.
     maps.patch(
         "applied",
         &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"other": "kept"}})),
+        &Patch::Merge(json!({"metadata": {"labels": {"c": "3"}}, "data": {"other": "kept"}})),
     )
     .await
     .unwrap();
@@ -501,7 +502,8 @@ async fn patches_merge_json_and_server_side_apply() {
         .unwrap();
     let data = merged.data.clone().unwrap();
     assert_eq!((data["x"].as_str(), data["other"].as_str()), ("2", "kept"));
-    assert_eq!(merged.labels().len(), 2);
+    let labels: Vec<&String> = merged.labels().keys().collect();
+    assert_eq!(labels, ["b", "c"]);
     // Applying the same thing again is no write.
     let again = maps
         .patch(
