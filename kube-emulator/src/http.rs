@@ -254,12 +254,14 @@ impl Target {
                     }
                     "application/json-patch+json" => PatchKind::Json,
                     "application/apply-patch+yaml" => {
-                        if params.get("fieldManager").is_none_or(String::is_empty) {
-                            return Err(ApiError::bad_request(
-                                "PATCH requests with an apply patch must set fieldManager",
-                            ));
+                        match params.get("fieldManager").filter(|m| !m.is_empty()) {
+                            Some(manager) => PatchKind::Apply(manager.clone()),
+                            None => {
+                                return Err(ApiError::bad_request(
+                                    "PATCH requests with an apply patch must set fieldManager",
+                                ));
+                            }
                         }
-                        PatchKind::Apply
                     }
                     other => {
                         return Err(ApiError {

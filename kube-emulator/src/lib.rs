@@ -8,9 +8,10 @@
 //! validation. It runs no controllers: tests play the Job controller and the kubelet
 //! through the [`Emulator`] handle.
 //!
-//! Not emulated: authentication and authorization (every request is allowed), field
-//! ownership in server-side apply (an apply deep-merges into the object: maps merge,
-//! lists are replaced, and fields dropped from a later apply stay), strategic merge
+//! Not emulated: authentication and authorization (every request is allowed), shared
+//! field ownership and conflicts in server-side apply (an apply deep-merges into the
+//! object, maps merging and lists replaced, after dropping what the same manager applied
+//! before and now omits, even where another writer set it too), strategic merge
 //! patch directives (treated as a merge patch), CEL rules (`x-kubernetes-validations`)
 //! and `oneOf`/`anyOf`/`allOf`/`not` in CRD schemas, conversion between CRD versions
 //! (objects are served under the requested version unchanged), pagination (`limit` and
@@ -30,7 +31,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub use error::ApiError;
 use store::{Origin, Part, State};
@@ -203,7 +204,7 @@ impl Emulator {
         let (_, version) = split_api_version(api_version);
         let mut state = self.state();
         let res = Self::resource(&state, api_version, plural)?;
-        let body = serde_json::json!({ "status": status });
+        let body = json!({ "status": status });
         state.update(
             &res,
             version,
@@ -228,6 +229,91 @@ impl Emulator {
         state
             .delete(&res, namespace, name, &Value::Null)
             .map(|_| ())
+    }
+
+    /// Marks a Job succeeded the way the Job controller does.
+    pub fn complete_job(&self, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let now = store::now();
+        let condition = |kind: &str, reason: &str| {
+            json!({"type": kind, "status": "True", "reason": reason,
+                   "message": "Reached expected number of succeeded pods",
+                   "lastProbeTime": now, "lastTransitionTime": now})
+        };
+        let status = json!({
+            "succeeded": 1, "active": 0, "startTime": now, "completionTime": now,
+            "conditions": [
+                condition("SuccessCriteriaMet", "CompletionsReached"),
+                condition("Complete", "CompletionsReached"),
+            ],
+        });
+        self.update_status("batch/v1", "jobs", Some(namespace), name, status)
+    }
+
+    /// Marks a Job failed the way the Job controller does once its backoff limit is hit.
+    pub fn fail_job(&self, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        let job = self
+            .get("batch/v1", "jobs", Some(namespace), name)
+            .ok_or_else(|| ApiError::not_found("batch", "jobs", name))?;
+        let failed = job["spec"]["backoffLimit"].as_i64().unwrap_or(6) + 1;
+        let now = store::now();
+        let condition = |kind: &str| {
+            json!({"type": kind, "status": "True", "reason": "BackoffLimitExceeded",
+                   "message": "Job has reached the specified backoff limit",
+                   "lastProbeTime": now, "lastTransitionTime": now})
+        };
+        let status = json!({
+            "failed": failed, "active": 0, "startTime": now,
+            "conditions": [condition("FailureTarget"), condition("Failed")],
+        });
+        self.update_status("batch/v1", "jobs", Some(namespace), name, status)
+    }
+
+    /// Creates a pod for a Job from its template, as the Job controller would (name,
+    /// labels and owner reference included), in `phase` and with `log` as its output.
+    pub fn add_job_pod(
+        &self,
+        namespace: &str,
+        job: &str,
+        phase: &str,
+        log: &str,
+    ) -> Result<Value, ApiError> {
+        let found = self
+            .get("batch/v1", "jobs", Some(namespace), job)
+            .ok_or_else(|| ApiError::not_found("batch", "jobs", job))?;
+        let uid = found["metadata"]["uid"].clone();
+        let template = &found["spec"]["template"];
+        let mut labels = template["metadata"]["labels"].clone();
+        if !labels.is_object() {
+            labels = json!({});
+        }
+        for (key, value) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &json!(job)),
+            ("controller-uid", &uid),
+            ("job-name", &json!(job)),
+        ] {
+            labels[key] = value.clone();
+        }
+        let mut pod = json!({
+            "metadata": {
+                "generateName": format!("{job}-"),
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid,
+                    "controller": true, "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": template["spec"],
+            "status": {"phase": phase},
+        });
+        if let Some(annotations) = template["metadata"].get("annotations") {
+            pod["metadata"]["annotations"] = annotations.clone();
+        }
+        let created = self.create("v1", "pods", pod)?;
+        let name = created["metadata"]["name"].as_str().unwrap_or_default();
+        self.set_pod_log(namespace, name, log);
+        Ok(created)
     }
 
     /// What `/api/v1/namespaces/{namespace}/pods/{pod}/log` serves.

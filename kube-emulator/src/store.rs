@@ -18,7 +18,7 @@ const HISTORY: usize = 1000;
 /// Changes buffered per watcher; a watcher further behind is dropped.
 const WATCH_BUFFER: usize = 1024;
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Key {
     pub group: String,
     pub plural: String,
@@ -57,7 +57,7 @@ pub(crate) struct Change {
 pub(crate) type Changes = broadcast::Receiver<Arc<Change>>;
 
 /// Which part of an object a write may change.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Part {
     Main,
     Status,
@@ -73,8 +73,12 @@ pub(crate) enum Origin {
 pub(crate) enum PatchKind {
     Merge,
     Json,
-    Apply,
+    /// Server-side apply by a field manager.
+    Apply(String),
 }
+
+/// Whose last apply to which object (and whether to its status).
+type AppliedBy = (Key, String, Part);
 
 pub(crate) struct State {
     rv: u64,
@@ -87,6 +91,8 @@ pub(crate) struct State {
     compacted: u64,
     changes: broadcast::Sender<Arc<Change>>,
     logs: HashMap<(String, String), String>,
+    /// The last configuration each manager applied, so a later apply drops what it omits.
+    applied: HashMap<AppliedBy, Value>,
 }
 
 pub(crate) fn now() -> String {
@@ -206,6 +212,7 @@ impl State {
             compacted: 0,
             changes: broadcast::channel(WATCH_BUFFER).0,
             logs: HashMap::new(),
+            applied: HashMap::new(),
         };
         let namespaces = state.find("", "v1", "namespaces").expect("built in");
         for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -229,6 +236,7 @@ impl State {
             compacted: self.rv,
             changes: broadcast::channel(1).0,
             logs: HashMap::new(),
+            applied: self.applied.clone(),
         }
     }
 
@@ -316,6 +324,7 @@ impl State {
         meta(&mut object).insert("resourceVersion".into(), json!(self.rv.to_string()));
         if kind == "DELETED" {
             self.objects.remove(key);
+            self.applied.retain(|(k, _, _), _| k != key);
         } else {
             self.objects.insert(key.clone(), object.clone());
         }
@@ -447,8 +456,11 @@ impl State {
         ] {
             fields.remove(server_owned);
         }
+        // The phases the API server gives new namespaces and pods.
         if is_namespace(res) {
             object["status"] = json!({"phase": "Active"});
+        } else if res.group.is_empty() && res.plural == "pods" && origin == Origin::Client {
+            object["status"] = json!({"phase": "Pending"});
         }
         self.define(res, &mut object)?;
         let stored = self.commit(&key, object, None, "ADDED");
@@ -603,6 +615,10 @@ impl State {
             old["metadata"]["resourceVersion"].clone(),
         );
         self.validate(res, version, &mut new, name)?;
+        let changed = update_rules(res, &old, &new);
+        if !changed.is_empty() {
+            return Err(ApiError::invalid(&res.kind, &res.group, name, &changed));
+        }
         if part == Part::Main {
             self.define(res, &mut new)?;
         }
@@ -643,8 +659,9 @@ impl State {
             Ok(old) => old,
             Err(missing) => {
                 return match kind {
-                    PatchKind::Apply if part == Part::Main => {
-                        let mut object = parse_apply(body)?;
+                    PatchKind::Apply(manager) if part == Part::Main => {
+                        let applied = parse_apply(body)?;
+                        let mut object = applied.clone();
                         if let Some(given) = object["metadata"]["name"].as_str()
                             && given != name
                         {
@@ -655,6 +672,8 @@ impl State {
                         meta(&mut object).insert("name".into(), json!(name));
                         let created =
                             self.create(res, version, namespace, object, Origin::Client)?;
+                        let key = Key::new(res, created["metadata"]["namespace"].as_str(), name);
+                        self.applied.insert((key, manager, part), applied);
                         Ok((created, true))
                     }
                     _ => Err(missing),
@@ -662,13 +681,22 @@ impl State {
             }
         };
         let mut patched = present(old, res, version);
+        let mut applied_by = None;
         match kind {
             PatchKind::Merge => {
                 let patch: Value = serde_json::from_slice(body)
                     .map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
                 json_patch::merge(&mut patched, &patch);
             }
-            PatchKind::Apply => json_patch::merge(&mut patched, &parse_apply(body)?),
+            PatchKind::Apply(manager) => {
+                let applied = parse_apply(body)?;
+                let by = (Key::new(res, namespace, name), manager, part);
+                if let Some(previous) = self.applied.get(&by) {
+                    drop_unapplied(&mut patched, previous, &applied);
+                }
+                json_patch::merge(&mut patched, &applied);
+                applied_by = Some((by, applied));
+            }
             PatchKind::Json => {
                 let patch: json_patch::Patch = serde_json::from_slice(body)
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
@@ -677,6 +705,11 @@ impl State {
             }
         }
         let updated = self.update(res, version, namespace, name, patched, part, Origin::Client)?;
+        if let Some((by, applied)) = applied_by
+            && self.objects.contains_key(&by.0)
+        {
+            self.applied.insert(by, applied);
+        }
         Ok((updated, false))
     }
 
@@ -817,6 +850,56 @@ impl State {
     }
 }
 
+/// Fields the API server refuses to change once set.
+const IMMUTABLE: [(&str, &str, &[&str]); 2] = [
+    ("batch", "jobs", &["selector", "template"]),
+    ("apps", "deployments", &["selector"]),
+];
+
+/// What an update may not do: change an immutable field, or add a finalizer to an
+/// object being deleted.
+fn update_rules(res: &Resource, old: &Value, new: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    for (group, plural, fields) in IMMUTABLE {
+        if res.group != group || res.plural != plural {
+            continue;
+        }
+        for field in fields {
+            let (before, after) = (&old["spec"][field], &new["spec"][field]);
+            if before != after {
+                errors.push(FieldError::new(
+                    &format!("spec.{field}"),
+                    "FieldValueInvalid",
+                    format!("Invalid value: {after}: field is immutable"),
+                ));
+            }
+        }
+    }
+    if old["metadata"].get("deletionTimestamp").is_some() {
+        let before = old["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let added: Vec<&Value> = new["metadata"]["finalizers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            errors.push(FieldError::new(
+                "metadata.finalizers",
+                "FieldValueForbidden",
+                format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
+                    json!(added)
+                ),
+            ));
+        }
+    }
+    errors
+}
+
 fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
     object["metadata"]["ownerReferences"]
         .as_array()
@@ -861,6 +944,32 @@ fn check_type(object: &Value, res: &Resource, version: &str) -> Result<(), ApiEr
         )));
     }
     Ok(())
+}
+
+/// Removes from `target` what a manager applied before (`previous`) and no longer
+/// applies: leaves it dropped go, maps it dropped lose only what it had set in them.
+fn drop_unapplied(target: &mut Value, previous: &Value, applied: &Value) {
+    let (Some(target), Some(previous)) = (target.as_object_mut(), previous.as_object()) else {
+        return;
+    };
+    let nothing = json!({});
+    for (key, before) in previous {
+        match (applied.get(key), before.is_object()) {
+            (Some(now), _) => {
+                if let Some(inner) = target.get_mut(key) {
+                    drop_unapplied(inner, before, now);
+                }
+            }
+            (None, true) => {
+                if let Some(inner) = target.get_mut(key) {
+                    drop_unapplied(inner, before, &nothing);
+                }
+            }
+            (None, false) => {
+                target.remove(key);
+            }
+        }
+    }
 }
 
 /// An apply body is YAML, JSON being a subset of it.

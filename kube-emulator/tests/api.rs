@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -14,6 +15,7 @@ use kube::core::Status;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kube_emulator::Emulator;
+use operator::k8s::controller::{JobOutcome, job_outcome};
 use serde_json::{Value, json};
 
 async fn start() -> (Emulator, Client) {
@@ -477,11 +479,12 @@ async fn patches_merge_json_and_server_side_apply() {
         .await
         .unwrap();
     assert_eq!(created.data.as_ref().unwrap()["x"], "1");
-    // Applying again merges into what another writer set.
+    // Applying again merges into what another writer set, and drops what this
+    // manager applied before and no longer does.
     maps.patch(
         "applied",
         &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"other": "kept"}})),
+        &Patch::Merge(json!({"metadata": {"labels": {"c": "3"}}, "data": {"other": "kept"}})),
     )
     .await
     .unwrap();
@@ -499,7 +502,8 @@ async fn patches_merge_json_and_server_side_apply() {
         .unwrap();
     let data = merged.data.clone().unwrap();
     assert_eq!((data["x"].as_str(), data["other"].as_str()), ("2", "kept"));
-    assert_eq!(merged.labels().len(), 2);
+    let labels: Vec<&String> = merged.labels().keys().collect();
+    assert_eq!(labels, ["b", "c"]);
     // Applying the same thing again is no write.
     let again = maps
         .patch(
@@ -619,6 +623,27 @@ async fn status_subresource_is_separate_from_the_main_resource() {
         .unwrap();
     assert_eq!(labelled.metadata.generation, Some(2));
 
+    // The selector is immutable.
+    let selector = Patch::Merge(json!({"spec": {"selector": {"matchLabels": {"app": "x"}}}}));
+    let immutable = status_of(
+        deployments
+            .patch("d", &PatchParams::default(), &selector)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (immutable.code, immutable.reason.as_str()),
+        (422, "Invalid")
+    );
+    assert!(
+        immutable
+            .message
+            .starts_with("Deployment.apps \"d\" is invalid: spec.selector: Invalid value: ")
+            && immutable.message.ends_with("field is immutable"),
+        "{}",
+        immutable.message
+    );
+
     // The handle plays a controller writing status.
     emu.update_status(
         "apps/v1",
@@ -656,6 +681,19 @@ async fn finalizers_hold_deletion_until_removed() {
         watcher::Event::Apply(m) => assert!(m.metadata.deletion_timestamp.is_some()),
         other => panic!("{other:?}"),
     }
+
+    let more = Patch::Merge(json!({"metadata": {"finalizers": ["sless.dev/cleanup", "x/y"]}}));
+    let refused = status_of(
+        maps.patch("held", &PatchParams::default(), &more)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(refused.code, 422);
+    assert!(
+        refused.message.contains("no new finalizers"),
+        "{}",
+        refused.message
+    );
 
     maps.patch(
         "held",
@@ -786,6 +824,15 @@ async fn pod_logs_honour_tail_lines() {
     .unwrap();
     emu.set_pod_log("default", "p", "one\ntwo\nthree\n");
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let through_api: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "new"}, "status": {"phase": "Running"},
+    }))
+    .unwrap();
+    let created = pods
+        .create(&PostParams::default(), &through_api)
+        .await
+        .unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
     assert_eq!(
         pods.get("p")
             .await
@@ -807,6 +854,64 @@ async fn pod_logs_honour_tail_lines() {
         status_of(pods.logs("q", &params).await.unwrap_err()).code,
         404
     );
+    emu.delete("v1", "pods", Some("default"), "p").unwrap();
+    assert!(pods.get_opt("p").await.unwrap().is_none());
+    assert!(emu.get("v1", "pods", Some("default"), "p").is_none());
+}
+
+#[tokio::test]
+async fn the_handle_plays_the_job_controller() {
+    let (emu, client) = start().await;
+    let jobs: Api<Job> = Api::default_namespaced(client.clone());
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "build"},
+        "spec": {"backoffLimit": 2, "template": {
+            "metadata": {"labels": {"app": "b"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]},
+        }},
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    assert_eq!(
+        job_outcome(&jobs.get("build").await.unwrap()),
+        JobOutcome::Running
+    );
+
+    let pod = emu
+        .add_job_pod("default", "build", "Succeeded", "done\n")
+        .unwrap();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(pod_name.starts_with("build-"));
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let listed = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=build,app=b"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(
+        pods.logs(&pod_name, &Default::default()).await.unwrap(),
+        "done\n"
+    );
+
+    let completed = emu.complete_job("default", "build").unwrap();
+    assert_eq!(
+        completed["metadata"]["resourceVersion"],
+        emu.resource_version().to_string()
+    );
+    assert_eq!(
+        job_outcome(&jobs.get("build").await.unwrap()),
+        JobOutcome::Succeeded
+    );
+    emu.fail_job("default", "build").unwrap();
+    let failed = jobs.get("build").await.unwrap();
+    assert_eq!(failed.status.as_ref().unwrap().failed, Some(3));
+    assert!(matches!(job_outcome(&failed), JobOutcome::Failed { .. }));
+
+    // The pod is the Job's dependent.
+    jobs.delete("build", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(pods.get_opt(&pod_name).await.unwrap().is_none());
 }
 
 #[tokio::test]

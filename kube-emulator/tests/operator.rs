@@ -1,6 +1,7 @@
 //! The operator's controllers, run in process against the emulator over HTTP: a
-//! Function with code gets a build Job, the Job's success makes it Ready, and deleting
-//! it runs the finalizer's cleanup. The test plays the Job controller.
+//! Function with code gets a build Job, the Job's success makes it Ready (a failure,
+//! Failed with the build log's tail), and deleting it runs the finalizer's cleanup.
+//! The test plays the Job controller.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,14 +34,32 @@ async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     panic!("timed out waiting for {what}");
 }
 
-fn phase(emu: &Emulator) -> Option<String> {
-    let function = emu.get(
+fn status(emu: &Emulator, name: &str) -> Value {
+    emu.get(
         "sless.kube5s.ru/v1alpha1",
         "functions",
         Some("default"),
-        "hello",
-    )?;
-    function["status"]["phase"].as_str().map(str::to_string)
+        name,
+    )
+    .map(|f| f["status"].clone())
+    .unwrap_or_default()
+}
+
+fn function(name: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "default"},
+           "spec": {"runtime": "python3.11", "entrypoint": "main.handler", "memoryMb": 128,
+                    "timeoutSec": 30, "s3Key": format!("default/{name}/v1.zip")}})
+}
+
+/// The build Job the operator started for a function.
+async fn build_job(emu: &Emulator, name: &str) -> String {
+    eventually("a build Job", || {
+        emu.list("batch/v1", "jobs", Some("sless-fn-default"))
+            .into_iter()
+            .filter_map(|j| j["metadata"]["name"].as_str().map(str::to_string))
+            .find(|j| j.contains(name))
+    })
+    .await
 }
 
 #[tokio::test]
@@ -66,27 +85,14 @@ async fn controllers_build_a_function_and_clean_it_up() {
         operator::k8s::Readiness::default(),
     ));
 
-    emu.create(
-        "sless.kube5s.ru/v1alpha1",
-        "functions",
-        json!({"metadata": {"name": "hello", "namespace": "default"},
-               "spec": {"runtime": "python3.11", "entrypoint": "main.handler", "memoryMb": 128,
-                        "timeoutSec": 30, "s3Key": "default/hello/v1.zip"}}),
-    )
-    .unwrap();
-
-    let job: Value = eventually("a build Job", || {
-        emu.list("batch/v1", "jobs", Some("sless-fn-default"))
-            .into_iter()
-            .next()
-    })
-    .await;
-    let job_name = job["metadata"]["name"].as_str().unwrap().to_string();
+    emu.create("sless.kube5s.ru/v1alpha1", "functions", function("hello"))
+        .unwrap();
+    let job = build_job(&emu, "hello").await;
     eventually("phase Building", || {
-        (phase(&emu).as_deref() == Some("Building")).then_some(())
+        (status(&emu, "hello")["phase"] == "Building").then_some(())
     })
     .await;
-    let function = emu
+    let created = emu
         .get(
             "sless.kube5s.ru/v1alpha1",
             "functions",
@@ -95,23 +101,35 @@ async fn controllers_build_a_function_and_clean_it_up() {
         )
         .unwrap();
     assert!(
-        function["metadata"]["finalizers"]
+        created["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty())
     );
-
-    emu.update_status(
-        "batch/v1",
-        "jobs",
-        Some("sless-fn-default"),
-        &job_name,
-        json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
-    )
-    .unwrap();
+    emu.complete_job("sless-fn-default", &job).unwrap();
     eventually("phase Ready", || {
-        (phase(&emu).as_deref() == Some("Ready")).then_some(())
+        (status(&emu, "hello")["phase"] == "Ready").then_some(())
     })
     .await;
+
+    // A failed build reports the tail of the build pod's log.
+    emu.create("sless.kube5s.ru/v1alpha1", "functions", function("broken"))
+        .unwrap();
+    let job = build_job(&emu, "broken").await;
+    emu.add_job_pod(
+        "sless-fn-default",
+        &job,
+        "Failed",
+        "step 1\nerror: no such module\n",
+    )
+    .unwrap();
+    emu.fail_job("sless-fn-default", &job).unwrap();
+    let failed = eventually("phase Failed", || {
+        let s = status(&emu, "broken");
+        (s["phase"] == "Failed").then_some(s)
+    })
+    .await;
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(message.contains("error: no such module"), "{message}");
 
     let functions: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
