@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, mpsc};
 
 pub use runtimes::Toolchain;
 
+use crate::data_dir::own_private_dir;
 use crate::logs::{LogBook, LogLine, WorkloadLogs};
 use crate::model::{Function, Kind, Trigger};
 use crate::proxy::{Route, RouteTable};
@@ -28,7 +29,7 @@ use crate::store::{Store, StoreExt};
 use crate::upload::UploadLimits;
 use build::Builder;
 use runtimes::Wrappers;
-use sandbox::{Sandbox, create_private_dir};
+use sandbox::Sandbox;
 
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
@@ -121,7 +122,7 @@ impl LocalRunner {
         // Processes run with their build directory as cwd: every path handed to them
         // must be absolute.
         config.data_dir = std::path::absolute(&config.data_dir)?;
-        create_private_dir(&config.data_dir.join("builds"))?;
+        own_private_dir(&config.data_dir.join("builds"))?;
         config.toolchain = config.toolchain.resolved();
         let wrappers = Wrappers::install(&config.data_dir.join("runtimes"))?;
         let sandbox = Arc::new(Sandbox::new(

@@ -67,7 +67,7 @@ impl Wrappers {
             ("go1.23/main.go", GO_MAIN, 0o644),
             ("go1.23/build.sh", GO_BUILD, 0o755),
         ];
-        super::sandbox::create_private_dir(root)?;
+        crate::data_dir::own_private_dir(root)?;
         for (path, content, mode) in files {
             let target = root.join(path);
             if let Some(parent) = target.parent() {

@@ -15,6 +15,7 @@ use tokio::process::Command;
 
 use super::memory::{MemoryCgroup, MemoryControl, rlimit_data};
 use super::runtimes::Toolchain;
+use crate::data_dir::create_private_dir;
 
 /// The Landlock ABI whose rights sless asks for (6: file system and signal/abstract
 /// socket scoping). Older kernels enforce the subset they know.
@@ -415,20 +416,6 @@ fn install_root(tool: &str, path: &str, data_dir: &Path) -> Option<PathBuf> {
         .flatten()
         .find(|root| *root != Path::new("/") && !data_dir.starts_with(root))
         .map(Path::to_path_buf)
-}
-
-/// A directory only sless's user may enter (mode 0700), created if missing.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 #[cfg(test)]
