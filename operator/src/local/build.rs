@@ -77,7 +77,6 @@ impl Builder {
         let result = self
             .build_into(&staging, context_key, runtime, &mut log)
             .await;
-        let _ = tokio::fs::remove_dir_all(&log.home).await;
         match result {
             Ok(()) => {
                 log.line("build succeeded").await;
@@ -168,7 +167,8 @@ impl Builder {
 }
 
 /// The build log file; every step's output goes in it. Steps run confined to the
-/// staging directory and a home of their own (caches, temp files).
+/// staging directory and the namespace's build home: caches (Go's build cache, npm's)
+/// kept between its builds and shared with no other tenant.
 struct Log<'a> {
     file: tokio::fs::File,
     path: PathBuf,
@@ -196,7 +196,7 @@ impl<'a> Log<'a> {
             path: path.to_path_buf(),
             sandbox,
             staging,
-            home: staging.with_extension("home"),
+            home: build_home(staging),
         })
     }
 
@@ -264,6 +264,14 @@ impl<'a> Log<'a> {
     }
 }
 
+/// `builds/<ns>/.home` for `builds/<ns>/<kind>-<name>/.<version>.staging`.
+fn build_home(staging: &Path) -> PathBuf {
+    match staging.parent().and_then(Path::parent) {
+        Some(namespace) => namespace.join(".home"),
+        None => staging.with_extension("home"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,5 +288,9 @@ mod tests {
         assert!(cut.ends_with("line 999"));
         assert!(cut.len() <= TAIL_BYTES + 4);
         assert_eq!(tail("short\n"), "short");
+        assert_eq!(
+            build_home(Path::new("/d/builds/ns/function-f/.v.staging")),
+            Path::new("/d/builds/ns/.home")
+        );
     }
 }

@@ -31,6 +31,7 @@ impl MemoryControl {
         let leaf = format!("sless-{}", std::process::id());
         let v2 = unified_path(&own).and_then(|path| {
             let mine = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+            remove_stale(&mine);
             let parent = mine.join(&leaf);
             // The controller must be on in our cgroup's subtree (fails while our own
             // cgroup holds processes, unless it is the root) and in the new one's.
@@ -41,9 +42,9 @@ impl MemoryControl {
         });
         let v1 = || {
             let path = v1_memory_path(&own)?;
-            let parent = Path::new("/sys/fs/cgroup/memory")
-                .join(path.trim_start_matches('/'))
-                .join(&leaf);
+            let mine = Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
+            remove_stale(&mine);
+            let parent = mine.join(&leaf);
             make_dir(&parent).ok()?;
             parent
                 .join("memory.limit_in_bytes")
@@ -213,6 +214,28 @@ fn v1_memory_path(own: &str) -> Option<&str> {
             .any(|c| c == "memory")
             .then_some(path)
     })
+}
+
+/// Removes the empty cgroups of runners that are gone (`sless-<pid>`, no such pid).
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sless-")) else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        if let Ok(children) = fs::read_dir(entry.path()) {
+            for child in children.flatten().filter(|c| c.path().is_dir()) {
+                let _ = fs::remove_dir(child.path());
+            }
+        }
+        let _ = fs::remove_dir(entry.path());
+    }
 }
 
 fn make_dir(dir: &Path) -> io::Result<()> {
