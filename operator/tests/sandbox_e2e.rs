@@ -286,6 +286,11 @@ async fn memory_mb_is_enforced_and_an_oom_kill_is_recorded() {
         StatusCode::BAD_GATEWAY,
         "1 GiB in a 64 MB function: {body}"
     );
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("out of memory") && error.contains("64 MB"),
+        "the failed call says why: {body}"
+    );
     let logs = tenant
         .wait_until("functions/hog/logs?tail=50", |logs| {
             logs.to_string().contains("out of memory")
