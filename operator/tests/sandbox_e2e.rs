@@ -163,8 +163,9 @@ def handle(event):
     }
     write(os.path.join(os.environ["HOME"], "note"))
     outcome = {name: attempt(action) for name, action in tried.items()}
-    with open(os.path.join(os.environ["TMPDIR"], "note")) as f:
+    with open(os.path.join(os.environ["HOME"], "note")) as f:
         outcome["its own scratch"] = f.read()
+    outcome["TMPDIR is HOME"] = os.environ.get("TMPDIR") == os.environ["HOME"]
     outcome["env"] = sorted(os.environ)
     return outcome
 "#;
@@ -232,6 +233,7 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
         assert_eq!(outcome[attempt], "PermissionError", "{attempt}: {outcome}");
     }
     assert_eq!(outcome["its own scratch"], "pwned", "{outcome}");
+    assert_eq!(outcome["TMPDIR is HOME"], true, "{outcome}");
     let allowed = [
         "HOME",
         "LANG",
