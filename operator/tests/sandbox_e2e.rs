@@ -69,9 +69,20 @@ impl<'a> Tenant<'a> {
 
     /// A Python function with an http trigger, Ready.
     async fn deploy(&self, name: &str, memory_mb: u32, handler: &[u8]) -> Value {
+        self.deploy_files(name, "python3.11", memory_mb, &[("handler.py", handler)])
+            .await
+    }
+
+    async fn deploy_files(
+        &self,
+        name: &str,
+        runtime: &str,
+        memory_mb: u32,
+        files: &[(&str, &[u8])],
+    ) -> Value {
         self.post(
             "functions",
-            json!({"name": name, "runtime": "python3.11", "memory_mb": memory_mb,
+            json!({"name": name, "runtime": runtime, "memory_mb": memory_mb,
                    "timeout_sec": 30, "env_vars": {"OWN_SETTING": "kept"}}),
         )
         .await;
@@ -85,7 +96,7 @@ impl<'a> Tenant<'a> {
             .client
             .post(self.v1(&format!("functions/{name}/upload")))
             .bearer_auth(&self.user.token)
-            .multipart(code_form(zip_of(&[("handler.py", handler)])))
+            .multipart(code_form(zip_of(files)))
             .send()
             .await
             .unwrap();
@@ -262,6 +273,44 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
         (StatusCode::OK, json!("victim code")),
         "the other tenant was not signalled away"
     );
+}
+
+/// npm runs a project's own install scripts: tenant code at build time.
+const HOOKED_PACKAGE: &[u8] = br#"{"name": "fn", "version": "1.0.0", "scripts": {
+  "preinstall": "cat ../../../../jwt-hs256.key > leaked.txt 2>&1; ls ../.. >> leaked.txt 2>&1; touch ../../../../planted 2>> leaked.txt; true"
+}}"#;
+
+const SHOW_LEAK: &[u8] = br#"
+exports.handle = async () => require('fs').readFileSync(__dirname + '/leaked.txt', 'utf8');
+"#;
+
+#[tokio::test]
+async fn a_dependency_install_is_sandboxed_too() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let key = "ab".repeat(32);
+    std::fs::write(server.data_dir().join("jwt-hs256.key"), &key).unwrap();
+    let tenant = Tenant::new(&server, "hooked");
+    tenant
+        .deploy_files(
+            "hook",
+            "nodejs20",
+            128,
+            &[("package.json", HOOKED_PACKAGE), ("handler.js", SHOW_LEAK)],
+        )
+        .await;
+    let (status, leaked) = tenant.invoke("hook", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{leaked}");
+    let leaked = leaked.as_str().unwrap();
+    assert!(
+        !leaked.contains(&key),
+        "the install hook read the key: {leaked}"
+    );
+    assert_eq!(
+        leaked.matches("Permission denied").count(),
+        3,
+        "read, list and write were all refused: {leaked}"
+    );
+    assert!(!server.data_dir().join("planted").exists());
 }
 
 const HOG: &[u8] = br#"
