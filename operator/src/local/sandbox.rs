@@ -129,7 +129,7 @@ pub struct Sandbox {
 
 /// What one process may touch.
 pub struct Confinement<'a> {
-    /// Read and execute (its code, the wrapper).
+    /// Read and execute: its code (the wrappers are shared by all).
     pub read: &'a [&'a Path],
     /// Read and write; the first one is its HOME and TMPDIR (created if missing).
     pub write: &'a [&'a Path],
@@ -139,7 +139,7 @@ pub struct Confinement<'a> {
 
 /// What the running process holds on to: its cgroup, to tell an OOM kill and to be
 /// removed with it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Guard {
     cgroup: Option<MemoryCgroup>,
 }
