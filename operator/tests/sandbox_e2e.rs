@@ -134,7 +134,7 @@ impl<'a> Tenant<'a> {
 }
 
 const HOSTILE: &[u8] = br#"
-import os, signal
+import os, signal, socket
 
 def attempt(action):
     try:
@@ -150,6 +150,10 @@ def read(path):
 def write(path):
     with open(path, "w") as f:
         f.write("pwned")
+
+def listen_elsewhere():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
 
 def handle(event):
     me = os.environ["SLESS_FUNCTION_DIR"]
@@ -171,6 +175,7 @@ def handle(event):
         "write the data dir": lambda: write(os.path.join(data, "planted")),
         "write /tmp": lambda: write("/tmp/sless-sandbox-escape"),
         "chown a file": lambda: os.chown(os.path.join(os.environ["HOME"], "note"), 1, 1),
+        "listen on another port": listen_elsewhere,
     }
     write(os.path.join(os.environ["HOME"], "note"))
     outcome = {name: attempt(action) for name, action in tried.items()}
@@ -240,6 +245,7 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
         "write the data dir",
         "write /tmp",
         "chown a file",
+        "listen on another port",
     ] {
         assert_eq!(outcome[attempt], "PermissionError", "{attempt}: {outcome}");
     }

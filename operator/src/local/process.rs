@@ -76,6 +76,7 @@ impl Instance {
                     read: &[launch.dir],
                     write: &[launch.scratch],
                     memory_mb: Some(launch.memory_mb),
+                    port: Some(port),
                 },
             )
             .map_err(|e| e.to_string())?;

@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, RestrictionStatus, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
+    path_beneath_rules,
 };
 use tokio::process::Command;
 
@@ -135,6 +136,9 @@ pub struct Confinement<'a> {
     pub write: &'a [&'a Path],
     /// `None`: no limit (builds).
     pub memory_mb: Option<u32>,
+    /// The one TCP port it may listen on (Landlock ABI 4+): no squatting the port
+    /// sless just picked for another tenant's instance.
+    pub port: Option<u16>,
 }
 
 /// What the running process holds on to: its cgroup, to tell an OOM kill and to be
@@ -284,15 +288,20 @@ impl Sandbox {
         let read = AccessFs::from_read(ABI_WANTED);
         let all = AccessFs::from_all(ABI_WANTED);
         let devices = AccessFs::ReadFile | AccessFs::WriteFile;
+        let port = confinement
+            .port
+            .map(|port| Ok::<_, RulesetError>(NetPort::new(port, AccessNet::BindTcp)));
         Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(all)?
+            .handle_access(AccessNet::BindTcp)?
             .scope(Scope::from_all(ABI_WANTED))?
             .create()?
             .add_rules(path_beneath_rules(&self.shared_read, read))?
             .add_rules(path_beneath_rules(confinement.read, read))?
             .add_rules(path_beneath_rules(DEVICES, devices))?
-            .add_rules(path_beneath_rules(confinement.write, all))
+            .add_rules(path_beneath_rules(confinement.write, all))?
+            .add_rules(port)
     }
 }
 
