@@ -5,6 +5,7 @@ pub mod api;
 pub mod apitypes;
 pub mod auth;
 pub mod client;
+pub mod data_dir;
 pub mod k8s;
 pub mod local;
 pub mod logs;

@@ -431,8 +431,8 @@ impl EmbeddedS3 {
     /// credentials generated per start, path-style. One server per root at a time: s3s-fs
     /// deletes leftover temp files of the root when it opens it.
     pub async fn start(root: &Path, listen: SocketAddr) -> Result<Self, StorageError> {
-        tokio::fs::create_dir_all(root)
-            .await
+        // Every tenant's uploads: 0700, whatever modes s3s-fs gives what it writes inside.
+        crate::data_dir::own_private_dir(root)
             .map_err(|e| embedded_error(format!("creating {}", root.display()), e.into()))?;
         // s3s_fs::Error is not a std Error (only Debug), so keep its text.
         let fs = s3s_fs::FileSystem::new(root).map_err(|e| {

@@ -36,6 +36,9 @@ pub struct UpArgs {
     /// Deploy the examples (a Python and a Node function, a job, a service) at start.
     #[arg(long)]
     pub demo: bool,
+    /// Run functions even on a kernel without Landlock, where nothing confines them.
+    #[arg(long, env = "SLESS_ALLOW_UNSANDBOXED")]
+    pub allow_unsandboxed: bool,
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
@@ -92,6 +95,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     let mut runner_config = RunnerConfig::new(data_dir.clone(), external_url.clone());
     runner_config.limits = config.upload_limits.clone();
+    runner_config.allow_unsandboxed = args.allow_unsandboxed;
     if let Some(scale) = std::env::var("SLESS_TEST_CRON_TIME_SCALE")
         .ok()
         .and_then(|v| v.parse().ok())

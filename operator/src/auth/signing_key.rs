@@ -19,7 +19,7 @@ pub fn load_or_create_signing_key(data_dir: &Path) -> io::Result<Vec<u8>> {
         other => return other,
     }
 
-    fs::create_dir_all(data_dir)?;
+    crate::data_dir::create_private_dir(data_dir)?;
     let key: [u8; KEY_LEN] = rand::random();
     let tmp = data_dir.join(format!(
         ".{SIGNING_KEY_FILE}.{}.{:016x}.tmp",

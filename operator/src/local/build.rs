@@ -3,12 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use super::runtimes::{GO_BINARY, Toolchain, Wrappers};
+use super::sandbox::{Confinement, Sandbox};
 use crate::model::Runtime;
 use crate::s3::ObjectStore;
 use crate::upload::{UploadLimits, read_zip, unpack, zip_key_for_context};
@@ -26,6 +28,8 @@ const TAIL_BYTES: usize = 2000;
 pub struct Builder {
     pub objects: ObjectStore,
     pub wrappers: Wrappers,
+    /// Confines dependency installs here, and every function process elsewhere.
+    pub sandbox: Arc<Sandbox>,
     pub toolchain: Toolchain,
     pub limits: UploadLimits,
 }
@@ -69,7 +73,7 @@ impl Builder {
         }
         let staging = root.join(format!(".{}.staging", version_of(context_key)));
         let log_file = log_path(&dir);
-        let mut log = Log::create(&log_file).await?;
+        let mut log = Log::create(&log_file, &self.sandbox, &staging).await?;
         let result = self
             .build_into(&staging, context_key, runtime, &mut log)
             .await;
@@ -97,7 +101,7 @@ impl Builder {
         staging: &Path,
         context_key: &str,
         runtime: Runtime,
-        log: &mut Log,
+        log: &mut Log<'_>,
     ) -> Result<(), BuildError> {
         let _ = tokio::fs::remove_dir_all(staging).await;
         let zip_key = zip_key_for_context(context_key)
@@ -162,14 +166,23 @@ impl Builder {
     }
 }
 
-/// The build log file; every step's output goes in it.
-struct Log {
+/// The build log file; every step's output goes in it. Steps run confined to the
+/// staging directory and the namespace's build home: caches (Go's build cache, npm's)
+/// kept between its builds and shared with no other tenant.
+struct Log<'a> {
     file: tokio::fs::File,
     path: PathBuf,
+    sandbox: &'a Sandbox,
+    staging: &'a Path,
+    home: PathBuf,
 }
 
-impl Log {
-    async fn create(path: &Path) -> Result<Self, BuildError> {
+impl<'a> Log<'a> {
+    async fn create(
+        path: &Path,
+        sandbox: &'a Sandbox,
+        staging: &'a Path,
+    ) -> Result<Self, BuildError> {
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent)
                 .await
@@ -181,6 +194,9 @@ impl Log {
         Ok(Self {
             file,
             path: path.to_path_buf(),
+            sandbox,
+            staging,
+            home: build_home(staging),
         })
     }
 
@@ -209,7 +225,20 @@ impl Log {
         let err = out.try_clone().map_err(|e| BuildError(e.to_string()))?;
         let mut command = Command::new(program);
         super::process::die_with_parent(&mut command);
+        let _guard = self
+            .sandbox
+            .confine(
+                &mut command,
+                &Confinement {
+                    read: &[],
+                    write: &[&self.home, self.staging],
+                    memory_mb: None,
+                    port: None,
+                },
+            )
+            .map_err(|e| BuildError(e.to_string()))?;
         let mut child = command
+            .envs(Sandbox::build_variables())
             .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -236,6 +265,14 @@ impl Log {
     }
 }
 
+/// `builds/<ns>/.home` for `builds/<ns>/<kind>-<name>/.<version>.staging`.
+fn build_home(staging: &Path) -> PathBuf {
+    match staging.parent().and_then(Path::parent) {
+        Some(namespace) => namespace.join(".home"),
+        None => staging.with_extension("home"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,5 +289,9 @@ mod tests {
         assert!(cut.ends_with("line 999"));
         assert!(cut.len() <= TAIL_BYTES + 4);
         assert_eq!(tail("short\n"), "short");
+        assert_eq!(
+            build_home(Path::new("/d/builds/ns/function-f/.v.staging")),
+            Path::new("/d/builds/ns/.home")
+        );
     }
 }

@@ -14,8 +14,11 @@ use tokio::task::JoinHandle;
 
 use super::Shared;
 use super::build::{tail, version_of};
-use super::process::{base_env, die_with_parent};
-use crate::model::{DEFAULT_ENTRYPOINT, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
+use super::process::die_with_parent;
+use super::sandbox::Confinement;
+use crate::model::{
+    DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime,
+};
 use crate::store::{StoreError, StoreExt, modify_status};
 
 /// While a job waits for its function's build, it looks again this often.
@@ -36,6 +39,9 @@ struct Plan {
     runtime: Runtime,
     entrypoint: String,
     env: BTreeMap<String, String>,
+    memory_mb: u32,
+    /// Its HOME and TMPDIR, the one place it may write.
+    scratch: PathBuf,
 }
 
 enum Next {
@@ -158,6 +164,8 @@ async fn reconcile(
                             runtime: workload.runtime,
                             entrypoint: workload.entrypoint.clone(),
                             env,
+                            memory_mb: workload.memory_mb,
+                            scratch: shared.scratch(Kind::FunctionJob, ns, name),
                         }
                     }
                     (Phase::Failed, _) => {
@@ -211,6 +219,8 @@ async fn reconcile(
                         .clone()
                         .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string()),
                     env: spec.env.clone(),
+                    memory_mb: DEFAULT_MEMORY_MB,
+                    scratch: shared.scratch(Kind::FunctionJob, ns, name),
                 },
                 Err(e) => {
                     fail(shared, ns, name, run_id, format!("build failed:\n{e}")).await?;
@@ -289,11 +299,25 @@ async fn execute(shared: &Shared, plan: &Plan, event: &str, timeout: Option<Dura
             .command(&shared.config.toolchain, plan.runtime, &plan.dir);
     let mut command = Command::new(&program);
     die_with_parent(&mut command);
+    let confinement = Confinement {
+        read: &[&plan.dir],
+        write: &[&plan.scratch],
+        memory_mb: Some(plan.memory_mb),
+        port: None,
+    };
+    let guard = match shared.builder.sandbox.confine(&mut command, &confinement) {
+        Ok(guard) => guard,
+        Err(e) => {
+            return Outcome {
+                succeeded: false,
+                message: e.to_string(),
+                log_tail: String::new(),
+            };
+        }
+    };
     let spawned = command
         .args(&args)
         .current_dir(&plan.dir)
-        .env_clear()
-        .envs(base_env())
         .envs(&plan.env)
         .env("SLESS_MODE", "job")
         .env("SLESS_EVENT_JSON", event)
@@ -355,6 +379,13 @@ async fn execute(shared: &Shared, plan: &Plan, event: &str, timeout: Option<Dura
             .find(|(stdout, line)| *stdout && !line.trim().is_empty())
             .map(|(_, line)| line.clone())
     };
+    if let Some(reason) = guard.out_of_memory() {
+        return Outcome {
+            succeeded: false,
+            message: reason,
+            log_tail: log_tail(&output),
+        };
+    }
     match status {
         Ok(status) if status.success() => Outcome {
             succeeded: true,

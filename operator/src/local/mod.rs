@@ -5,8 +5,10 @@
 mod build;
 mod cron;
 mod jobs;
+mod memory;
 mod process;
 mod runtimes;
+mod sandbox;
 mod workload;
 
 use std::collections::HashMap;
@@ -18,6 +20,7 @@ use tokio::sync::{broadcast, mpsc};
 
 pub use runtimes::Toolchain;
 
+use crate::data_dir::own_private_dir;
 use crate::logs::{LogBook, LogLine, WorkloadLogs};
 use crate::model::{Function, Kind, Trigger};
 use crate::proxy::{Route, RouteTable};
@@ -26,6 +29,7 @@ use crate::store::{Store, StoreExt};
 use crate::upload::UploadLimits;
 use build::Builder;
 use runtimes::Wrappers;
+use sandbox::Sandbox;
 
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
@@ -45,6 +49,8 @@ pub struct RunnerConfig {
     pub log_lines: usize,
     /// A full pass over every object, as a safety net behind change notifications.
     pub resync_every: Duration,
+    /// Run functions even where the kernel has no Landlock to sandbox them.
+    pub allow_unsandboxed: bool,
 }
 
 impl RunnerConfig {
@@ -59,6 +65,7 @@ impl RunnerConfig {
             cron_time_scale: 1,
             log_lines: 1000,
             resync_every: Duration::from_secs(300),
+            allow_unsandboxed: false,
         }
     }
 }
@@ -115,11 +122,20 @@ impl LocalRunner {
         // Processes run with their build directory as cwd: every path handed to them
         // must be absolute.
         config.data_dir = std::path::absolute(&config.data_dir)?;
+        own_private_dir(&config.data_dir.join("builds"))?;
+        config.toolchain = config.toolchain.resolved();
         let wrappers = Wrappers::install(&config.data_dir.join("runtimes"))?;
+        let sandbox = Arc::new(Sandbox::new(
+            &config.toolchain,
+            wrappers.root(),
+            &config.data_dir,
+            config.allow_unsandboxed,
+        ));
         let shared = Arc::new(Shared {
             builder: Builder {
                 objects,
                 wrappers,
+                sandbox,
                 toolchain: config.toolchain.clone(),
                 limits: config.limits.clone(),
             },
@@ -183,6 +199,12 @@ impl Shared {
             .join("builds")
             .join(namespace)
             .join(format!("{}-{name}", kind.noun()))
+    }
+
+    /// The HOME and TMPDIR of a workload's or job's processes, the only place they
+    /// may write; beside its builds, so deleting the object removes it.
+    fn scratch(&self, kind: Kind, namespace: &str, name: &str) -> PathBuf {
+        self.builds_root(kind, namespace, name).join(".scratch")
     }
 
     fn url(&self, namespace: &str, name: &str) -> String {

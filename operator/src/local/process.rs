@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
+use super::sandbox::{Confinement, Guard, Sandbox};
 use crate::logs::{LogBook, Stream};
 
 /// What to start and whose logs its output belongs to.
@@ -17,6 +18,9 @@ pub struct Launch<'a> {
     pub program: &'a str,
     pub args: &'a [String],
     pub dir: &'a Path,
+    /// Its HOME and TMPDIR, the one place it may write.
+    pub scratch: &'a Path,
+    pub memory_mb: u32,
     pub env: BTreeMap<String, String>,
     pub namespace: &'a str,
     pub name: &'a str,
@@ -26,6 +30,7 @@ pub struct Launch<'a> {
 pub struct Instance {
     pub port: u16,
     child: Child,
+    guard: Guard,
 }
 
 /// A free loopback port: bind port 0, read it, let it go for the child to take.
@@ -53,15 +58,31 @@ fn capture(
 }
 
 impl Instance {
-    pub fn spawn(launch: &Launch<'_>, logs: &Arc<LogBook>) -> std::io::Result<Self> {
-        let port = free_port()?;
+    /// Starts the process in its sandbox; the error says why it could not.
+    pub fn spawn(
+        launch: &Launch<'_>,
+        logs: &Arc<LogBook>,
+        sandbox: &Sandbox,
+    ) -> Result<Self, String> {
+        let cannot =
+            |e: std::io::Error| format!("cannot start {}: {e}; is it installed?", launch.program);
+        let port = free_port().map_err(cannot)?;
         let mut command = Command::new(launch.program);
         die_with_parent(&mut command);
+        let guard = sandbox
+            .confine(
+                &mut command,
+                &Confinement {
+                    read: &[launch.dir],
+                    write: &[launch.scratch],
+                    memory_mb: Some(launch.memory_mb),
+                    port: Some(port),
+                },
+            )
+            .map_err(|e| e.to_string())?;
         let mut child = command
             .args(launch.args)
             .current_dir(launch.dir)
-            .env_clear()
-            .envs(base_env())
             .envs(&launch.env)
             .env("PORT", port.to_string())
             .env("SLESS_HOST", "127.0.0.1")
@@ -70,7 +91,8 @@ impl Instance {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
-            .spawn()?;
+            .spawn()
+            .map_err(cannot)?;
         for (stream, reader) in [
             (
                 Stream::Stdout,
@@ -98,7 +120,7 @@ impl Instance {
                 );
             }
         }
-        Ok(Self { port, child })
+        Ok(Self { port, child, guard })
     }
 
     pub fn authority(&self) -> String {
@@ -136,10 +158,13 @@ impl Instance {
         }
     }
 
-    /// Resolves when the process exits.
+    /// Resolves when the process exits, with why when it is known (out of memory).
     pub async fn exited(&mut self) -> String {
         match self.child.wait().await {
-            Ok(status) => status.to_string(),
+            Ok(status) => match self.guard.out_of_memory() {
+                Some(reason) => format!("{reason} ({status})"),
+                None => status.to_string(),
+            },
             Err(e) => e.to_string(),
         }
     }
@@ -175,17 +200,6 @@ pub fn die_with_parent(command: &mut Command) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = command;
-}
-
-/// The environment every runtime process gets besides its own: enough to find the
-/// interpreters and a home for caches, nothing else of the server's.
-pub fn base_env() -> Vec<(String, String)> {
-    [
-        "PATH", "HOME", "LANG", "TMPDIR", "GOPATH", "GOCACHE", "GOPROXY", "GOFLAGS",
-    ]
-    .into_iter()
-    .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-    .collect()
 }
 
 #[cfg(unix)]

@@ -33,6 +33,25 @@ impl Default for Toolchain {
     }
 }
 
+impl Toolchain {
+    /// `python` as the interpreter itself: a version manager's shim (pyenv) is a
+    /// script that writes beside itself after `pip install`, which the sandbox denies.
+    pub fn resolved(mut self) -> Self {
+        let probe = std::process::Command::new(&self.python)
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output();
+        if let Ok(out) = probe
+            && out.status.success()
+        {
+            let executable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !executable.is_empty() {
+                self.python = executable;
+            }
+        }
+        self
+    }
+}
+
 /// The wrappers on disk.
 #[derive(Clone, Debug)]
 pub struct Wrappers {
@@ -48,6 +67,7 @@ impl Wrappers {
             ("go1.23/main.go", GO_MAIN, 0o644),
             ("go1.23/build.sh", GO_BUILD, 0o755),
         ];
+        crate::data_dir::own_private_dir(root)?;
         for (path, content, mode) in files {
             let target = root.join(path);
             if let Some(parent) = target.parent() {
@@ -59,6 +79,10 @@ impl Wrappers {
         Ok(Self {
             root: root.to_path_buf(),
         })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     pub fn python(&self) -> PathBuf {

@@ -32,6 +32,7 @@ const HEALTHY_RESET: Duration = Duration::from_secs(60);
 struct LaunchConfig {
     version: String,
     entrypoint: String,
+    memory_mb: u32,
     env: BTreeMap<String, String>,
 }
 
@@ -287,6 +288,7 @@ impl Actor {
         let wanted = LaunchConfig {
             version: version.clone(),
             entrypoint: spec.entrypoint.clone(),
+            memory_mb: spec.memory_mb,
             env: spec.env.clone(),
         };
         if self.running.as_ref().map(|r| &r.config) != Some(&wanted) {
@@ -434,17 +436,19 @@ impl Actor {
                 .command(&shared.config.toolchain, spec.runtime, dir);
         let mut env = spec.env.clone();
         env.insert("SLESS_ENTRYPOINT".into(), config.entrypoint.clone());
+        let scratch = shared.scratch(self.kind, &self.ns, &self.name);
         let launch = Launch {
             program: &program,
             args: &args,
             dir,
+            scratch: &scratch,
+            memory_mb: config.memory_mb,
             env,
             namespace: &self.ns,
             name: &self.name,
             version: &config.version,
         };
-        let mut instance = Instance::spawn(&launch, &shared.logs)
-            .map_err(|e| format!("cannot start {program}: {e}; is it installed?"))?;
+        let mut instance = Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)?;
         match instance
             .wait_healthy(&shared.http, shared.config.health_timeout)
             .await

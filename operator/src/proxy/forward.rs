@@ -20,6 +20,9 @@ use super::{Invocation, InvokeError, Proxy, Route};
 
 /// How often a call waiting for a starting function looks at its route again.
 const START_POLL: Duration = Duration::from_millis(10);
+/// How long a call whose function went away waits to learn why: the runner gives the
+/// route the reason (a crash, an out-of-memory kill) once it sees the process exit.
+const EXIT_WAIT: Duration = Duration::from_millis(500);
 
 /// The parts of `/fn/{ns}/{name}{rest}?{query}`, borrowed from the request URI as
 /// received (no percent-decoding).
@@ -102,6 +105,10 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
         .await
     {
         Ok(response) => response,
+        Err(InvokeError::Unreachable { name, detail }) => proxy
+            .why_unreachable(&target, &authority, name, detail)
+            .await
+            .into_response(),
         Err(e) => e.into_response(),
     };
     proxy.record(&target, &method, response.status(), started);
@@ -118,6 +125,34 @@ impl Proxy {
             let route = self.routes.route(target.namespace, target.name);
             if !matches!(route, Route::Starting { .. }) || Instant::now() >= deadline {
                 return route;
+            }
+        }
+    }
+
+    /// An unreachable function whose instance has just exited: the reason the runner
+    /// gives its route joins the error. A live instance's route stays as it was.
+    async fn why_unreachable(
+        &self,
+        target: &Target<'_>,
+        authority: &str,
+        name: String,
+        detail: String,
+    ) -> InvokeError {
+        let deadline = Instant::now() + EXIT_WAIT;
+        loop {
+            match self.routes.route(target.namespace, target.name) {
+                Route::Unavailable { reason } | Route::Starting { reason } => {
+                    return InvokeError::Unreachable {
+                        name,
+                        detail: format!("{detail}; {reason}"),
+                    };
+                }
+                Route::Ready { authority: now, .. }
+                    if now == authority && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(START_POLL).await;
+                }
+                _ => return InvokeError::Unreachable { name, detail },
             }
         }
     }

@@ -71,13 +71,16 @@ fn row_to_object(row: &SqliteRow) -> Result<RawObject> {
 impl SqliteStore {
     /// Opens (or creates) `<data_dir>/sless.db` and applies migrations.
     pub async fn open(data_dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(data_dir).map_err(|e| {
+        crate::data_dir::create_private_dir(data_dir).map_err(|e| {
             StoreError::Backend(format!(
                 "cannot create data dir {}: {e}",
                 data_dir.display()
             ))
         })?;
         let path = data_dir.join("sless.db");
+        // Every tenant's env vars are in it: 0600 before SQLite creates it (or them).
+        crate::data_dir::own_private_file(&path)
+            .map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", path.display())))?;
         let options = SqliteConnectOptions::from_str("sqlite:")
             .map_err(backend)?
             .filename(&path)

@@ -161,6 +161,11 @@ impl TestServer {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+
+    /// The data dir: the store, the uploads, the builds.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
 }
 
 /// The API-only server runs nothing: every name is unknown to its proxy.

@@ -1,0 +1,462 @@
+//! The confinement of every process that runs tenant code: function instances, job
+//! runs and dependency installs (pip and npm run package hooks). Landlock lets it read
+//! only the system, the interpreters, the runtime wrappers and its own code, write only
+//! its own directories, and signal no process outside its sandbox; a cgroup (or an
+//! rlimit) bounds its memory; when sless runs as root the child drops every
+//! capability; its environment holds nothing of sless's own.
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, RestrictionStatus, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
+    path_beneath_rules,
+};
+use tokio::process::Command;
+
+use super::memory::{MemoryCgroup, MemoryControl, rlimit_data};
+use super::runtimes::Toolchain;
+use crate::data_dir::create_private_dir;
+
+/// The Landlock ABI whose rights sless asks for (6: file system and signal/abstract
+/// socket scoping). Older kernels enforce the subset they know.
+const ABI_WANTED: ABI = ABI::V6;
+
+/// Read and execute for everyone: libraries, interpreters, certificates.
+const SYSTEM_PATHS: &[&str] = &["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt"];
+
+/// What of /etc programs need to load libraries, resolve names and check TLS.
+const ETC_PATHS: &[&str] = &[
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "crypto-policies",
+    "resolv.conf",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "passwd",
+    "group",
+    "mime.types",
+    "os-release",
+    "debian_version",
+    "lsb-release",
+    "alpine-release",
+    "redhat-release",
+    "alternatives",
+    "npmrc",
+    "pip.conf",
+    "python3",
+    "python3.11",
+];
+
+/// Devices a process may read and write.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+/// Variables of the operator's environment a dependency install needs to reach the
+/// package indexes; nothing else of sless's environment reaches a child.
+const BUILD_VARIABLES: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_CERT",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_TRUSTED_HOST",
+    "PIP_DEFAULT_TIMEOUT",
+    "NPM_CONFIG_REGISTRY",
+    "npm_config_registry",
+    "GOPROXY",
+    "GONOSUMDB",
+    "GOFLAGS",
+];
+
+/// Why a process was not started.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(
+        "this kernel has no Landlock ({0}), so the function would run unsandboxed and could \
+         read sless's keys and other tenants' code; start sless with --allow-unsandboxed \
+         (SLESS_ALLOW_UNSANDBOXED=1) to run functions anyway"
+    )]
+    Unsupported(String),
+    #[error("preparing the sandbox: {0}")]
+    Ruleset(#[from] RulesetError),
+    #[error("preparing the memory limit: {0}")]
+    Memory(#[from] std::io::Error),
+}
+
+/// How tenant code is confined on this machine; decided once at start.
+#[derive(Clone, Debug, PartialEq)]
+enum Enforcement {
+    Landlock,
+    /// No Landlock, and the operator said to run functions anyway.
+    Unsandboxed(String),
+    /// No Landlock: functions are refused with this reason.
+    Refused(String),
+}
+
+/// The runner's sandbox settings.
+#[derive(Debug)]
+pub struct Sandbox {
+    enforcement: Enforcement,
+    /// Readable and executable by every confined process.
+    shared_read: Vec<PathBuf>,
+    memory: MemoryControl,
+    drop_capabilities: bool,
+    path: String,
+    lang: String,
+}
+
+/// What one process may touch.
+pub struct Confinement<'a> {
+    /// Read and execute: its code (the wrappers are shared by all).
+    pub read: &'a [&'a Path],
+    /// Read and write; the first one is its HOME and TMPDIR (created if missing).
+    pub write: &'a [&'a Path],
+    /// `None`: no limit (builds).
+    pub memory_mb: Option<u32>,
+    /// The one TCP port it may listen on (Landlock ABI 4+): no squatting the port
+    /// sless just picked for another tenant's instance.
+    pub port: Option<u16>,
+}
+
+/// What the running process holds on to: its cgroup, to tell an OOM kill and to be
+/// removed with it.
+#[derive(Debug)]
+pub struct Guard {
+    cgroup: Option<MemoryCgroup>,
+}
+
+impl Guard {
+    /// Why the process died when the kernel killed it for its memory limit.
+    pub fn out_of_memory(&self) -> Option<String> {
+        self.cgroup.as_ref().and_then(MemoryCgroup::oom_reason)
+    }
+}
+
+impl Sandbox {
+    /// Probes the kernel and the cgroups; logs what will be enforced.
+    pub fn new(toolchain: &Toolchain, wrappers: &Path, data_dir: &Path, allow: bool) -> Self {
+        let enforcement = enforcement(landlock_abi(), allow);
+        let mut shared_read: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
+        shared_read.extend(ETC_PATHS.iter().map(|p| Path::new("/etc").join(p)));
+        shared_read.push(wrappers.to_path_buf());
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        for tool in [
+            &toolchain.python,
+            &toolchain.node,
+            &toolchain.npm,
+            &toolchain.go,
+        ] {
+            if let Some(root) = install_root(tool, &path, data_dir) {
+                shared_read.push(root);
+            }
+        }
+        shared_read.retain(|p| {
+            let covers = data_dir.starts_with(p);
+            if covers && p.exists() {
+                tracing::warn!(path = %p.display(), data_dir = %data_dir.display(),
+                    "the data dir lies inside a system directory: functions may not read it");
+            }
+            !covers
+        });
+        let memory = MemoryControl::detect();
+        // SAFETY: geteuid has no preconditions.
+        let drop_capabilities = unsafe { libc::geteuid() } == 0;
+        match &enforcement {
+            Enforcement::Landlock => tracing::info!(
+                memory = %memory.describe(),
+                drop_capabilities,
+                "functions run sandboxed with Landlock"
+            ),
+            Enforcement::Unsandboxed(why) => tracing::error!(
+                reason = %why,
+                memory = %memory.describe(),
+                "NO SANDBOX: functions run with sless's own file access (--allow-unsandboxed)"
+            ),
+            Enforcement::Refused(why) => tracing::error!(
+                reason = %why,
+                "no Landlock: functions will be refused; --allow-unsandboxed runs them anyway"
+            ),
+        }
+        // /proc/<sless pid>/environ and ptrace stay closed to processes of the same uid.
+        // SAFETY: prctl with integer arguments only.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        }
+        Self {
+            enforcement,
+            shared_read,
+            memory,
+            drop_capabilities,
+            path,
+            lang: std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
+        }
+    }
+
+    /// Confines `command`: a fresh environment, and before exec the cgroup, the
+    /// capabilities and the Landlock domain. The caller adds its own variables after.
+    pub fn confine(
+        &self,
+        command: &mut Command,
+        confinement: &Confinement<'_>,
+    ) -> Result<Guard, SandboxError> {
+        if let Enforcement::Refused(why) = &self.enforcement {
+            return Err(SandboxError::Unsupported(why.clone()));
+        }
+        let home = confinement.write.first().copied();
+        if let Some(home) = home {
+            create_private_dir(home)?;
+        }
+        command
+            .env_clear()
+            .env("PATH", &self.path)
+            .env("LANG", &self.lang);
+        if let Some(home) = home {
+            command.env("HOME", home).env("TMPDIR", home);
+        }
+        let ruleset = match self.enforcement {
+            Enforcement::Landlock => Some(self.ruleset(confinement)?),
+            _ => None,
+        };
+        let cgroup = match confinement.memory_mb {
+            Some(mb) => self.memory.limit(mb)?,
+            None => None,
+        };
+        let rlimit = match (&cgroup, confinement.memory_mb) {
+            (None, Some(mb)) => Some(mb),
+            _ => None,
+        };
+        let join = cgroup.as_ref().map(MemoryCgroup::joiner);
+        let drop_capabilities = self.drop_capabilities;
+        let mut ruleset = ruleset;
+        // SAFETY: between fork and exec the closure makes only async-signal-safe system
+        // calls (write, setrlimit, prctl, capset, landlock_*) on data prepared before
+        // the fork; the ruleset's Drop closes one descriptor.
+        unsafe {
+            command.pre_exec(move || {
+                if let Some(join) = &join {
+                    join()?;
+                }
+                if let Some(mb) = rlimit {
+                    let limit = rlimit_data(mb);
+                    if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if drop_capabilities {
+                    drop_all_capabilities()?;
+                }
+                match ruleset.take() {
+                    Some(ruleset) => restrict(ruleset),
+                    None => no_new_privs(),
+                }
+            });
+        }
+        Ok(Guard { cgroup })
+    }
+
+    /// The variables a dependency install gets besides the fresh environment.
+    pub fn build_variables() -> impl Iterator<Item = (String, String)> {
+        BUILD_VARIABLES
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+    }
+
+    fn ruleset(&self, confinement: &Confinement<'_>) -> Result<RulesetCreated, RulesetError> {
+        let read = AccessFs::from_read(ABI_WANTED);
+        let all = AccessFs::from_all(ABI_WANTED);
+        let devices = AccessFs::ReadFile | AccessFs::WriteFile;
+        let port = confinement
+            .port
+            .map(|port| Ok::<_, RulesetError>(NetPort::new(port, AccessNet::BindTcp)));
+        Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(all)?
+            .handle_access(AccessNet::BindTcp)?
+            .scope(Scope::from_all(ABI_WANTED))?
+            .create()?
+            .add_rules(path_beneath_rules(&self.shared_read, read))?
+            .add_rules(path_beneath_rules(confinement.read, read))?
+            .add_rules(path_beneath_rules(DEVICES, devices))?
+            .add_rules(path_beneath_rules(confinement.write, all))?
+            .add_rules(port)
+    }
+}
+
+/// Landlock unless the kernel lacks it; then what the operator allowed.
+fn enforcement(abi: Result<i32, String>, allow: bool) -> Enforcement {
+    match abi {
+        Ok(version) if version >= 1 => Enforcement::Landlock,
+        Ok(version) => unsupported(format!("Landlock ABI {version}"), allow),
+        Err(why) => unsupported(why, allow),
+    }
+}
+
+fn unsupported(why: String, allow: bool) -> Enforcement {
+    if allow {
+        Enforcement::Unsandboxed(why)
+    } else {
+        Enforcement::Refused(why)
+    }
+}
+
+/// The kernel's Landlock ABI version, or why there is none.
+fn landlock_abi() -> Result<i32, String> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: the documented version query: no ruleset pointer, size 0.
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if version >= 0 {
+        return i32::try_from(version).map_err(|e| e.to_string());
+    }
+    Err(match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EOPNOTSUPP) => "Landlock is built in but not enabled at boot".into(),
+        Some(libc::ENOSYS) => "the kernel is built without Landlock".into(),
+        _ => std::io::Error::last_os_error().to_string(),
+    })
+}
+
+fn restrict(ruleset: RulesetCreated) -> std::io::Result<()> {
+    match ruleset.restrict_self() {
+        Ok(RestrictionStatus {
+            ruleset: RulesetStatus::NotEnforced,
+            ..
+        }) => Err(std::io::Error::other("Landlock was not enforced")),
+        Ok(_) => Ok(()),
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
+}
+
+fn no_new_privs() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Root without capabilities: the bounding and ambient sets emptied, then the
+/// effective, permitted and inheritable sets, so exec gives none back.
+fn drop_all_capabilities() -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    // SAFETY: prctl and capset on the calling process with valid pointers to locals.
+    unsafe {
+        for cap in 0..64 {
+            // EINVAL past the kernel's last capability is expected.
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        let header = Header {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The installation directory of a tool found on `path` (`/usr/bin/node` → `/usr`,
+/// `~/.pyenv/shims/python3` → `~/.pyenv`), unless it would hold the data dir.
+fn install_root(tool: &str, path: &str, data_dir: &Path) -> Option<PathBuf> {
+    let found = if tool.contains('/') {
+        PathBuf::from(tool)
+    } else {
+        std::env::split_paths(path)
+            .map(|dir| dir.join(tool))
+            .find(|p| p.is_file())?
+    };
+    let real = std::fs::canonicalize(found).ok()?;
+    let bin = real.parent()?;
+    [bin.parent(), Some(bin)]
+        .into_iter()
+        .flatten()
+        .find(|root| *root != Path::new("/") && !data_dir.starts_with(root))
+        .map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_landlock_functions_are_refused_unless_allowed() {
+        assert_eq!(enforcement(Ok(7), false), Enforcement::Landlock);
+        assert!(matches!(
+            enforcement(Err("no".into()), false),
+            Enforcement::Refused(_)
+        ));
+        assert!(matches!(
+            enforcement(Ok(0), true),
+            Enforcement::Unsandboxed(_)
+        ));
+        let message = SandboxError::Unsupported("x".into()).to_string();
+        assert!(message.contains("--allow-unsandboxed"), "{message}");
+        assert!(message.contains("SLESS_ALLOW_UNSANDBOXED=1"), "{message}");
+    }
+
+    #[test]
+    fn install_roots_never_cover_the_data_dir() {
+        let data = Path::new("/srv/sless");
+        assert_eq!(
+            install_root("/usr/bin/env", "", data),
+            Some(PathBuf::from("/usr"))
+        );
+        assert_eq!(
+            install_root("/usr/bin/env", "", Path::new("/usr/x")),
+            Some(PathBuf::from("/usr/bin"))
+        );
+    }
+}
