@@ -18,7 +18,7 @@ use operator::k8s::{
 use operator::proxy::{Proxy, ProxyConfig};
 use operator::s3::{ObjectStore, S3Config};
 
-use crate::settings::{AuthArgs, S3Args};
+use crate::settings::{AuthArgs, S3Args, ServeArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Platform {
@@ -113,6 +113,8 @@ pub struct OperatorArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub s3: S3Args,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 impl OperatorArgs {
@@ -210,7 +212,7 @@ async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(address = %args.listen, api = %args.api_url, "console listening");
-    crate::serve::serve(listener, app).await
+    crate::serve::serve(listener, app, &args.serve).await
 }
 
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
@@ -246,6 +248,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             routes,
             ProxyConfig {
                 max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
+                // The console may be served on the same host (an Ingress in front).
+                console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
                 ..ProxyConfig::default()
             },
         ));
@@ -269,7 +273,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         tracing::info!(address = %args.listen, "API and /fn proxy listening");
-        crate::serve::serve(listener, app).await
+        crate::serve::serve(listener, app, &args.serve).await
     };
 
     let controller_task = async {

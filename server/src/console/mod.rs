@@ -20,6 +20,9 @@ use axum::Router;
 use axum::routing::{get, post};
 use operator::auth::Authenticator;
 
+/// The session cookie's name: the `/fn` proxy keeps it from functions.
+pub use session::COOKIE_NAME as SESSION_COOKIE;
+
 /// Where the console finds the API and how it sets cookies.
 #[derive(Clone, Debug)]
 pub struct ConsoleConfig {
