@@ -80,6 +80,8 @@ pub struct ConsoleState {
     pub auth: Arc<Authenticator>,
     pub console: Console,
     pub public_url: String,
+    /// `Secure` on cookies the handlers set themselves.
+    pub secure_cookies: bool,
 }
 
 /// The console's routes: `/funcs/...`, `/login`, `/logout`, the stylesheet and static
@@ -94,6 +96,7 @@ pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::
             ..ConsoleOptions::default()
         }),
         public_url: config.public_url.clone(),
+        secure_cookies: config.secure_cookies,
     });
     let pages = Router::new()
         .route("/", get(handlers::root))
