@@ -785,6 +785,50 @@ async fn a_bad_token_shows_an_error_and_logs_nobody_in() {
     assert!(browser.get(&f.list_path()).await.status.is_redirection());
 }
 
+/// `sless up` wires the proxy to the console's cookie: a real function process neither
+/// receives the session cookie nor sets it, and its answers carry the sandbox CSP.
+#[tokio::test]
+async fn functions_never_see_or_set_the_console_cookie() {
+    let f = Fixture::new();
+    f.function("cookies", "python3.11").await;
+    f.http_trigger("cookies-http", "cookies").await;
+    let handler = b"def handle(event):\n    return {\n        \"statusCode\": 200,\n        \"headers\": {\"Set-Cookie\": [\"sless_session=planted; Path=/\", \"theme=dark\"]},\n        \"body\": {\"cookie\": event[\"_http\"][\"headers\"].get(\"cookie\")},\n    }\n";
+    f.upload("cookies", &[("handler.py", handler)]).await;
+    f.wait_for_phase("cookies", "Ready").await;
+
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let session = browser.cookie.clone().unwrap();
+    let url = f.url(&format!("/fn/{}/cookies", f.ns));
+    // The trigger may still be starting the function.
+    let started = Instant::now();
+    let reply = loop {
+        let cookie = format!("a=1; {SESSION_COOKIE}={session}; b=2");
+        let reply = f
+            .send(f.http.get(&url).header(header::COOKIE, cookie))
+            .await;
+        if reply.status != StatusCode::SERVICE_UNAVAILABLE
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let reply = reply.expect(200, "the function");
+    assert_eq!(reply.json()["cookie"], "a=1; b=2");
+    let set: Vec<&str> = reply
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(set, ["theme=dark"]);
+    assert_eq!(
+        reply.header("content-security-policy"),
+        "sandbox allow-scripts allow-forms allow-popups allow-downloads"
+    );
+}
+
 #[tokio::test]
 async fn a_token_in_the_address_never_logs_in() {
     let f = Fixture::new();
