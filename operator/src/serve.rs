@@ -111,7 +111,7 @@ fn raise_open_files_limit() -> io::Result<u64> {
             tracing::warn!(error = %io::Error::last_os_error(), "cannot raise the open-files limit");
         }
     }
-    Ok(limit.rlim_cur as u64)
+    Ok(limit.rlim_cur)
 }
 
 /// One serving thread per CPU the process may use.
