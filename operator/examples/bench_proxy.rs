@@ -51,6 +51,7 @@ async fn main() -> std::io::Result<()> {
         listener,
         proxy::router(proxy),
         threads,
+        operator::serve::Limits::default().fit_open_files_limit(),
         std::future::pending(),
     )
     .await

@@ -6,16 +6,113 @@
 //! (stolen tasks, the upstream connection's task), which cost 20–60 % of the calls per
 //! second on two cores (docs/benchmarks.md). As on any async runtime, blocking work
 //! belongs in `spawn_blocking`: a handler that blocks stalls its thread's connections.
+//!
+//! Every connection is bounded ([`Limits`]): its request head must arrive within the
+//! header timeout, a keep-alive connection waiting for its next request is closed after
+//! the idle timeout, and past the connection cap new connections are closed at once, so
+//! slow or idle clients cannot take every file descriptor.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::Router;
-use axum::serve::ListenerExt;
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::Instant;
+use tower::Service;
+
+/// How long a connection may take and how many there may be.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// From accepting a connection, or from the first byte of a later request, until
+    /// its whole head has arrived.
+    pub header_timeout: Duration,
+    /// How long a connection with nothing in flight waits for its next request.
+    pub idle_timeout: Duration,
+    /// Connections served at once; more are accepted and closed.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// File descriptors kept for everything but client connections (store, logs, function
+/// processes' pipes).
+const RESERVED_FDS: u64 = 512;
+
+impl Limits {
+    /// Raises the open-files soft limit to the hard one and lowers `max_connections`
+    /// to fit it: each proxied call holds two descriptors (the caller's and the
+    /// function's).
+    pub fn fit_open_files_limit(mut self) -> Self {
+        let available = match raise_open_files_limit() {
+            Ok(limit) => limit,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read or raise the open-files limit");
+                return self;
+            }
+        };
+        let fits =
+            usize::try_from(available.saturating_sub(RESERVED_FDS) / 2).unwrap_or(usize::MAX);
+        if self.max_connections > fits {
+            tracing::info!(
+                max_connections = self.max_connections,
+                open_files = available,
+                lowered_to = fits.max(1),
+                "connection cap lowered to fit the open-files limit"
+            );
+            self.max_connections = fits.max(1);
+        }
+        self
+    }
+}
+
+/// The soft limit after raising it to the hard one.
+fn raise_open_files_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        } else {
+            tracing::warn!(error = %io::Error::last_os_error(), "cannot raise the open-files limit");
+        }
+    }
+    Ok(limit.rlim_cur)
+}
 
 /// One serving thread per CPU the process may use.
 pub fn default_threads() -> NonZeroUsize {
@@ -31,20 +128,29 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     threads: NonZeroUsize,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let listener = listener.into_std()?;
     let (stop, stopped) = watch::channel(false);
-    let (exit, mut exits) = mpsc::unbounded_channel();
+    let (exit, mut exits) = tokio::sync::mpsc::unbounded_channel();
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     for index in 0..threads.get() {
         let listener = listener.try_clone()?;
         let app = app.clone();
         let stopped = stopped.clone();
         let exit = exit.clone();
+        let connections = connections.clone();
         std::thread::Builder::new()
             .name(format!("sless-http-{index}"))
             .spawn(move || {
-                let _ = exit.send(serve_on_this_thread(listener, app, stopped));
+                let _ = exit.send(serve_on_this_thread(
+                    listener,
+                    app,
+                    limits,
+                    connections,
+                    stopped,
+                ));
             })?;
     }
     drop(exit);
@@ -63,36 +169,303 @@ pub async fn serve(
 fn serve_on_this_thread(
     listener: std::net::TcpListener,
     app: Router,
+    limits: Limits,
+    connections: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let listener = TcpListener::from_std(listener)?.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
+        let listener = TcpListener::from_std(listener)?;
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // The connection's own watch (below) times heads; hyper's would also end idle
+        // keep-alive connections at the header timeout.
+        builder.http1().header_read_timeout(None);
+        let builder = Arc::new(builder);
+        // Connections of this thread still open; shutdown waits for them.
+        let (open, mut none_open) = watch::channel(());
+        loop {
+            let (stream, remote) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of descriptors or a connection reset before accept: the
+                        // listener itself is fine.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = stop_requested(&mut stopped) => break,
+            };
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                // Closed at once: a refused client learns it now, not after a timeout.
+                tracing::debug!(%remote, "connection cap reached, closing");
+                continue;
+            };
+            if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(error = %e, "cannot set TCP_NODELAY");
             }
-        });
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        })
-        .await
+            tokio::spawn(serve_connection(
+                stream,
+                remote,
+                app.clone(),
+                builder.clone(),
+                limits,
+                stopped.clone(),
+                (permit, open.clone()),
+            ));
+        }
+        drop(open);
+        // Every sender dropped = every connection of this thread closed.
+        while none_open.changed().await.is_ok() {}
+        Ok(())
     })
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    remote: SocketAddr,
+    app: Router,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: Limits,
+    mut stopped: watch::Receiver<bool>,
+    _held: (OwnedSemaphorePermit, watch::Sender<()>),
+) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        activity: activity.clone(),
+    });
+    let calls = activity.clone();
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(remote));
+        let call = Call::begin(calls.clone());
+        // A Router is always ready: no poll_ready first.
+        let response = app.clone().call(request);
+        async move {
+            let response = response.await?;
+            Ok::<_, Infallible>(response.map(|body| Body::new(CallBody { body, _call: call })))
+        }
+    });
+    let mut conn = std::pin::pin!(builder.serve_connection_with_upgrades(io, service));
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::trace!(error = %e, "connection ended with an error");
+            }
+        }
+        () = stop_requested(&mut stopped) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+        waited = activity.expired(limits) => {
+            tracing::debug!(%remote, ?waited, "closing a connection that waited too long");
+        }
+    }
+}
+
+/// The guard `wait_for` returns must not live across an await (it is not `Send`).
+async fn stop_requested(stopped: &mut watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// What a connection is waiting for, as far as its watch needs to know.
+#[derive(Debug)]
+enum Wait {
+    /// The rest of a request head (a new connection counts as one).
+    Head,
+    /// The next request on a kept-alive connection.
+    Idle,
+}
+
+/// Shared by a connection's socket, its calls and its watch. All of them run on one
+/// thread; atomics only make it `Sync`.
+struct Activity {
+    started: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds since `started` when the current wait began.
+    waiting_since_ms: AtomicU64,
+    waiting_for_head: AtomicBool,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            waiting_since_ms: AtomicU64::new(0),
+            waiting_for_head: AtomicBool::new(true),
+            changed: Notify::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Bytes arrived: on an idle connection they begin a head, which now has the
+    /// header timeout to complete.
+    fn read(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && !self.waiting_for_head.load(Ordering::Relaxed)
+        {
+            self.waiting_since_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+            self.waiting_for_head.store(true, Ordering::Relaxed);
+            self.changed.notify_one();
+        }
+    }
+
+    /// Resolves when the connection has waited longer than `limits` allow; never while
+    /// a call is in flight (a call's own time is the handler's business).
+    async fn expired(&self, limits: Limits) -> Wait {
+        loop {
+            let changed = self.changed.notified();
+            if self.in_flight.load(Ordering::Relaxed) > 0 {
+                changed.await;
+                continue;
+            }
+            let (wait, limit) = if self.waiting_for_head.load(Ordering::Relaxed) {
+                (Wait::Head, limits.header_timeout)
+            } else {
+                (Wait::Idle, limits.idle_timeout)
+            };
+            let since = Duration::from_millis(self.waiting_since_ms.load(Ordering::Relaxed));
+            let deadline = self.started + since + limit;
+            if Instant::now() >= deadline {
+                return wait;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {}
+                () = changed => {}
+            }
+        }
+    }
+}
+
+/// A request from its head until its response body is done or dropped.
+struct Call(Arc<Activity>);
+
+impl Call {
+    fn begin(activity: Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::Relaxed);
+        Call(activity)
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        if activity.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            activity
+                .waiting_since_ms
+                .store(activity.now_ms(), Ordering::Relaxed);
+            activity.waiting_for_head.store(false, Ordering::Relaxed);
+            activity.changed.notify_one();
+        }
+    }
+}
+
+/// A response body that keeps its call in flight until it is done.
+struct CallBody {
+    body: Body,
+    _call: Call,
+}
+
+impl hyper::body::Body for CallBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, telling [`Activity`] when bytes arrive.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::routing::get;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn start(
         threads: usize,
+    ) -> (
+        String,
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<io::Result<()>>,
+    ) {
+        start_with(threads, Limits::default()).await
+    }
+
+    async fn start_with(
+        threads: usize,
+        limits: Limits,
     ) -> (
         String,
         watch::Sender<bool>,
@@ -110,12 +483,20 @@ mod tests {
                     std::thread::sleep(Duration::from_millis(1500));
                     "done"
                 }),
-            );
+            )
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    "done"
+                }),
+            )
+            .route("/healthz", get(|| async { "ok" }));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, mut stopped) = watch::channel(false);
         let threads = NonZeroUsize::new(threads).unwrap();
-        let server = tokio::spawn(serve(listener, app, threads, async move {
+        let server = tokio::spawn(serve(listener, app, threads, limits, async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         }));
         (base, stop, server)
@@ -166,5 +547,175 @@ mod tests {
             reqwest::get(format!("{base}/thread")).await.is_err(),
             "still serving"
         );
+    }
+
+    fn limits(header_ms: u64, idle_ms: u64) -> Limits {
+        Limits {
+            header_timeout: Duration::from_millis(header_ms),
+            idle_timeout: Duration::from_millis(idle_ms),
+            max_connections: 1000,
+        }
+    }
+
+    async fn connect(base: &str) -> TcpStream {
+        TcpStream::connect(base.trim_start_matches("http://"))
+            .await
+            .unwrap()
+    }
+
+    /// Sends `GET path` on `stream` and reads the answer's body (keep-alive).
+    async fn get_on(stream: &mut TcpStream, path: &str) -> String {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed before answering");
+            answer.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(str::to_owned)
+                    })
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap();
+                if body.len() >= length {
+                    return body.to_owned();
+                }
+            }
+        }
+    }
+
+    /// When the server closed `stream` (EOF or reset), reading whatever it sends.
+    async fn closed_after(stream: &mut TcpStream, started: Instant) -> Duration {
+        let mut buf = [0u8; 1024];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn slow_headers_are_cut_while_healthz_answers() {
+        let (base, stop, server) = start_with(2, limits(1000, 30_000)).await;
+        let started = Instant::now();
+        let mut drips = Vec::new();
+        for _ in 0..50 {
+            let mut stream = connect(&base).await;
+            drips.push(tokio::spawn(async move {
+                stream
+                    .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+                    .await
+                    .unwrap();
+                let mut buf = [0u8; 64];
+                loop {
+                    // A header byte every 200 ms: the head never completes.
+                    tokio::select! {
+                        read = stream.read(&mut buf) => match read {
+                            Ok(0) | Err(_) => return started.elapsed(),
+                            Ok(_) => {}
+                        },
+                        () = tokio::time::sleep(Duration::from_millis(200)) => {
+                            if stream.write_all(b"X").await.is_err() {
+                                return started.elapsed();
+                            }
+                        }
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(text(format!("{base}/healthz")).await, "ok");
+        for drip in drips {
+            let closed = tokio::time::timeout(Duration::from_secs(15), drip)
+                .await
+                .expect("a slow-header connection is still open after 15 s")
+                .unwrap();
+            assert!(
+                closed >= Duration::from_millis(900) && closed < Duration::from_secs(3),
+                "closed after {closed:?}"
+            );
+        }
+        assert_eq!(text(format!("{base}/healthz")).await, "ok");
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn idle_keep_alive_connections_are_closed_after_the_idle_timeout() {
+        // Idle shorter than the header timeout: the idle timeout closes it.
+        let (base, stop, server) = start_with(1, limits(5000, 800)).await;
+        let mut stream = connect(&base).await;
+        assert_eq!(get_on(&mut stream, "/healthz").await, "ok");
+        let idle = Instant::now();
+        let closed = closed_after(&mut stream, idle).await;
+        assert!(
+            closed >= Duration::from_millis(700) && closed < Duration::from_millis(2500),
+            "closed after {closed:?}"
+        );
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
+
+        // Idle longer than the header timeout: a kept-alive connection outlives the
+        // header timeout and serves its next request.
+        let (base, stop, server) = start_with(1, limits(500, 10_000)).await;
+        let mut stream = connect(&base).await;
+        assert_eq!(get_on(&mut stream, "/healthz").await, "ok");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(get_on(&mut stream, "/healthz").await, "ok");
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn calls_in_flight_are_not_idle() {
+        let (base, stop, server) = start_with(1, limits(300, 300)).await;
+        let mut stream = connect(&base).await;
+        assert_eq!(get_on(&mut stream, "/slow").await, "done");
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_cap_are_closed_at_once() {
+        let (base, stop, server) = start_with(
+            1,
+            Limits {
+                max_connections: 3,
+                ..limits(5000, 5000)
+            },
+        )
+        .await;
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut stream = connect(&base).await;
+            assert_eq!(get_on(&mut stream, "/healthz").await, "ok");
+            held.push(stream);
+        }
+        let started = Instant::now();
+        let mut refused = connect(&base).await;
+        let _ = refused
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        let closed = closed_after(&mut refused, started).await;
+        assert!(
+            closed < Duration::from_millis(500),
+            "refused after {closed:?}"
+        );
+
+        // A freed place serves again.
+        drop(held.pop());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(text(format!("{base}/healthz")).await, "ok");
+        drop(held);
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
     }
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use operator::model::Kind;
-use operator::proxy::{self, Proxy, ProxyConfig, Route, RouteTable};
+use operator::proxy::{self, CallError, Proxy, ProxyConfig, Route, RouteTable};
 use serde_json::{Value, json};
 
 const MIB: usize = 1024 * 1024;
@@ -52,7 +52,8 @@ fn ready(authority: &str, timeout: Option<Duration>) -> Route {
 }
 
 /// `/sleep` answers after 5 s, `/big` streams 50 MiB, `/hop` answers with hop-by-hop
-/// headers; anything else echoes the request (the body only counted).
+/// headers, `/stall` sends its head and a first chunk then nothing for 5 s, `/cookies`
+/// sets cookies; anything else echoes the request (the body only counted).
 async fn upstream(request: Request) -> Response {
     let path = request.uri().path().to_owned();
     match path.as_str() {
@@ -65,6 +66,22 @@ async fn upstream(request: Request) -> Response {
                 .map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; MIB])));
             Body::from_stream(chunks).into_response()
         }
+        "/stall" => {
+            let first = futures::stream::once(async { Ok(Bytes::from_static(b"start ")) });
+            let late = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, std::io::Error>(Bytes::from_static(b"late"))
+            });
+            Body::from_stream(first.chain(late)).into_response()
+        }
+        "/cookies" => (
+            [
+                ("set-cookie", "sless_session=planted; Path=/; HttpOnly"),
+                ("set-cookie", "theme=dark; Path=/"),
+            ],
+            "cookies",
+        )
+            .into_response(),
         "/hop" => (
             [
                 ("keep-alive", "timeout=5"),
@@ -581,4 +598,183 @@ async fn headers_pass_both_ways_on_reused_connections() {
         assert_eq!(seen["headers"]["x-call"], i.to_string());
         assert_eq!(seen["path"], format!("/n/{i}"));
     }
+}
+
+/// The proxy with the console's cookie configured, as `sless up` runs it.
+async fn console_harness() -> Harness {
+    Harness::start_with(ProxyConfig {
+        console_cookie: Some("sless_session".into()),
+        ..ProxyConfig::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_console_cookie_never_reaches_a_function() {
+    let h = console_harness().await;
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("cookie", "a=1; sless_session=secret; b=2"),
+        )
+        .await;
+    assert_eq!(seen["headers"]["cookie"], "a=1; b=2");
+
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("cookie", "sless_session=secret"),
+        )
+        .await;
+    assert!(seen["headers"].get("cookie").is_none(), "{seen}");
+
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("cookie", "theme=dark; sless_session_x=kept"),
+        )
+        .await;
+    assert_eq!(
+        seen["headers"]["cookie"],
+        "theme=dark; sless_session_x=kept"
+    );
+
+    // Nor can a function set it.
+    let response = h
+        .client
+        .get(h.url("/fn/ns/f/cookies"))
+        .send()
+        .await
+        .unwrap();
+    let set: Vec<&str> = response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(set, ["theme=dark; Path=/"]);
+}
+
+#[tokio::test]
+async fn function_answers_are_sandboxed() {
+    let h = console_harness().await;
+    let sandbox = "sandbox allow-scripts allow-forms allow-popups allow-downloads";
+    for path in ["/fn/ns/f/page", "/fn/ns/f/cookies", "/fn/ns/nope/"] {
+        let response = h.client.get(h.url(path)).send().await.unwrap();
+        let policies: Vec<&str> = response
+            .headers()
+            .get_all("content-security-policy")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(policies, [sandbox], "{path}");
+    }
+}
+
+/// The newest recorded call of `ns/name`, waiting briefly for a body still ending.
+async fn last_call(h: &Harness, name: &str) -> operator::proxy::Invocation {
+    for _ in 0..50 {
+        if let Some(call) = h.proxy.invocations().recent("ns", name, 1).pop() {
+            return call;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no call of {name} recorded");
+}
+
+#[tokio::test]
+async fn timeout_sec_bounds_the_body_too() {
+    let h = Harness::start_with(ProxyConfig {
+        timeout_margin: Duration::from_millis(100),
+        ..ProxyConfig::default()
+    })
+    .await;
+    h.routes.set(
+        "ns",
+        "stall",
+        ready(&h.upstream, Some(Duration::from_secs(1))),
+    );
+    let started = std::time::Instant::now();
+    let response = h
+        .client
+        .get(h.url("/fn/ns/stall/stall"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "the head went out before the stall");
+    let body = response.bytes().await;
+    let took = started.elapsed();
+    assert!(body.is_err(), "a cut body must not look complete: {body:?}");
+    assert!(
+        took >= Duration::from_millis(1100) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    let call = last_call(&h, "stall").await;
+    assert_eq!((call.status, call.error), (504, Some(CallError::Timeout)));
+    assert!(call.duration_ms >= 1100.0, "{}", call.duration_ms);
+}
+
+/// An upstream that answers every request with `answer` and closes.
+async fn raw_upstream(answer: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(answer).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn malformed_answers_are_502_and_recorded_so() {
+    let h = Harness::start().await;
+    let bad_chunks =
+        raw_upstream(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n")
+            .await;
+    h.routes.set(
+        "ns",
+        "bad",
+        ready(&bad_chunks, Some(Duration::from_secs(5))),
+    );
+    let response = h.client.get(h.url("/fn/ns/bad/")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 502);
+    assert!(
+        error.starts_with("function \"bad\" sent a malformed answer: "),
+        "{error}"
+    );
+    let call = last_call(&h, "bad").await;
+    assert_eq!(call.status, 502);
+
+    // Broken off after its first bytes: the caller sees the connection close, the
+    // log a 502.
+    let short = raw_upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this").await;
+    h.routes.set("ns", "short", ready(&short, None));
+    let response = h.client.get(h.url("/fn/ns/short/")).send().await.unwrap();
+    if response.status() == 200 {
+        assert!(
+            response.bytes().await.is_err(),
+            "a short body passed for whole"
+        );
+    } else {
+        assert_eq!(error_of(response).await.0, 502);
+    }
+    let call = last_call(&h, "short").await;
+    assert_eq!(call.status, 502);
 }

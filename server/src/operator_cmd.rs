@@ -24,7 +24,7 @@ use operator::k8s::{
 use operator::proxy::{Proxy, ProxyConfig};
 use operator::s3::{ObjectStore, S3Config};
 
-use crate::settings::{AuthArgs, S3Args};
+use crate::settings::{AuthArgs, S3Args, ServeArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Platform {
@@ -128,6 +128,8 @@ pub struct OperatorArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub s3: S3Args,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 impl OperatorArgs {
@@ -223,7 +225,7 @@ async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
         .layer(tower_http::trace::TraceLayer::new_for_http());
     let listener = listen(args.listen).await?;
     tracing::info!(address = %args.listen, api = %args.api_url, "console listening");
-    crate::serve::serve(listener, app).await
+    crate::serve::serve(listener, app, &args.serve).await
 }
 
 /// `/healthz` (the process runs) and `/readyz` (every watched kind was listed once).
@@ -295,7 +297,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             // The probes of the deployment manifests work for every component.
             let listener = listen(args.listen).await?;
             tracing::info!(address = %args.listen, "health probes listening");
-            return crate::serve::serve(listener, probes(readiness.clone())).await;
+            return crate::serve::serve(listener, probes(readiness.clone()), &args.serve).await;
         };
         operator::k8s::controller::check_crds(&client).await?;
         let store = Arc::new(KubeStore::new(client.clone()));
@@ -308,6 +310,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             routes,
             ProxyConfig {
                 max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
+                // The console may be served on the same host (an Ingress in front).
+                console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
                 ..ProxyConfig::default()
             },
         ));
@@ -330,7 +334,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         let app = gate_readyz(app, readiness.clone());
         let listener = listen(args.listen).await?;
         tracing::info!(address = %args.listen, "API and /fn proxy listening");
-        crate::serve::serve(listener, app).await
+        crate::serve::serve(listener, app, &args.serve).await
     };
 
     let controller_task = async {

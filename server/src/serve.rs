@@ -5,10 +5,19 @@ use anyhow::Context;
 use axum::Router;
 use tokio::net::TcpListener;
 
+use crate::settings::ServeArgs;
+
 /// Serves `app` until SIGINT or SIGTERM.
-pub async fn serve(listener: TcpListener, app: Router) -> anyhow::Result<()> {
+pub async fn serve(listener: TcpListener, app: Router, args: &ServeArgs) -> anyhow::Result<()> {
     let threads = operator::serve::default_threads();
-    operator::serve::serve(listener, app, threads, shutdown_signal())
+    let limits = args.limits().fit_open_files_limit();
+    tracing::info!(
+        header_timeout_s = limits.header_timeout.as_secs_f64(),
+        idle_timeout_s = limits.idle_timeout.as_secs_f64(),
+        max_connections = limits.max_connections,
+        "connection limits"
+    );
+    operator::serve::serve(listener, app, threads, limits, shutdown_signal())
         .await
         .context("serving")
 }

@@ -2,11 +2,13 @@
 //! fallbacks, turned into the operator's config types.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use operator::auth::{AuthConfig, KeySource};
 use operator::s3::S3Config;
+use operator::serve::Limits;
 
 pub const DEFAULT_DATA_DIR: &str = "sless-data";
 /// The `sub` of `sless token --admin`; listed as an admin subject in embedded mode.
@@ -112,5 +114,34 @@ impl S3Args {
             secret_access_key: self.s3_secret_access_key.clone(),
             force_path_style: self.s3_path_style,
         })
+    }
+}
+
+/// Connection limits of the HTTP listener (see `operator::serve`).
+#[derive(Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Seconds a client has to send a request's headers, from connecting or from the
+    /// first byte of a later request; then the connection is closed.
+    #[arg(long, env = "SLESS_HEADER_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_secs: u64,
+    /// Seconds a keep-alive connection may wait for its next request.
+    #[arg(long, env = "SLESS_IDLE_TIMEOUT_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
+    /// Connections served at once (more are closed at once); lowered to fit the
+    /// open-files limit, which is raised to its hard limit at start.
+    #[arg(long, env = "SLESS_MAX_CONNECTIONS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+}
+
+impl ServeArgs {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(self.header_timeout_secs),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
     }
 }

@@ -11,7 +11,7 @@ use operator::proxy::{Proxy, ProxyConfig};
 use operator::s3::{EmbeddedS3, ObjectStore};
 use operator::store::SqliteStore;
 
-use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, S3Args};
+use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, S3Args, ServeArgs};
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
@@ -43,6 +43,8 @@ pub struct UpArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub s3: S3Args,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -112,6 +114,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         Arc::new(runner.clone()),
         ProxyConfig {
             max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
+            console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
             ..ProxyConfig::default()
         },
     ));
@@ -148,7 +151,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             }
         });
     }
-    crate::serve::serve(listener, app).await
+    crate::serve::serve(listener, app, &args.serve).await
 }
 
 /// The demo deploys through the API, as its own user: it needs the embedded key.

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Sless;
+use futures::StreamExt;
 use reqwest::header::{self, HeaderMap};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 /// What a browser sends; the console answers pages only when `text/html` is in it.
 const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
 const SESSION_COOKIE: &str = "sless_session";
+const LOGIN_COOKIE: &str = "sless_login_csrf";
 const USER: &str = "alice";
 
 // ---------------------------------------------------------------------------------------
@@ -82,11 +84,15 @@ impl Reply {
 
     /// The `Set-Cookie` line of the session cookie, when the answer has one.
     fn session_set_cookie(&self) -> Option<&str> {
+        self.set_cookie(SESSION_COOKIE)
+    }
+
+    fn set_cookie(&self, name: &str) -> Option<&str> {
         self.headers
             .get_all(header::SET_COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .find(|v| v.starts_with(&format!("{SESSION_COOKIE}=")))
+            .find(|v| v.starts_with(&format!("{name}=")))
     }
 }
 
@@ -399,25 +405,38 @@ impl Fixture {
         Browser {
             fixture: self,
             cookie: None,
+            login_cookie: None,
         }
     }
 }
 
-/// A browser: sends `text/html` in Accept and keeps the session cookie.
+/// A browser: sends `text/html` in Accept and keeps the session cookie and the login
+/// form's CSRF cookie.
 struct Browser<'a> {
     fixture: &'a Fixture,
     cookie: Option<String>,
+    login_cookie: Option<String>,
 }
 
 impl Browser<'_> {
     async fn send(&mut self, mut request: reqwest::RequestBuilder) -> Reply {
         request = request.header(header::ACCEPT, BROWSER_ACCEPT);
-        if let Some(cookie) = &self.cookie {
-            request = request.header(header::COOKIE, format!("{SESSION_COOKIE}={cookie}"));
+        let cookies: Vec<String> = [
+            (SESSION_COOKIE, &self.cookie),
+            (LOGIN_COOKIE, &self.login_cookie),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| value.as_ref().map(|v| format!("{name}={v}")))
+        .collect();
+        if !cookies.is_empty() {
+            request = request.header(header::COOKIE, cookies.join("; "));
         }
         let reply = self.fixture.send(request).await;
         if let Some(set_cookie) = reply.session_set_cookie() {
             self.cookie = cookie_value(set_cookie);
+        }
+        if let Some(set_cookie) = reply.set_cookie(LOGIN_COOKIE) {
+            self.login_cookie = cookie_value(set_cookie);
         }
         reply
     }
@@ -668,12 +687,26 @@ async fn login_with_a_token_starts_a_cookie_session() {
     let form = browser.get("/login").await.expect(200, "login form");
     assert!(form.body.contains("name=\"token\""), "{}", form.body);
     let csrf = csrf_of(&form.body);
-    let anonymous_id = browser.cookie.clone().expect("the form starts a session");
+    assert_eq!(browser.cookie, None, "the form starts no session");
+    let login_cookie = form.set_cookie(LOGIN_COOKIE).expect("a login CSRF cookie");
+    let attributes = cookie_attributes(login_cookie);
+    for want in ["httponly", "samesite=strict", "path=/login"] {
+        assert!(attributes.contains(&want.into()), "{login_cookie}");
+    }
+    assert_eq!(browser.login_cookie.as_deref(), Some(csrf.as_str()));
 
     browser
         .post("/login", &[("token", &f.token)])
         .await
         .expect(403, "login without csrf_token");
+    // The field alone is not enough: a page elsewhere could copy a token it got for
+    // itself, but not set the cookie in this browser.
+    let mut cookieless = f.browser();
+    cookieless
+        .post("/login", &[("token", &f.token), ("csrf_token", &csrf)])
+        .await
+        .expect(403, "login without the login cookie");
+    assert_eq!(cookieless.cookie, None);
     let login = browser
         .post("/login", &[("token", &f.token), ("csrf_token", &csrf)])
         .await;
@@ -687,8 +720,11 @@ async fn login_with_a_token_starts_a_cookie_session() {
     if std::env::var_os("SLESS_SECURE_COOKIES").is_none() {
         assert!(!attributes.contains(&"secure".into()), "{set_cookie}");
     }
-    let session_id = browser.cookie.clone().expect("logged in");
-    assert_ne!(session_id, anonymous_id, "the session id changes at login");
+    browser.cookie.as_ref().expect("logged in");
+    let removal = login
+        .set_cookie(LOGIN_COOKIE)
+        .expect("the login cookie is removed");
+    assert_eq!(cookie_value(removal), None, "{removal}");
 
     // The cookie alone (no bearer token) gives the page.
     let page = browser.get(&f.list_path()).await.expect(200, "list page");
@@ -749,28 +785,102 @@ async fn a_bad_token_shows_an_error_and_logs_nobody_in() {
     assert!(browser.get(&f.list_path()).await.status.is_redirection());
 }
 
+/// `sless up` wires the proxy to the console's cookie: a real function process neither
+/// receives the session cookie nor sets it, and its answers carry the sandbox CSP.
 #[tokio::test]
-async fn login_by_url_takes_the_token_out_of_the_address() {
+async fn functions_never_see_or_set_the_console_cookie() {
+    let f = Fixture::new();
+    f.function("cookies", "python3.11").await;
+    f.http_trigger("cookies-http", "cookies").await;
+    let handler = b"def handle(event):\n    return {\n        \"statusCode\": 200,\n        \"headers\": {\"Set-Cookie\": [\"sless_session=planted; Path=/\", \"theme=dark\"]},\n        \"body\": {\"cookie\": event[\"_http\"][\"headers\"].get(\"cookie\")},\n    }\n";
+    f.upload("cookies", &[("handler.py", handler)]).await;
+    f.wait_for_phase("cookies", "Ready").await;
+
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let session = browser.cookie.clone().unwrap();
+    let url = f.url(&format!("/fn/{}/cookies", f.ns));
+    // The trigger may still be starting the function.
+    let started = Instant::now();
+    let reply = loop {
+        let cookie = format!("a=1; {SESSION_COOKIE}={session}; b=2");
+        let reply = f
+            .send(f.http.get(&url).header(header::COOKIE, cookie))
+            .await;
+        if reply.status != StatusCode::SERVICE_UNAVAILABLE
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let reply = reply.expect(200, "the function");
+    assert_eq!(reply.json()["cookie"], "a=1; b=2");
+    let set: Vec<&str> = reply
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(set, ["theme=dark"]);
+    assert_eq!(
+        reply.header("content-security-policy"),
+        "sandbox allow-scripts allow-forms allow-popups allow-downloads"
+    );
+}
+
+#[tokio::test]
+async fn a_token_in_the_address_never_logs_in() {
     let f = Fixture::new();
     let mut browser = f.browser();
-    let exchanged = browser.get(&format!("/login?token={}", f.token)).await;
-    let target = exchanged.redirect("?token=");
-    assert_eq!(target, f.list_path());
-    assert!(!target.contains(&f.token) && !target.contains("token="));
-    assert!(browser.cookie.is_some(), "{:?}", exchanged.headers);
-    browser.get(&f.list_path()).await.expect(200, "by cookie");
+    let form = browser
+        .get(&format!("/login?token={}", f.token))
+        .await
+        .expect(200, "only the form");
+    assert!(form.body.contains("name=\"token\""), "{}", form.body);
+    assert_eq!(browser.cookie, None, "{:?}", form.headers);
+    let list = browser.get(&f.list_path()).await;
+    assert!(list.redirect("not logged in").starts_with("/login"));
+}
 
-    // A bad one goes back to the form (without the token), which says why.
-    let mut other = f.browser();
-    let refused = other.get("/login?token=not-a-token").await;
-    assert_eq!(refused.redirect("bad ?token="), "/login");
-    let form = other.get("/login").await.expect(200, "login form");
-    assert!(
-        form.body.contains("That token did not work"),
-        "{}",
-        form.body
-    );
-    assert!(other.get(&f.list_path()).await.status.is_redirection());
+/// Rows of the console's session store.
+async fn stored_sessions(data: &std::path::Path) -> i64 {
+    use tower_sessions_sqlx_store::sqlx;
+    let url = format!("sqlite://{}?mode=ro", data.join("sessions.db").display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM tower_sessions")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    count
+}
+
+#[tokio::test]
+async fn anonymous_visitors_store_no_session() {
+    let f = Fixture::new();
+    let paths = [
+        "/login".to_string(),
+        format!("/login?next={}", f.list_path()),
+        f.list_path(),
+    ];
+    let visits = futures::stream::iter(0..2000).for_each_concurrent(16, |i| {
+        let path = paths[i % paths.len()].clone();
+        let request = f
+            .http
+            .get(f.url(&path))
+            .header(header::ACCEPT, BROWSER_ACCEPT);
+        async move {
+            let status = request.send().await.unwrap().status();
+            assert!(status == 200 || status.is_redirection(), "{path}: {status}");
+        }
+    });
+    visits.await;
+    assert_eq!(stored_sessions(&f.data).await, 0);
+
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    assert_eq!(stored_sessions(&f.data).await, 1, "a login stores one");
 }
 
 #[tokio::test]
@@ -799,6 +909,7 @@ async fn logout_needs_the_csrf_token_and_ends_the_session() {
     let mut replay = Browser {
         fixture: &f,
         cookie,
+        login_cookie: None,
     };
     let list = replay.get(&f.list_path()).await;
     assert!(list.redirect("old cookie").starts_with("/login"));

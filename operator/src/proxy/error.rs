@@ -16,6 +16,10 @@ pub enum InvokeError {
     Unavailable(String),
     #[error("function \"{name}\" is unreachable: {detail}")]
     Unreachable { name: String, detail: String },
+    /// The function's answer could not be read (a bad head is `Unreachable`: the
+    /// client library reports both alike).
+    #[error("function \"{name}\" sent a malformed answer: {detail}")]
+    BadAnswer { name: String, detail: String },
     #[error("function \"{name}\" did not answer within {} s (its timeout_sec)", Seconds(*.timeout))]
     Timeout { name: String, timeout: Duration },
     #[error("request body is larger than the limit of {limit} bytes")]
@@ -30,7 +34,9 @@ impl InvokeError {
         match self {
             InvokeError::Unknown { .. } => StatusCode::NOT_FOUND,
             InvokeError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            InvokeError::Unreachable { .. } => StatusCode::BAD_GATEWAY,
+            InvokeError::Unreachable { .. } | InvokeError::BadAnswer { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
             InvokeError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             InvokeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             InvokeError::BadRequestBody(_) => StatusCode::BAD_REQUEST,
@@ -43,7 +49,9 @@ impl IntoResponse for InvokeError {
         let status = self.status();
         if matches!(
             self,
-            InvokeError::Unreachable { .. } | InvokeError::Timeout { .. }
+            InvokeError::Unreachable { .. }
+                | InvokeError::BadAnswer { .. }
+                | InvokeError::Timeout { .. }
         ) {
             tracing::warn!(error = %self, "invoke failed");
         }

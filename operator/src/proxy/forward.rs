@@ -2,7 +2,9 @@
 //! the function and its answer back.
 
 use std::error::Error as StdError;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,12 +12,17 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, Version};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, Version, response};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
+use http_body_util::BodyExt;
+use hyper::body::{Body as _, Frame, Incoming};
+use tokio::time::Sleep;
 
-use super::body::{RequestBody, RequestBodyError};
-use super::headers::{set_forwarding, strip_hop_by_hop};
+use super::body::{RequestBody, RequestBodyError, ResponseBody};
+use super::headers::{set_forwarding, strip_cookie, strip_hop_by_hop, strip_set_cookie};
+use super::log::CallError;
 use super::{Invocation, InvokeError, Proxy, Route};
 
 /// How often a call waiting for a starting function looks at its route again.
@@ -104,7 +111,17 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
         )
         .await
     {
-        Ok(response) => response,
+        Ok(Answer::Whole(response)) => response,
+        Ok(Answer::Streaming {
+            parts,
+            first,
+            rest,
+            deadline,
+        }) => {
+            let record = proxy.record_later(&target, &method, parts.status, started);
+            let body = ResponseBody::new(first, rest, deadline, record);
+            return Response::from_parts(parts, Body::new(body));
+        }
         Err(InvokeError::Unreachable { name, detail }) => proxy
             .why_unreachable(&target, &authority, name, detail)
             .await
@@ -113,6 +130,27 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
     };
     proxy.record(&target, &method, response.status(), started);
     response
+}
+
+/// A function's answer as far as the proxy waited for it.
+enum Answer {
+    /// Complete: the head and the whole (small) body.
+    Whole(Response),
+    /// The head and first frame; the rest streams and the call is recorded when it ends.
+    Streaming {
+        parts: response::Parts,
+        first: Frame<Bytes>,
+        rest: Incoming,
+        deadline: Option<Pin<Box<Sleep>>>,
+    },
+}
+
+/// `future`'s output, or None when `deadline` passed first.
+async fn within<F: Future>(deadline: Option<tokio::time::Instant>, future: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
 }
 
 impl Proxy {
@@ -165,7 +203,15 @@ impl Proxy {
         incoming_authority: Option<&str>,
         authority: &str,
         timeout: Option<Duration>,
-    ) -> Result<Response, InvokeError> {
+    ) -> Result<Answer, InvokeError> {
+        // The whole call, body included, must end by then.
+        let deadline = timeout.map(|timeout| {
+            tokio::time::Instant::now() + timeout.saturating_add(self.config.timeout_margin)
+        });
+        let timed_out = || InvokeError::Timeout {
+            name: target.name.to_owned(),
+            timeout: timeout.unwrap_or_default(),
+        };
         let limit = self.config.max_body_bytes;
         if content_length(&parts.headers).is_some_and(|len| len > limit) {
             return Err(InvokeError::BodyTooLarge { limit });
@@ -184,6 +230,9 @@ impl Proxy {
             .get::<ConnectInfo<SocketAddr>>()
             .map(|info| info.0.ip());
         strip_hop_by_hop(&mut parts.headers);
+        if let Some(cookie) = &self.config.console_cookie {
+            strip_cookie(&mut parts.headers, cookie);
+        }
         set_forwarding(&mut parts.headers, host, client_ip, incoming_authority);
         parts.uri = upstream_uri;
         // The upstream client speaks HTTP/1.1 whatever the caller used.
@@ -192,39 +241,101 @@ impl Proxy {
         let request = hyper::Request::from_parts(parts, RequestBody::new(body, limit));
 
         let call = self.client().request(request);
-        let answer = match timeout {
-            Some(timeout) => {
-                let deadline = timeout.saturating_add(self.config.timeout_margin);
-                tokio::time::timeout(deadline, call)
-                    .await
-                    .map_err(|_| InvokeError::Timeout {
-                        name: target.name.to_owned(),
-                        timeout,
-                    })?
-            }
-            None => call.await,
-        };
-        let answer = answer.map_err(|e| classify(&e, target.name))?;
+        let answer = within(deadline, call)
+            .await
+            .ok_or_else(timed_out)?
+            .map_err(|e| classify(&e, target.name))?;
 
-        let (mut parts, body) = answer.into_parts();
+        let (mut parts, mut rest) = answer.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        Ok(Response::from_parts(parts, Body::new(body)))
+        if let Some(cookie) = &self.config.console_cookie {
+            strip_set_cookie(&mut parts.headers, cookie);
+        }
+        // The head waits for the first frame: an answer that breaks off before any byte
+        // of its body is still a 502 the caller can read, not an empty reply.
+        let first = match within(deadline, rest.frame()).await.ok_or_else(timed_out)? {
+            None => return Ok(Answer::Whole(Response::from_parts(parts, Body::empty()))),
+            Some(Err(e)) => {
+                return Err(InvokeError::BadAnswer {
+                    name: target.name.to_owned(),
+                    detail: error_chain(&e),
+                });
+            }
+            Some(Ok(frame)) => frame,
+        };
+        let first = match first.into_data() {
+            Ok(data) if rest.is_end_stream() => {
+                return Ok(Answer::Whole(Response::from_parts(parts, Body::from(data))));
+            }
+            Ok(data) => Frame::data(data),
+            Err(trailers) => trailers,
+        };
+        Ok(Answer::Streaming {
+            parts,
+            first,
+            rest,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+        })
     }
 
     fn record(&self, target: &Target<'_>, method: &Method, status: StatusCode, started: Instant) {
-        let elapsed = started.elapsed();
-        let arrived: DateTime<Utc> = Utc::now() - elapsed;
         self.invocations.record(
             target.namespace,
             target.name,
-            Invocation {
-                time: arrived.to_rfc3339_opts(SecondsFormat::Millis, true),
-                method: method.as_str().to_owned(),
-                path: target.rest.to_owned(),
-                status: status.as_u16(),
-                duration_ms: elapsed.as_secs_f64() * 1000.0,
-            },
+            invocation(
+                method.as_str().to_owned(),
+                target.rest.to_owned(),
+                status.as_u16(),
+                started,
+                None,
+            ),
         );
+    }
+
+    /// Records the call once its streaming body ends, as cut when it was.
+    fn record_later(
+        self: &Arc<Self>,
+        target: &Target<'_>,
+        method: &Method,
+        status: StatusCode,
+        started: Instant,
+    ) -> impl FnOnce(Option<CallError>) + Send + 'static {
+        let proxy = self.clone();
+        let namespace = target.namespace.to_owned();
+        let name = target.name.to_owned();
+        let path = target.rest.to_owned();
+        let method = method.as_str().to_owned();
+        move |error| {
+            let status = match error {
+                Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
+                Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
+                None => status,
+            };
+            proxy.invocations.record(
+                &namespace,
+                &name,
+                invocation(method, path, status.as_u16(), started, error),
+            );
+        }
+    }
+}
+
+fn invocation(
+    method: String,
+    path: String,
+    status: u16,
+    started: Instant,
+    error: Option<CallError>,
+) -> Invocation {
+    let elapsed = started.elapsed();
+    let arrived: DateTime<Utc> = Utc::now() - elapsed;
+    Invocation {
+        time: arrived.to_rfc3339_opts(SecondsFormat::Millis, true),
+        method,
+        path,
+        status,
+        duration_ms: elapsed.as_secs_f64() * 1000.0,
+        error,
     }
 }
 

@@ -1,13 +1,16 @@
 //! Header rewriting between caller and function: hop-by-hop headers stay on their own
-//! hop (RFC 9110 §7.6.1), the function learns who called through X-Forwarded-*.
+//! hop (RFC 9110 §7.6.1), the function learns who called through X-Forwarded-*, and
+//! nothing of the console's login crosses over: its cookie is neither forwarded nor set
+//! by a function, and function pages run sandboxed.
 
 use std::net::IpAddr;
 
 use axum::http::header::{
-    CONNECTION, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING,
-    UPGRADE,
+    CONNECTION, CONTENT_SECURITY_POLICY, COOKIE, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
+    SET_COOKIE, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::Response;
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -61,6 +64,89 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|token| !token.is_empty())
+}
+
+/// Every `/fn` answer: without `allow-same-origin` the page gets an opaque origin, so
+/// its scripts can neither read the console (same host) nor send its cookie along.
+/// Scripts, forms, popups and downloads stay allowed for the function's own pages. A
+/// policy the function sets is kept: browsers enforce both.
+const SANDBOX: HeaderValue =
+    HeaderValue::from_static("sandbox allow-scripts allow-forms allow-popups allow-downloads");
+
+pub(crate) async fn sandbox(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .append(CONTENT_SECURITY_POLICY, SANDBOX);
+    response
+}
+
+/// Removes the cookie `name` from the Cookie header(s), keeping the other pairs as sent.
+pub(crate) fn strip_cookie(headers: &mut HeaderMap, name: &str) {
+    // The common call carries no such cookie and costs no allocation.
+    if !headers
+        .get_all(COOKIE)
+        .iter()
+        .any(|v| cookie_pairs(v).any(|pair| cookie_name(pair) == name.as_bytes()))
+    {
+        return;
+    }
+    let kept: Vec<HeaderValue> = headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| {
+            let pairs: Vec<&[u8]> = cookie_pairs(value)
+                .filter(|pair| cookie_name(pair) != name.as_bytes())
+                .collect();
+            (!pairs.is_empty()).then(|| HeaderValue::from_bytes(&pairs.join(&b"; "[..])))
+        })
+        // Parts of a valid value make a valid value.
+        .filter_map(Result::ok)
+        .collect();
+    headers.remove(COOKIE);
+    for value in kept {
+        headers.append(COOKIE, value);
+    }
+}
+
+/// Drops every Set-Cookie of `name`: a function must not plant a console session.
+pub(crate) fn strip_set_cookie(headers: &mut HeaderMap, name: &str) {
+    let sets = |v: &HeaderValue| {
+        cookie_name(
+            v.as_bytes()
+                .split(|b| *b == b';')
+                .next()
+                .unwrap_or_default(),
+        ) == name.as_bytes()
+    };
+    if !headers.get_all(SET_COOKIE).iter().any(sets) {
+        return;
+    }
+    let kept: Vec<HeaderValue> = headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter(|v| !sets(v))
+        .cloned()
+        .collect();
+    headers.remove(SET_COOKIE);
+    for value in kept {
+        headers.append(SET_COOKIE, value);
+    }
+}
+
+fn cookie_pairs(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
+    value
+        .as_bytes()
+        .split(|b| *b == b';')
+        .map(<[u8]>::trim_ascii)
+        .filter(|pair| !pair.is_empty())
+}
+
+/// The name of `name=value`, as browsers compare it (surrounding blanks ignored).
+fn cookie_name(pair: &[u8]) -> &[u8] {
+    pair.split(|b| *b == b'=')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii()
 }
 
 /// Points Host at the upstream and adds X-Forwarded-For/-Proto/-Host. Call after
@@ -166,6 +252,42 @@ mod tests {
         );
         strip_hop_by_hop(&mut headers);
         assert!(headers.is_empty());
+    }
+
+    #[test]
+    fn only_the_console_cookie_is_stripped() {
+        let mut headers = map(&[
+            ("cookie", "a=1; sless_session=secret; b=2"),
+            ("cookie", " sless_session = x "),
+            ("cookie", "c=3;sless_session_other=4"),
+        ]);
+        strip_cookie(&mut headers, "sless_session");
+        let left: Vec<&str> = headers
+            .get_all(COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(left, ["a=1; b=2", "c=3; sless_session_other=4"]);
+
+        let mut untouched = map(&[("cookie", "a=1;b=2")]);
+        strip_cookie(&mut untouched, "sless_session");
+        assert_eq!(untouched[COOKIE], "a=1;b=2");
+    }
+
+    #[test]
+    fn functions_cannot_set_the_console_cookie() {
+        let mut headers = map(&[
+            ("set-cookie", "sless_session=planted; Path=/; HttpOnly"),
+            ("set-cookie", "theme=dark; Path=/"),
+            ("set-cookie", "sless_session=again"),
+        ]);
+        strip_set_cookie(&mut headers, "sless_session");
+        let left: Vec<&str> = headers
+            .get_all(SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(left, ["theme=dark; Path=/"]);
     }
 
     #[test]

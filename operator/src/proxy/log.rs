@@ -16,9 +16,24 @@ pub struct Invocation {
     pub method: String,
     /// The path after `/fn/{ns}/{name}` (`/` when empty), without the query.
     pub path: String,
+    /// The function's status, or 502/504 when its answer broke off or ran out of time
+    /// after the head had gone to the caller (see `error`).
     pub status: u16,
-    /// Until the response head went back; a streaming body is not waited for.
+    /// Until the response body ended (or the caller left).
     pub duration_ms: f64,
+    /// Why the answer was cut after its head went out; the caller saw the connection
+    /// close.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<CallError>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CallError {
+    /// The call ran past the function's `timeout_sec`.
+    Timeout,
+    /// The function's answer was malformed or broke off.
+    BadAnswer,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -118,6 +133,7 @@ mod tests {
             path: path.into(),
             status,
             duration_ms: ms,
+            error: None,
         }
     }
 

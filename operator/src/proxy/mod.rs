@@ -20,7 +20,7 @@ use crate::model::Kind;
 use body::RequestBody;
 
 pub use error::InvokeError;
-pub use log::{Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS};
+pub use log::{CallError, Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS};
 
 /// Where a call to `/fn/{ns}/{name}` goes right now. The only part of the proxy that
 /// differs between embedded mode (the runner's local ports) and Kubernetes (Service DNS).
@@ -55,6 +55,9 @@ pub struct ProxyConfig {
     pub timeout_margin: Duration,
     /// How long a call waits for a [`Route::Starting`] function before it gets 503.
     pub start_wait: Duration,
+    /// The console's session cookie, when the console shares the host: never forwarded
+    /// to a function, never set by one.
+    pub console_cookie: Option<String>,
 }
 
 impl Default for ProxyConfig {
@@ -63,6 +66,7 @@ impl Default for ProxyConfig {
             max_body_bytes: 256 * 1024 * 1024,
             timeout_margin: Duration::from_secs(2),
             start_wait: Duration::from_secs(10),
+            console_cookie: None,
         }
     }
 }
@@ -126,5 +130,6 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/fn/{ns}/{name}", any(forward::invoke))
         .route("/fn/{ns}/{name}/", any(forward::invoke))
         .route("/fn/{ns}/{name}/{*rest}", any(forward::invoke))
+        .layer(axum::middleware::map_response(headers::sandbox))
         .with_state(proxy)
 }

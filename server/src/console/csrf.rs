@@ -1,9 +1,15 @@
 //! CSRF protection for the console's forms: a random token per session, echoed in a
 //! hidden `csrf_token` field and compared on every POST. SameSite=Lax cookies already
 //! stop most cross-site posts; the token also covers same-site attackers and old browsers.
+//!
+//! The login form has no session yet, and showing it must not create one (anonymous
+//! visitors would fill the session store): its token is a double-submit cookie
+//! instead, scoped to `/login` and compared with the form's field.
 
+use axum::http::{HeaderMap, HeaderValue, header};
 use base64::Engine;
 use tower_sessions::Session;
+use tower_sessions::cookie::{Cookie, SameSite};
 
 use super::error::ConsoleError;
 use super::session::{self, CSRF_KEY};
@@ -30,6 +36,51 @@ pub async fn verify(session: &Session, submitted: Option<&str>) -> Result<(), Co
         (Some(expected), Some(submitted)) if constant_time_eq(&expected, submitted) => Ok(()),
         _ => Err(ConsoleError::Csrf),
     }
+}
+
+const LOGIN_COOKIE: &str = "sless_login_csrf";
+
+/// The login form's token: the browser's own when it has one (several tabs share it),
+/// else a new one to be set with [`login_cookie`].
+pub fn login_token(headers: &HeaderMap) -> (String, bool) {
+    match login_cookie_value(headers) {
+        Some(token) => (token, false),
+        None => (new_token(), true),
+    }
+}
+
+/// A login post must carry the token its browser holds in the login cookie: a page of
+/// another site can neither read nor set that cookie.
+pub fn verify_login(headers: &HeaderMap, submitted: Option<&str>) -> Result<(), ConsoleError> {
+    match (login_cookie_value(headers), submitted) {
+        (Some(expected), Some(submitted)) if constant_time_eq(&expected, submitted) => Ok(()),
+        _ => Err(ConsoleError::Csrf),
+    }
+}
+
+/// `Set-Cookie` for the login token; `None` removes it (after a login).
+pub fn login_cookie(token: Option<&str>, secure: bool) -> Option<HeaderValue> {
+    let mut cookie = Cookie::build((LOGIN_COOKIE, token.unwrap_or_default().to_owned()))
+        .path("/login")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .build();
+    if token.is_none() {
+        cookie.make_removal();
+    }
+    HeaderValue::from_str(&cookie.to_string()).ok()
+}
+
+fn login_cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == LOGIN_COOKIE && !c.value().is_empty())
+        .map(|c| c.value().to_owned())
 }
 
 /// Compares without an early exit, so timing does not reveal a matching prefix.

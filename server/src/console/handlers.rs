@@ -307,7 +307,6 @@ pub async fn source(
 
 #[derive(Deserialize)]
 pub struct LoginQuery {
-    token: Option<String>,
     next: Option<String>,
 }
 
@@ -323,13 +322,14 @@ pub struct LogoutForm {
     csrf_token: Option<String>,
 }
 
-/// Verifies the token, starts the session, and sends the user on.
+/// Verifies the token, starts the session, and sends the user on (the login token has
+/// served its purpose).
 async fn establish(
     state: &ConsoleState,
     session: &Session,
     token: &str,
     next: Option<&str>,
-) -> Result<Redirect, ConsoleError> {
+) -> Result<Response, ConsoleError> {
     let principal = auth::verify(&state.auth, token).await?;
     let home = format!("/funcs/{}", principal.namespace);
     session::log_in(
@@ -341,10 +341,17 @@ async fn establish(
         },
     )
     .await?;
-    Ok(Redirect::to(next.and_then(safe_next).unwrap_or(&home)))
+    let mut response = Redirect::to(next.and_then(safe_next).unwrap_or(&home)).into_response();
+    if let Some(removal) = csrf::login_cookie(None, state.secure_cookies) {
+        response.headers_mut().append(header::SET_COOKIE, removal);
+    }
+    Ok(response)
 }
 
+/// The login form; stores nothing on the server (see [`csrf::login_token`]).
 async fn login_form(
+    state: &ConsoleState,
+    headers: &HeaderMap,
     session: &Session,
     nonce: &Nonce,
     next: Option<&str>,
@@ -352,9 +359,10 @@ async fn login_form(
     status: StatusCode,
 ) -> Result<Response, ConsoleError> {
     let flash = session::take_flash(session).await?;
+    let (token, new) = csrf::login_token(headers);
     let ctx = PageContext {
         nonce: nonce.0.clone(),
-        csrf: Some(csrf::token(session).await?),
+        csrf: Some(token.clone()),
         user: None,
         flash,
     };
@@ -365,62 +373,57 @@ async fn login_form(
         },
         &ctx,
     );
-    Ok((status, Html(html)).into_response())
+    let mut response = (status, Html(html)).into_response();
+    if new && let Some(cookie) = csrf::login_cookie(Some(&token), state.secure_cookies) {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
 }
 
-/// `GET /login`: the form; `?token=` logs in at once and redirects, so the token
-/// leaves the address bar and the history.
+/// `GET /login`: the form. A token in the address never logs in: a link would log a
+/// browser into someone else's account (login CSRF).
 pub async fn login_page(
     State(state): Shared,
     Extension(nonce): Extension<Nonce>,
     uri: Uri,
+    headers: HeaderMap,
     session: Session,
     MaybeCaller(caller): MaybeCaller,
 ) -> Result<Response, ConsoleError> {
     let login_query: LoginQuery = query(&uri)?;
     let next = login_query.next.as_deref().and_then(safe_next);
-    if let Some(token) = login_query
-        .token
-        .as_deref()
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-    {
-        return match establish(&state, &session, token, next).await {
-            Ok(redirect) => Ok(redirect.into_response()),
-            Err(ConsoleError::Unauthorized(reason)) => {
-                session::set_flash(
-                    &session,
-                    Flash::error(format!("That token did not work: {reason}")),
-                )
-                .await?;
-                let next = next
-                    .map(|n| format!("?next={}", app::listing::url_encode(n)))
-                    .unwrap_or_default();
-                Ok(Redirect::to(&format!("/login{next}")).into_response())
-            }
-            Err(other) => Err(other),
-        };
-    }
     if let Some(caller) = caller.filter(|c| c.via == Via::Session) {
         let home = format!("/funcs/{}", caller.principal.namespace);
         return Ok(Redirect::to(next.unwrap_or(&home)).into_response());
     }
-    login_form(&session, &nonce, next, None, StatusCode::OK).await
+    login_form(
+        &state,
+        &headers,
+        &session,
+        &nonce,
+        next,
+        None,
+        StatusCode::OK,
+    )
+    .await
 }
 
-/// `POST /login`: the pasted token.
+/// `POST /login`: the pasted token, with the login form's CSRF token.
 pub async fn login(
     State(state): Shared,
     Extension(nonce): Extension<Nonce>,
+    headers: HeaderMap,
     session: Session,
     submitted: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
     let submitted = form(submitted)?;
-    csrf::verify(&session, submitted.csrf_token.as_deref()).await?;
+    csrf::verify_login(&headers, submitted.csrf_token.as_deref())?;
     let next = submitted.next.as_deref();
     let token = submitted.token.as_deref().map(str::trim).unwrap_or("");
     if token.is_empty() {
         return login_form(
+            &state,
+            &headers,
             &session,
             &nonce,
             next,
@@ -430,10 +433,12 @@ pub async fn login(
         .await;
     }
     match establish(&state, &session, token, next).await {
-        Ok(redirect) => Ok(redirect.into_response()),
+        Ok(response) => Ok(response),
         Err(ConsoleError::Unauthorized(reason)) => {
             let error = format!("That token did not work: {reason}");
             login_form(
+                &state,
+                &headers,
                 &session,
                 &nonce,
                 next,

@@ -20,6 +20,9 @@ use axum::Router;
 use axum::routing::{get, post};
 use operator::auth::Authenticator;
 
+/// The session cookie's name: the `/fn` proxy keeps it from functions.
+pub use session::COOKIE_NAME as SESSION_COOKIE;
+
 /// Where the console finds the API and how it sets cookies.
 #[derive(Clone, Debug)]
 pub struct ConsoleConfig {
@@ -77,6 +80,8 @@ pub struct ConsoleState {
     pub auth: Arc<Authenticator>,
     pub console: Console,
     pub public_url: String,
+    /// `Secure` on cookies the handlers set themselves.
+    pub secure_cookies: bool,
 }
 
 /// The console's routes: `/funcs/...`, `/login`, `/logout`, the stylesheet and static
@@ -91,6 +96,7 @@ pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::
             ..ConsoleOptions::default()
         }),
         public_url: config.public_url.clone(),
+        secure_cookies: config.secure_cookies,
     });
     let pages = Router::new()
         .route("/", get(handlers::root))

@@ -19,10 +19,16 @@ impl Drop for Sless {
 }
 
 pub fn start(data_dir: &Path) -> Sless {
+    start_with_env(data_dir, &[])
+}
+
+/// `sless up` with extra environment variables (its `SLESS_*` settings).
+pub fn start_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Sless {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
         .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .env_remove("SLESS_S3_ENDPOINT")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
