@@ -54,7 +54,7 @@ fn function(name: &str) -> Value {
 /// The build Job the operator started for a function.
 async fn build_job(emu: &Emulator, name: &str) -> String {
     eventually("a build Job", || {
-        emu.list("batch/v1", "jobs", Some("sless-fn-default"))
+        emu.list("batch/v1", "jobs", Some("sless-build-default"))
             .into_iter()
             .filter_map(|j| j["metadata"]["name"].as_str().map(str::to_string))
             .find(|j| j.contains(name))
@@ -105,7 +105,7 @@ async fn controllers_build_a_function_and_clean_it_up() {
             .as_array()
             .is_some_and(|f| !f.is_empty())
     );
-    emu.complete_job("sless-fn-default", &job).unwrap();
+    emu.complete_job("sless-build-default", &job).unwrap();
     eventually("phase Ready", || {
         (status(&emu, "hello")["phase"] == "Ready").then_some(())
     })
@@ -116,13 +116,13 @@ async fn controllers_build_a_function_and_clean_it_up() {
         .unwrap();
     let job = build_job(&emu, "broken").await;
     emu.add_job_pod(
-        "sless-fn-default",
+        "sless-build-default",
         &job,
         "Failed",
         "step 1\nerror: no such module\n",
     )
     .unwrap();
-    emu.fail_job("sless-fn-default", &job).unwrap();
+    emu.fail_job("sless-build-default", &job).unwrap();
     let failed = eventually("phase Failed", || {
         let s = status(&emu, "broken");
         (s["phase"] == "Failed").then_some(s)
