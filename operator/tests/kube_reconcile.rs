@@ -159,23 +159,23 @@ impl Cluster {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let mut names: Vec<String> = self
-            .api::<K>(DEPLOY_NS)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|o| o.name_any())
-            .collect();
-        names.sort();
-        names
+        self.names_in::<K>(DEPLOY_NS).await
     }
 
     /// The build Jobs, in the namespace builds run in.
     async fn builds(&self) -> Vec<String> {
+        self.names_in::<Job>(BUILD_NS).await
+    }
+
+    async fn names_in<K>(&self, namespace: &str) -> Vec<String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
         let mut names: Vec<String> = self
-            .api::<Job>(BUILD_NS)
+            .api::<K>(namespace)
             .list(&ListParams::default())
             .await
             .unwrap()

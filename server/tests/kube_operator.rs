@@ -594,6 +594,24 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     .await;
 }
 
+/// Applies a Function with code, as `kubectl apply` would; the name of its build Job.
+async fn apply_function(
+    functions: &Api<DynamicObject>,
+    resource: &ApiResource,
+    ns: &str,
+    name: &str,
+) -> String {
+    let key = format!("contexts/{ns}/{name}/1.tar.gz");
+    let mut function = DynamicObject::new(name, resource);
+    function.data = json!({"spec": {"runtime": "python3.11", "entrypoint": "handler.handle",
+        "memoryMb": 128, "timeoutSec": 30, "s3Key": key}});
+    functions
+        .create(&PostParams::default(), &function)
+        .await
+        .unwrap();
+    build_job_name(name, &key)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     let cluster = cluster().await;
@@ -623,24 +641,10 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
         .unwrap();
     let resource = ApiResource::erase::<operator::model::Function>(&());
     let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
-    let apply = |name: &str| {
-        let mut function = DynamicObject::new(name, &resource);
-        function.data = json!({"spec": {"runtime": "python3.11", "entrypoint": "handler.handle",
-            "memoryMb": 128, "timeoutSec": 30, "s3Key": format!("contexts/{ns}/{name}/1.tar.gz")}});
-        function
-    };
-    functions
-        .create(&PostParams::default(), &apply("one"))
-        .await
-        .unwrap();
-    let key = format!("contexts/{ns}/one/1.tar.gz");
+    let build_ns = build_namespace(ns);
+    let job = apply_function(&functions, &resource, ns, "one").await;
     eventually(&first, "the leader's build Job", || {
-        cluster.get(
-            "batch/v1",
-            "jobs",
-            &build_namespace(ns),
-            &build_job_name("one", &key),
-        )
+        cluster.get("batch/v1", "jobs", &build_ns, &job)
     })
     .await;
     let writes_by = |client: &str| {
@@ -657,18 +661,9 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
 
     // The leader stops; the standby takes over within the lease duration.
     drop(first);
-    functions
-        .create(&PostParams::default(), &apply("two"))
-        .await
-        .unwrap();
-    let key = format!("contexts/{ns}/two/1.tar.gz");
+    let job = apply_function(&functions, &resource, ns, "two").await;
     eventually(&second, "the new leader's build Job", || {
-        cluster.get(
-            "batch/v1",
-            "jobs",
-            &build_namespace(ns),
-            &build_job_name("two", &key),
-        )
+        cluster.get("batch/v1", "jobs", &build_ns, &job)
     })
     .await;
     assert!(writes_by("second") > 0);

@@ -105,6 +105,18 @@ fn serve_namespaces(
             Some(object) => reply(200, object.clone()),
             None => failure(404, "NotFound", format!("namespaces {name:?} not found")),
         },
+        // Server-side apply: creates, or merges the applied labels in.
+        ("PATCH", name) => {
+            let applied: Value = serde_json::from_slice(body).unwrap();
+            let object = namespaces.entry(name.to_string()).or_insert_with(|| {
+                json!({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": name, "uid": format!("ns-{name}"),
+                                    "resourceVersion": "1",
+                                    "creationTimestamp": "2025-01-01T00:00:00Z"}})
+            });
+            object["metadata"]["labels"] = applied["metadata"]["labels"].clone();
+            reply(200, object.clone())
+        }
         (method, _) => failure(405, "MethodNotAllowed", format!("{method} on namespaces")),
     }
 }
