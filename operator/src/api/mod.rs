@@ -36,6 +36,8 @@ pub struct ApiConfig {
     pub base_image_prefix: String,
     /// Larger source files are cut (with a flag) in source listings.
     pub max_source_file_bytes: usize,
+    /// One source listing holds at most this much content; later files are cut.
+    pub max_source_answer_bytes: usize,
 }
 
 impl Default for ApiConfig {
@@ -44,6 +46,7 @@ impl Default for ApiConfig {
             upload_limits: UploadLimits::default(),
             base_image_prefix: "sless".into(),
             max_source_file_bytes: 1024 * 1024,
+            max_source_answer_bytes: 4 * 1024 * 1024,
         }
     }
 }
