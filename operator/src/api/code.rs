@@ -1,8 +1,12 @@
 //! Uploads and source listings, shared by functions, services and self-contained jobs.
 
-use axum::extract::Multipart;
+use std::sync::Arc;
+
+use axum::extract::{Multipart, Request, State};
 use axum::http::HeaderMap;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -16,6 +20,9 @@ use crate::upload::{
 
 /// The multipart field that carries the zip.
 pub const CODE_FIELD: &str = "code";
+
+/// Multipart framing adds a little on top of the zip itself.
+pub const MULTIPART_FRAMING_BYTES: u64 = 64 * 1024;
 
 /// Zip work (checking, building a context, listing sources) is CPU-bound and holds a
 /// zip and its output in memory: only this many run at once, the rest wait their turn.
@@ -39,6 +46,34 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+pub fn upload_too_large(limit: u64) -> ApiError {
+    ApiError::PayloadTooLarge(format!(
+        "upload is larger than the limit of {} MiB; remove build outputs and \
+         dependencies (they are installed at build time) from the zip",
+        limit / (1024 * 1024)
+    ))
+}
+
+/// Refuses an upload whose Content-Length is over the limit before a byte of it is
+/// read: hyper answers `Expect: 100-continue` only when the body is first polled, so
+/// such a client is never invited to send it.
+pub async fn refuse_oversize(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let limit = state.config.upload_limits.max_zip_bytes;
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit + MULTIPART_FRAMING_BYTES) {
+        return upload_too_large(limit).into_response();
+    }
+    next.run(request).await
+}
+
 /// Reads the `code` field of a multipart upload.
 pub async fn read_code_field(
     headers: &HeaderMap,
@@ -55,13 +90,7 @@ pub async fn read_code_field(
         return Err(ApiError::UnsupportedMediaType(usage.into()));
     }
     let mut multipart = multipart.map_err(|e| ApiError::BadRequest(format!("{e}; {usage}")))?;
-    let too_large = || {
-        ApiError::PayloadTooLarge(format!(
-            "upload is larger than the limit of {} MiB; remove build outputs and \
-             dependencies (they are installed at build time) from the zip",
-            limit / (1024 * 1024)
-        ))
-    };
+    let too_large = || upload_too_large(limit);
     loop {
         let field = match multipart.next_field().await {
             Ok(Some(field)) => field,

@@ -63,8 +63,8 @@ pub struct AppState {
 
 /// `/v1` routes plus `/healthz` and `/readyz`.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Multipart framing adds a little on top of the zip itself.
-    let upload_body_limit = state.config.upload_limits.max_zip_bytes as usize + 64 * 1024;
+    let upload_body_limit =
+        (state.config.upload_limits.max_zip_bytes + code::MULTIPART_FRAMING_BYTES) as usize;
     let uploads = Router::new()
         .route(
             "/v1/namespaces/{ns}/functions/{name}/upload",
@@ -75,7 +75,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(workloads::upload::<Service>),
         )
         .route("/v1/namespaces/{ns}/jobs/{name}/upload", post(jobs::upload))
-        .layer(DefaultBodyLimit::max(upload_body_limit));
+        .layer(DefaultBodyLimit::max(upload_body_limit))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            code::refuse_oversize,
+        ));
 
     Router::new()
         .route("/healthz", get(healthz))

@@ -64,14 +64,22 @@ pub async fn replace(
         )));
     }
     let spec = trigger_spec(&request)?;
-    let mut object = load::<Trigger>(&state, &auth.namespace, &name).await?;
-    if let Some(version) = &request.resource_version {
-        object.meta.resource_version = version.clone();
-    }
-    object.spec = spec;
-    Ok(Json(trigger_response(
-        &state.store.update_typed(&object).await?,
-    )))
+    let updated = match &request.resource_version {
+        Some(version) => {
+            let mut object = load::<Trigger>(&state, &auth.namespace, &name).await?;
+            object.meta.resource_version = version.clone();
+            object.spec = spec;
+            state.store.update_typed(&object).await?
+        }
+        // No version: last writer wins, never a conflict.
+        None => {
+            modify::<Trigger, _>(&*state.store, &auth.namespace, &name, |o| {
+                o.spec = spec.clone();
+            })
+            .await?
+        }
+    };
+    Ok(Json(trigger_response(&updated)))
 }
 
 /// Start or stop in place: the trigger is not re-created.
