@@ -46,7 +46,7 @@ impl Default for ApiConfig {
             upload_limits: UploadLimits::default(),
             base_image_prefix: "sless".into(),
             max_source_file_bytes: 1024 * 1024,
-            max_source_answer_bytes: 4 * 1024 * 1024,
+            max_source_answer_bytes: 2 * 1024 * 1024,
         }
     }
 }
