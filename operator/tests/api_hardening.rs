@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use operator::api::ApiConfig;
 use operator::auth::KeySource;
-use operator::model::Function;
+use operator::model::{Function, Phase};
 use operator::store::modify_status;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -181,6 +181,57 @@ async fn concurrent_trigger_patches_never_conflict() {
     for (status, body) in futures::future::join_all(patches).await {
         assert_eq!(status, StatusCode::OK, "{body}");
     }
+}
+
+#[tokio::test]
+async fn an_http_trigger_of_a_ready_function_answers_with_its_url() {
+    let config = ApiConfig {
+        external_url: Some("https://fn.example.test/".into()),
+        ..ApiConfig::default()
+    };
+    let server = TestServer::start_with(config, KeySource::Hs256Secret(SECRET.to_vec())).await;
+    let alice = user("alice");
+    let ns = &alice.ns;
+    for name in ["ready", "pending"] {
+        send(
+            &server,
+            &alice,
+            Method::POST,
+            &format!("/v1/namespaces/{ns}/functions"),
+            Some(function(name)),
+        )
+        .await;
+    }
+    modify_status::<Function, _>(&*server.store, ns, "ready", |o| {
+        o.status.phase = Phase::Ready;
+    })
+    .await
+    .unwrap();
+    let triggers = format!("/v1/namespaces/{ns}/triggers");
+    let (status, created) = send(
+        &server,
+        &alice,
+        Method::POST,
+        &triggers,
+        Some(json!({"name": "web", "type": "http", "function_ref": "ready"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(
+        created["url"],
+        format!("https://fn.example.test/fn/{ns}/ready"),
+        "{created}"
+    );
+    // Not Ready yet: the runner fills it in later.
+    let (_, created) = send(
+        &server,
+        &alice,
+        Method::POST,
+        &triggers,
+        Some(json!({"name": "later", "type": "http", "function_ref": "pending"})),
+    )
+    .await;
+    assert_eq!(created["url"], Value::Null, "{created}");
 }
 
 #[tokio::test]

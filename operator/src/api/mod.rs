@@ -38,6 +38,9 @@ pub struct ApiConfig {
     pub max_source_file_bytes: usize,
     /// One source listing holds at most this much content; later files are cut.
     pub max_source_answer_bytes: usize,
+    /// Base of the URLs in status (`<external_url>/fn/<ns>/<name>`), when known: an http
+    /// trigger created for a Ready function answers with its URL at once.
+    pub external_url: Option<String>,
 }
 
 impl Default for ApiConfig {
@@ -47,6 +50,7 @@ impl Default for ApiConfig {
             base_image_prefix: "sless".into(),
             max_source_file_bytes: 1024 * 1024,
             max_source_answer_bytes: 2 * 1024 * 1024,
+            external_url: None,
         }
     }
 }

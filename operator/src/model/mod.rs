@@ -5,6 +5,6 @@ mod naming;
 mod resources;
 mod validation;
 
-pub use naming::{deploy_namespace, namespace_for_sub, workload_image};
+pub use naming::{deploy_namespace, function_url, namespace_for_sub, workload_image};
 pub use resources::*;
 pub use validation::*;
