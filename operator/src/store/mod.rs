@@ -87,8 +87,10 @@ pub trait Store: Send + Sync + 'static {
     /// Objects of a kind in one namespace, or in all namespaces (`None`), ordered by name.
     async fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<RawObject>>;
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<RawObject>>;
-    /// Creates with a default status; the namespace is ensured. `AlreadyExists` if the
-    /// name is taken by this kind or by one it shares names with (`Kind::shares_names_with`).
+    /// Creates with a default status; the namespace is ensured. `AlreadyExists` if taken;
+    /// a store that can (SQLite) also refuses, in the same write, a name held by the kind
+    /// this one shares names with (`Kind::shares_names_with`), so racing creates of a
+    /// function and a service leave one.
     async fn create(
         &self,
         kind: Kind,
