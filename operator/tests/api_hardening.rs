@@ -325,6 +325,109 @@ async fn a_zip_of_many_small_bombs_is_refused_by_the_archive_ratio() {
     assert!(error.contains("allowed ratio of 100:1"), "{error}");
 }
 
+/// GETs `path` until `done` holds (within 90 s); the last answer.
+async fn poll(
+    server: &TestServer,
+    user: &User,
+    path: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let (_, value) = send(server, user, Method::GET, path, None).await;
+        if done(&value) {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{path}: {value}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_runaway_stderr_line_is_cut_at_16_kib() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let alice = user("alice");
+    let ns = &alice.ns;
+    send(
+        &server,
+        &alice,
+        Method::POST,
+        &format!("/v1/namespaces/{ns}/functions"),
+        Some(function("noisy")),
+    )
+    .await;
+    send(
+        &server,
+        &alice,
+        Method::POST,
+        &format!("/v1/namespaces/{ns}/triggers"),
+        Some(json!({"name": "web", "type": "http", "function_ref": "noisy"})),
+    )
+    .await;
+    // 64 MiB without a newline, then a short line.
+    let handler = br#"import sys
+
+def handle(event):
+    chunk = 'x' * (1 << 20)
+    for _ in range(64):
+        sys.stderr.write(chunk)
+    sys.stderr.write('\nafter\n')
+    sys.stderr.flush()
+    return 'ok'
+"#;
+    let (status, answer) =
+        upload(&server, &alice, "noisy", zip_of(&[("handler.py", handler)])).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let function = format!("/v1/namespaces/{ns}/functions/noisy");
+    let ready = poll(&server, &alice, &function, |f| f["phase"] != "Building").await;
+    assert_eq!(ready["phase"], "Ready", "{ready}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let response = server
+            .client
+            .post(server.url(&format!("/fn/{ns}/noisy")))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == StatusCode::OK {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            response.status()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let logs = poll(
+        &server,
+        &alice,
+        &format!("{function}/logs?tail=50"),
+        |logs| {
+            logs.as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["line"] == "after")
+        },
+    )
+    .await;
+    let lines = logs.as_array().unwrap();
+    let cut: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["line"].as_str().unwrap().starts_with("xxx"))
+        .collect();
+    assert_eq!(cut.len(), 1, "one cut line, the rest skipped");
+    let line = cut[0]["line"].as_str().unwrap();
+    assert_eq!(line.len(), 16 * 1024);
+    assert!(
+        line.ends_with("[line truncated]"),
+        "{}",
+        &line[line.len() - 40..]
+    );
+    assert_eq!(cut[0]["stream"], "stderr");
+}
+
 /// Sends `head` on a fresh connection and returns what the server answers within 5 s
 /// without the client sending a byte of body.
 async fn answer_to_headers_only(server: &TestServer, head: &str) -> String {
