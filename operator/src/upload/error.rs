@@ -9,7 +9,7 @@ pub struct UploadLimits {
     pub max_zip_bytes: u64,
     /// Entries in the central directory, folders included.
     pub max_entries: usize,
-    /// Total over all entries, counted while inflating (headers can lie).
+    /// Total over all entries, by their declared sizes (reading holds each entry to its own).
     pub max_uncompressed_bytes: u64,
     /// Per entry, uncompressed/compressed; only entries over 1 MiB uncompressed are
     /// checked, so small, very repetitive text files never trip it.
