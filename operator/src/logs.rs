@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 use crate::model::Kind;
 
@@ -34,8 +35,68 @@ pub struct LogLine {
     pub line: String,
 }
 
-/// Lines longer than this are cut: one runaway print must not eat the ring.
-const MAX_LINE_BYTES: usize = 8 * 1024;
+/// Lines longer than this are cut (the mark included): one runaway print must not eat
+/// the ring, nor memory while it is read.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
+const CUT_MARK: &str = " [line truncated]";
+
+/// The line as text, cut at a char boundary so that with the mark it fits in `max` bytes.
+fn cut_line(bytes: &[u8], max: usize) -> String {
+    if bytes.len() <= max {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    let mut keep = &bytes[..max.saturating_sub(CUT_MARK.len())];
+    if let Err(e) = std::str::from_utf8(keep)
+        && e.error_len().is_none()
+    {
+        keep = &keep[..e.valid_up_to()];
+    }
+    let mut line = String::from_utf8_lossy(keep).into_owned();
+    line.push_str(CUT_MARK);
+    line
+}
+
+/// Calls `line` for each line of `reader` (without its end), cutting a line longer than
+/// `max` bytes and skipping its rest: a writer that never prints a newline makes this
+/// hold at most `max` bytes, not the whole stream.
+pub async fn read_lines(reader: impl AsyncRead + Unpin, max: usize, mut line: impl FnMut(String)) {
+    let mut reader = BufReader::new(reader);
+    let mut current = Vec::new();
+    // The current line was already cut and handed out; its rest is dropped.
+    let mut skipping = false;
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(chunk) => chunk,
+        };
+        let (used, ends) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if !skipping {
+            let text = &chunk[..if ends { used - 1 } else { used }];
+            // One byte past the limit is enough to know the line must be cut.
+            let room = (max + 1).saturating_sub(current.len());
+            current.extend_from_slice(&text[..text.len().min(room)]);
+            if current.len() > max {
+                line(cut_line(&current, max));
+                current.clear();
+                skipping = !ends;
+            } else if ends {
+                let text = current.strip_suffix(b"\r").unwrap_or(&current);
+                line(String::from_utf8_lossy(text).into_owned());
+                current.clear();
+            }
+        } else if ends {
+            skipping = false;
+        }
+        reader.consume(used);
+    }
+    if !current.is_empty() {
+        line(cut_line(&current, max));
+    }
+}
 
 pub struct LogBook {
     capacity: usize,
@@ -51,15 +112,10 @@ impl LogBook {
     }
 
     pub fn push(&self, namespace: &str, name: &str, stream: Stream, version: &str, line: &str) {
-        let mut line = line.trim_end_matches(['\r', '\n']).to_string();
-        if line.len() > MAX_LINE_BYTES {
-            let mut cut = MAX_LINE_BYTES;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-            line.push_str(" [line truncated]");
-        }
+        let line = cut_line(
+            line.trim_end_matches(['\r', '\n']).as_bytes(),
+            MAX_LINE_BYTES,
+        );
         let entry = LogLine {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             stream,
@@ -138,7 +194,48 @@ mod tests {
         let book = LogBook::new(3);
         book.push("ns", "f", Stream::Stderr, "v1", &"é".repeat(10_000));
         let line = &book.tail("ns", "f", 1)[0].line;
-        assert!(line.len() < MAX_LINE_BYTES + 32);
+        assert!(line.len() <= MAX_LINE_BYTES);
         assert!(line.ends_with("[line truncated]"));
+    }
+
+    /// An endless stream with no newline, produced on demand.
+    struct Endless(usize);
+
+    impl AsyncRead for Endless {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let n = buf.remaining().min(self.0);
+            buf.put_slice(&vec![b'x'; n]);
+            self.0 -= n;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn reading_cuts_lines_at_the_limit() {
+        let mut lines = Vec::new();
+        let input = format!("short\r\n{}\nnext\n{}", "é".repeat(20_000), "y".repeat(5));
+        read_lines(input.as_bytes(), MAX_LINE_BYTES, |l| lines.push(l)).await;
+        assert_eq!(
+            lines.len(),
+            4,
+            "{:?}",
+            lines.iter().map(String::len).collect::<Vec<_>>()
+        );
+        assert_eq!(lines[0], "short");
+        assert!(lines[1].len() <= MAX_LINE_BYTES && lines[1].len() > MAX_LINE_BYTES - 64);
+        assert!(lines[1].starts_with("éé") && lines[1].ends_with(CUT_MARK));
+        assert_eq!(lines[2], "next", "the rest of the cut line is skipped");
+        assert_eq!(lines[3], "yyyyy", "the last line needs no newline");
+
+        // 256 MiB without a newline: one cut line, never the whole stream in memory.
+        let mut lines = Vec::new();
+        read_lines(Endless(256 << 20), MAX_LINE_BYTES, |l| lines.push(l)).await;
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].len(), MAX_LINE_BYTES);
+        assert!(lines[0].ends_with(CUT_MARK));
     }
 }

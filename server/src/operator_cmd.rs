@@ -320,6 +320,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             ..ApiConfig::default()
         };
         config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;
+        config.external_url = args.external_url.clone();
         let state = Arc::new(AppState {
             store,
             objects: objects.clone(),

@@ -95,6 +95,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| format!("http://{address}"));
 
+    config.external_url = Some(external_url.clone());
     let mut runner_config = RunnerConfig::new(data_dir.clone(), external_url.clone());
     runner_config.limits = config.upload_limits.clone();
     runner_config.allow_unsandboxed = args.allow_unsandboxed;

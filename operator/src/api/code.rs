@@ -1,20 +1,80 @@
 //! Uploads and source listings, shared by functions, services and self-contained jobs.
 
-use axum::extract::Multipart;
+use std::sync::Arc;
+
+use axum::extract::{Multipart, Request, State};
 use axum::http::HeaderMap;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{ApiError, AppState};
 use crate::apitypes::SourceFileResponse;
 use crate::model::Runtime;
 use crate::upload::{
-    UploadError, build_context, object_keys, read_zip, source_files, version_stamp,
+    SourceLimits, UploadError, build_context, check_zip, object_keys, source_files, version_stamp,
     zip_key_for_context,
 };
 
 /// The multipart field that carries the zip.
 pub const CODE_FIELD: &str = "code";
+
+/// Multipart framing adds a little on top of the zip itself.
+pub const MULTIPART_FRAMING_BYTES: u64 = 64 * 1024;
+
+/// Zip work (fetching a stored zip, checking it, building a context, listing sources)
+/// is CPU-bound and holds a zip and its output in memory: only this many run at once,
+/// the rest wait their turn (16 concurrent listings of a 10 MB zip: 152 MiB peak with
+/// 4, 86 MiB with 2).
+static ZIP_WORK: Semaphore = Semaphore::const_new(2);
+
+async fn zip_permit() -> Result<SemaphorePermit<'static>, ApiError> {
+    ZIP_WORK
+        .acquire()
+        .await
+        .map_err(|e| ApiError::Internal(format!("zip work: {e}")))
+}
+
+/// Runs `work` on the blocking pool (inflating is CPU work).
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    work: impl FnOnce() -> Result<T, UploadError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::Internal(format!("{what} task failed: {e}")))?
+        .map_err(ApiError::from)
+}
+
+pub fn upload_too_large(limit: u64) -> ApiError {
+    ApiError::PayloadTooLarge(format!(
+        "upload is larger than the limit of {} MiB; remove build outputs and \
+         dependencies (they are installed at build time) from the zip",
+        limit / (1024 * 1024)
+    ))
+}
+
+/// Refuses an upload whose Content-Length is over the limit before a byte of it is
+/// read: hyper answers `Expect: 100-continue` only when the body is first polled, so
+/// such a client is never invited to send it.
+pub async fn refuse_oversize(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let limit = state.config.upload_limits.max_zip_bytes;
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit + MULTIPART_FRAMING_BYTES) {
+        return upload_too_large(limit).into_response();
+    }
+    next.run(request).await
+}
 
 /// Reads the `code` field of a multipart upload.
 pub async fn read_code_field(
@@ -32,13 +92,7 @@ pub async fn read_code_field(
         return Err(ApiError::UnsupportedMediaType(usage.into()));
     }
     let mut multipart = multipart.map_err(|e| ApiError::BadRequest(format!("{e}; {usage}")))?;
-    let too_large = || {
-        ApiError::PayloadTooLarge(format!(
-            "upload is larger than the limit of {} MiB; remove build outputs and \
-             dependencies (they are installed at build time) from the zip",
-            limit / (1024 * 1024)
-        ))
-    };
+    let too_large = || upload_too_large(limit);
     loop {
         let field = match multipart.next_field().await {
             Ok(Some(field)) => field,
@@ -78,13 +132,17 @@ pub async fn store_code(
     let prefix = state.config.base_image_prefix.clone();
     let entrypoint = entrypoint.to_string();
     let zip_for_check = zip.clone();
-    // Inflating and compressing is CPU work: keep it off the async workers.
-    let context = tokio::task::spawn_blocking(move || {
-        let files = read_zip(&zip_for_check, &limits)?;
-        build_context(&prefix, runtime, &entrypoint, &files)
+    let permit = zip_permit().await?;
+    let context = blocking("building the context", move || {
+        build_context(
+            &prefix,
+            runtime,
+            &entrypoint,
+            &mut check_zip(&zip_for_check, &limits)?,
+        )
     })
-    .await
-    .map_err(|e| ApiError::Internal(format!("build context task failed: {e}")))??;
+    .await?;
+    drop(permit);
 
     let now = chrono::Utc::now();
     let mut disambiguator = 0;
@@ -108,14 +166,17 @@ pub async fn list_source(
     state: &AppState,
     context_key: &str,
 ) -> Result<Vec<SourceFileResponse>, ApiError> {
+    let _permit = zip_permit().await?;
     let zip = stored_zip(state, context_key).await?;
     let limits = state.config.upload_limits.clone();
-    let max_file_bytes = state.config.max_source_file_bytes;
-    let files = tokio::task::spawn_blocking(move || -> Result<_, UploadError> {
-        Ok(source_files(&read_zip(&zip, &limits)?, max_file_bytes))
+    let source_limits = SourceLimits {
+        max_file_bytes: state.config.max_source_file_bytes,
+        max_total_bytes: state.config.max_source_answer_bytes,
+    };
+    let files = blocking("listing the source", move || {
+        source_files(&mut check_zip(&zip, &limits)?, source_limits)
     })
-    .await
-    .map_err(|e| ApiError::Internal(format!("source listing task failed: {e}")))??;
+    .await?;
     Ok(files
         .into_iter()
         .map(|f| SourceFileResponse {

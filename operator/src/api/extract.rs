@@ -39,6 +39,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// `axum::extract::Query` with errors in the API's `{"error"}` shape; the message
+/// names the parameter.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| ApiQuery(value))
+            .map_err(|e| ApiError::BadRequest(e.body_text()))
+    }
+}
+
 /// A verified caller allowed to act on the `{ns}` of the route.
 pub struct Authorized {
     pub namespace: String,

@@ -10,7 +10,9 @@ use super::convert::{job_response, job_spec};
 use super::extract::{ApiJson, Authorized};
 use super::{ApiError, AppState, load, not_found};
 use crate::apitypes::{JobPatch, JobRequest, JobResponse};
-use crate::model::{FunctionJob, Kind, ValidationError, validate_event_json, validate_name};
+use crate::model::{
+    FunctionJob, FunctionJobSpec, Kind, ValidationError, validate_event_json, validate_name,
+};
 use crate::store::{StoreExt, modify};
 
 pub async fn list(
@@ -66,28 +68,43 @@ pub async fn replace(
         )));
     }
     let ns = &auth.namespace;
-    let mut spec = job_spec(&request)?;
-    let mut object = load::<FunctionJob>(&state, ns, &name).await?;
-    if let Some(version) = &request.resource_version {
-        object.meta.resource_version = version.clone();
-    }
+    let new_spec = job_spec(&request)?;
+    let object = load::<FunctionJob>(&state, ns, &name).await?;
     let old = &object.spec;
-    spec.s3_key = old.s3_key.clone();
-    // Own code stays only for a self-contained job; its context bakes in the runtime.
-    if spec.function_ref.is_some() {
-        spec.s3_key = None;
-    } else if let (Some(key), Some(runtime), Some(entrypoint)) =
-        (&old.s3_key, spec.runtime, &spec.entrypoint)
-        && (old.runtime != spec.runtime || old.entrypoint.as_ref() != Some(entrypoint))
-    {
-        let zip = stored_zip(&state, key).await?;
-        spec.s3_key =
-            Some(store_code(&state, ns, &job_key_name(&name), runtime, entrypoint, zip).await?);
-    }
-    object.spec = spec;
-    Ok(Json(job_response(
-        &state.store.update_typed(&object).await?,
-    )))
+    // A self-contained job's context bakes in the runtime: rebuild it from the stored zip.
+    let rebuilt = match (&old.s3_key, new_spec.runtime, &new_spec.entrypoint) {
+        (Some(key), Some(runtime), Some(entrypoint))
+            if new_spec.function_ref.is_none()
+                && (old.runtime != new_spec.runtime
+                    || old.entrypoint.as_ref() != Some(entrypoint)) =>
+        {
+            let zip = stored_zip(&state, key).await?;
+            Some(store_code(&state, ns, &job_key_name(&name), runtime, entrypoint, zip).await?)
+        }
+        _ => None,
+    };
+    let old_key = old.s3_key.clone();
+    let apply = |spec: &mut FunctionJobSpec| {
+        let current = std::mem::replace(spec, new_spec.clone());
+        // Own code stays only for a self-contained job; an upload that landed meanwhile
+        // wins over the rebuilt older code.
+        spec.s3_key = match &rebuilt {
+            _ if spec.function_ref.is_some() => None,
+            Some(key) if current.s3_key == old_key => Some(key.clone()),
+            _ => current.s3_key,
+        };
+    };
+    let updated = match &request.resource_version {
+        Some(version) => {
+            let mut object = object;
+            object.meta.resource_version = version.clone();
+            apply(&mut object.spec);
+            state.store.update_typed(&object).await?
+        }
+        // No version: last writer wins, never a conflict.
+        None => modify::<FunctionJob, _>(&*state.store, ns, &name, |o| apply(&mut o.spec)).await?,
+    };
+    Ok(Json(job_response(&updated)))
 }
 
 pub async fn patch(

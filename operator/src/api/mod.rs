@@ -36,6 +36,11 @@ pub struct ApiConfig {
     pub base_image_prefix: String,
     /// Larger source files are cut (with a flag) in source listings.
     pub max_source_file_bytes: usize,
+    /// One source listing holds at most this much content; later files are cut.
+    pub max_source_answer_bytes: usize,
+    /// Base of the URLs in status (`<external_url>/fn/<ns>/<name>`), when known: an http
+    /// trigger created for a Ready function answers with its URL at once.
+    pub external_url: Option<String>,
 }
 
 impl Default for ApiConfig {
@@ -44,6 +49,8 @@ impl Default for ApiConfig {
             upload_limits: UploadLimits::default(),
             base_image_prefix: "sless".into(),
             max_source_file_bytes: 1024 * 1024,
+            max_source_answer_bytes: 2 * 1024 * 1024,
+            external_url: None,
         }
     }
 }
@@ -60,8 +67,8 @@ pub struct AppState {
 
 /// `/v1` routes plus `/healthz` and `/readyz`.
 pub fn router(state: Arc<AppState>) -> Router {
-    // Multipart framing adds a little on top of the zip itself.
-    let upload_body_limit = state.config.upload_limits.max_zip_bytes as usize + 64 * 1024;
+    let upload_body_limit =
+        (state.config.upload_limits.max_zip_bytes + code::MULTIPART_FRAMING_BYTES) as usize;
     let uploads = Router::new()
         .route(
             "/v1/namespaces/{ns}/functions/{name}/upload",
@@ -72,7 +79,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(workloads::upload::<Service>),
         )
         .route("/v1/namespaces/{ns}/jobs/{name}/upload", post(jobs::upload))
-        .layer(DefaultBodyLimit::max(upload_body_limit));
+        .layer(DefaultBodyLimit::max(upload_body_limit))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            code::refuse_oversize,
+        ));
 
     Router::new()
         .route("/healthz", get(healthz))

@@ -8,8 +8,8 @@ use super::convert::{trigger_response, trigger_spec};
 use super::extract::{ApiJson, Authorized};
 use super::{ApiError, AppState, load, not_found};
 use crate::apitypes::{TriggerPatch, TriggerRequest, TriggerResponse};
-use crate::model::{Kind, Trigger, validate_name};
-use crate::store::{StoreExt, modify};
+use crate::model::{Function, Kind, Phase, Trigger, TriggerType, function_url, validate_name};
+use crate::store::{StoreExt, modify, modify_status};
 
 pub async fn list(
     State(state): State<Arc<AppState>>,
@@ -43,10 +43,27 @@ pub async fn create(
         .ok_or_else(|| ApiError::BadRequest("name: required".into()))?;
     validate_name("name", &name)?;
     let spec = trigger_spec(&request)?;
-    let created = state
+    let ns = &auth.namespace;
+    let mut created = state
         .store
-        .create_typed::<Trigger>(&auth.namespace, &name, &spec)
+        .create_typed::<Trigger>(ns, &name, &spec)
         .await?;
+    // The runner fills the URL once it has seen the trigger (for a stopped function,
+    // after starting it); the URL of a Ready function is known now.
+    if spec.trigger_type == TriggerType::Http
+        && let Some(base) = &state.config.external_url
+        && let Some(function) = state
+            .store
+            .get_typed::<Function>(ns, &spec.function_ref)
+            .await?
+        && function.status.phase == Phase::Ready
+    {
+        let url = function_url(base, ns, &spec.function_ref);
+        created = modify_status::<Trigger, _>(&*state.store, ns, &name, |t| {
+            t.status.url.get_or_insert_with(|| url.clone());
+        })
+        .await?;
+    }
     Ok((StatusCode::CREATED, Json(trigger_response(&created))))
 }
 
@@ -64,14 +81,22 @@ pub async fn replace(
         )));
     }
     let spec = trigger_spec(&request)?;
-    let mut object = load::<Trigger>(&state, &auth.namespace, &name).await?;
-    if let Some(version) = &request.resource_version {
-        object.meta.resource_version = version.clone();
-    }
-    object.spec = spec;
-    Ok(Json(trigger_response(
-        &state.store.update_typed(&object).await?,
-    )))
+    let updated = match &request.resource_version {
+        Some(version) => {
+            let mut object = load::<Trigger>(&state, &auth.namespace, &name).await?;
+            object.meta.resource_version = version.clone();
+            object.spec = spec;
+            state.store.update_typed(&object).await?
+        }
+        // No version: last writer wins, never a conflict.
+        None => {
+            modify::<Trigger, _>(&*state.store, &auth.namespace, &name, |o| {
+                o.spec = spec.clone();
+            })
+            .await?
+        }
+    };
+    Ok(Json(trigger_response(&updated)))
 }
 
 /// Start or stop in place: the trigger is not re-created.

@@ -9,11 +9,11 @@ use axum::http::{HeaderMap, StatusCode};
 
 use super::code::{delete_code, list_source, read_code_field, store_code, stored_zip};
 use super::convert::{workload_response, workload_spec};
-use super::extract::{ApiJson, Authorized};
+use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::{ApiError, AppState, load};
 use crate::apitypes::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
-use crate::model::{Phase, validate_name};
+use crate::model::{Phase, WorkloadSpec, validate_name};
 use crate::store::{Object, StoreError, StoreExt, WorkloadKind, modify, modify_status};
 
 pub async fn list<R: WorkloadKind>(
@@ -90,25 +90,54 @@ pub async fn replace<R: WorkloadKind>(
     }
     let new_spec = workload_spec(&request, true)?;
     let ns = &auth.namespace;
-    let mut object = load::<R>(&state, ns, &name).await?;
-    if let Some(version) = &request.resource_version {
-        object.meta.resource_version = version.clone();
-    }
+    let object = load::<R>(&state, ns, &name).await?;
     let old = R::workload(&object.spec).clone();
-    let mut spec = new_spec;
-    spec.s3_key = old.s3_key.clone();
-    spec.replicas = old.replicas;
     // The build context bakes in runtime and entrypoint: rebuild it from the stored zip.
-    let rebuild =
-        old.s3_key.is_some() && (old.runtime != spec.runtime || old.entrypoint != spec.entrypoint);
-    if rebuild && let Some(context_key) = &old.s3_key {
-        let zip = stored_zip(&state, context_key).await?;
-        spec.s3_key =
-            Some(store_code(&state, ns, &name, spec.runtime, &spec.entrypoint, zip).await?);
-    }
-    *R::workload_mut(&mut object.spec) = spec;
-    let updated = state.store.update_typed(&object).await?;
-    let updated = if rebuild {
+    let rebuilt = match &old.s3_key {
+        Some(context_key)
+            if old.runtime != new_spec.runtime || old.entrypoint != new_spec.entrypoint =>
+        {
+            let zip = stored_zip(&state, context_key).await?;
+            Some(
+                store_code(
+                    &state,
+                    ns,
+                    &name,
+                    new_spec.runtime,
+                    &new_spec.entrypoint,
+                    zip,
+                )
+                .await?,
+            )
+        }
+        _ => None,
+    };
+    // The user's fields replace the current ones; the code and replicas are sless's own.
+    let apply = |spec: &mut WorkloadSpec| {
+        let current = std::mem::replace(spec, new_spec.clone());
+        spec.replicas = current.replicas;
+        spec.s3_key = match &rebuilt {
+            // An upload that landed meanwhile wins over the rebuilt older code.
+            Some(key) if current.s3_key == old.s3_key => Some(key.clone()),
+            _ => current.s3_key,
+        };
+    };
+    let updated = match &request.resource_version {
+        Some(version) => {
+            let mut object = object;
+            object.meta.resource_version = version.clone();
+            apply(R::workload_mut(&mut object.spec));
+            state.store.update_typed(&object).await?
+        }
+        // No version: last writer wins, never a conflict.
+        None => {
+            modify::<R, _>(&*state.store, ns, &name, |o| {
+                apply(R::workload_mut(&mut o.spec))
+            })
+            .await?
+        }
+    };
+    let updated = if rebuilt.is_some() {
         mark_building::<R>(&state, ns, &name).await?
     } else {
         updated
@@ -190,6 +219,7 @@ async fn mark_building<R: WorkloadKind>(
 
 #[derive(serde::Deserialize)]
 pub struct TailQuery {
+    /// How many of the newest entries; a non-negative integer.
     tail: Option<usize>,
 }
 
@@ -198,7 +228,7 @@ pub async fn logs<R: WorkloadKind>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
-    axum::extract::Query(query): axum::extract::Query<TailQuery>,
+    ApiQuery(query): ApiQuery<TailQuery>,
 ) -> Result<Json<Vec<crate::logs::LogLine>>, ApiError> {
     load::<R>(&state, &auth.namespace, &name).await?;
     let lines = query.tail.unwrap_or(100).min(10_000);
@@ -229,7 +259,7 @@ pub async fn invocations<R: WorkloadKind>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
-    axum::extract::Query(query): axum::extract::Query<TailQuery>,
+    ApiQuery(query): ApiQuery<TailQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     load::<R>(&state, &auth.namespace, &name).await?;
     let log = state.proxy.invocations();

@@ -13,7 +13,7 @@ use super::runtimes::{GO_BINARY, Toolchain, Wrappers};
 use super::sandbox::{Confinement, Sandbox};
 use crate::model::Runtime;
 use crate::s3::ObjectStore;
-use crate::upload::{UploadLimits, read_zip, unpack, zip_key_for_context};
+use crate::upload::{UploadLimits, check_zip, unpack, zip_key_for_context};
 
 /// A build that did not finish; the message ends with the log tail.
 #[derive(Debug, thiserror::Error)]
@@ -116,9 +116,9 @@ impl Builder {
         let limits = self.limits.clone();
         let target = staging.to_path_buf();
         let count = tokio::task::spawn_blocking(move || {
-            let files = read_zip(&zip, &limits)?;
-            unpack(&files, &target)?;
-            Ok::<_, crate::upload::UploadError>(files.len())
+            let mut files = check_zip(&zip, &limits)?;
+            unpack(&mut files, &target)?;
+            Ok::<_, crate::upload::UploadError>(files.files().len())
         })
         .await
         .map_err(|e| BuildError(format!("unpacking: {e}")))?

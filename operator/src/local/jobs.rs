@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::AsyncRead;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -280,14 +280,15 @@ fn collect(
     output: Output,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut lines = BufReader::new(reader).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        // The result is one line: a line may be as long as the whole output allowance.
+        crate::logs::read_lines(reader, MAX_OUTPUT_BYTES, |line| {
             let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
             if output.1 + line.len() <= MAX_OUTPUT_BYTES {
                 output.1 += line.len();
                 output.0.push((stdout, line));
             }
-        }
+        })
+        .await;
     })
 }
 

@@ -208,10 +208,7 @@ impl Shared {
     }
 
     fn url(&self, namespace: &str, name: &str) -> String {
-        format!(
-            "{}/fn/{namespace}/{name}",
-            self.config.external_url.trim_end_matches('/')
-        )
+        crate::model::function_url(&self.config.external_url, namespace, name)
     }
 
     fn set_route(&self, namespace: &str, name: &str, route: Route) {

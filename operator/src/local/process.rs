@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::AsyncRead;
 use tokio::process::{Child, Command};
 
 use super::sandbox::{Confinement, Guard, Sandbox};
@@ -50,10 +50,10 @@ fn capture(
     version: String,
 ) {
     tokio::spawn(async move {
-        let mut lines = BufReader::new(reader).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        crate::logs::read_lines(reader, crate::logs::MAX_LINE_BYTES, |line| {
             logs.push(&namespace, &name, stream, &version, &line);
-        }
+        })
+        .await;
     });
 }
 

@@ -5,6 +5,8 @@ mod naming;
 mod resources;
 mod validation;
 
-pub use naming::{build_namespace, deploy_namespace, namespace_for_sub, workload_image};
+pub use naming::{
+    build_namespace, deploy_namespace, function_url, namespace_for_sub, workload_image,
+};
 pub use resources::*;
 pub use validation::*;

@@ -7,6 +7,14 @@ pub fn namespace_for_sub(sub: &str) -> String {
     format!("sless-{}", hex::encode(&digest[..8]))
 }
 
+/// The public URL of a function or service: `<external_url>/fn/<ns>/<name>`.
+pub fn function_url(external_url: &str, namespace: &str, name: &str) -> String {
+    format!(
+        "{}/fn/{namespace}/{name}",
+        external_url.trim_end_matches('/')
+    )
+}
+
 /// Where a namespace's workloads (Deployments, run Jobs, CronJobs) run in Kubernetes,
 /// under the `restricted` Pod Security profile.
 pub fn deploy_namespace(namespace: &str) -> String {

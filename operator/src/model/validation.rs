@@ -165,7 +165,16 @@ pub fn validate_timeout_sec(field: &str, value: u32) -> Result {
 
 /// Env names must be valid shell names and must not shadow what the platform sets.
 pub fn validate_env(field: &str, env: &BTreeMap<String, String>) -> Result {
-    for name in env.keys() {
+    for (name, value) in env {
+        // The process environment is NUL-terminated strings: such a value cannot start.
+        if value.contains('\0') {
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "the value of {name:?} contains a NUL byte, which no environment variable can hold"
+                ),
+            ));
+        }
         let mut chars = name.chars();
         let valid = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -208,7 +217,23 @@ pub fn validate_schedule(field: &str, value: &str) -> Result {
     })
 }
 
+/// The event reaches a job in one environment variable (`SLESS_EVENT_JSON`); Linux caps
+/// one such string, name included, at 128 KiB (MAX_ARG_STRLEN), past which the job
+/// cannot start (E2BIG).
+pub const MAX_EVENT_JSON_BYTES: usize = 128 * 1024 - 64;
+
 pub fn validate_event_json(field: &str, value: &str) -> Result {
+    if value.len() > MAX_EVENT_JSON_BYTES {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "is {} bytes, more than the limit of {MAX_EVENT_JSON_BYTES} bytes (the event \
+                 travels in an environment variable); pass large inputs by reference, e.g. an \
+                 object key",
+                value.len()
+            ),
+        ));
+    }
     serde_json::from_str::<serde_json::Value>(value)
         .map(|_| ())
         .map_err(|e| ValidationError::new(field, format!("must be a JSON document: {e}")))
@@ -333,6 +358,13 @@ mod tests {
         let env = |k: &str| BTreeMap::from([(k.to_string(), "v".to_string())]);
         assert!(validate_env("env_vars", &env("DB_URL")).is_ok());
         assert!(validate_env("env_vars", &env("_x1")).is_ok());
+        let nul = BTreeMap::from([("A".to_string(), "a\0b".to_string())]);
+        assert!(
+            validate_env("env_vars", &nul)
+                .unwrap_err()
+                .rule
+                .contains("NUL")
+        );
         for bad in ["1A", "A-B", "", "A B", "PORT", "SLESS_MODE"] {
             assert!(validate_env("env_vars", &env(bad)).is_err(), "{bad}");
         }

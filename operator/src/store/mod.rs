@@ -87,7 +87,10 @@ pub trait Store: Send + Sync + 'static {
     /// Objects of a kind in one namespace, or in all namespaces (`None`), ordered by name.
     async fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<RawObject>>;
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<RawObject>>;
-    /// Creates with a default status; the namespace is ensured. `AlreadyExists` if taken.
+    /// Creates with a default status; the namespace is ensured. `AlreadyExists` if taken;
+    /// a store that can (SQLite) also refuses, in the same write, a name held by the kind
+    /// this one shares names with (`Kind::shares_names_with`), so racing creates of a
+    /// function and a service leave one.
     async fn create(
         &self,
         kind: Kind,
@@ -100,10 +103,52 @@ pub trait Store: Send + Sync + 'static {
     async fn update(&self, object: &RawObject) -> Result<RawObject>;
     /// Writes status only (the status subresource), if the version is current.
     async fn update_status(&self, object: &RawObject) -> Result<RawObject>;
+    /// Read-modify-write of one part of the current object: `change` edits it and the
+    /// result is written whatever other writers did meanwhile (their writes are not
+    /// lost: `change` sees them). This default retries on conflicts; a store with
+    /// transactions does it in one, so it never fails for a concurrent writer.
+    async fn modify(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        part: Part,
+        change: &mut (dyn for<'o> FnMut(&'o mut RawObject) -> Result<()> + Send),
+    ) -> Result<RawObject> {
+        const ATTEMPTS: usize = 8;
+        let mut last = None;
+        for _ in 0..ATTEMPTS {
+            let mut object =
+                self.get(kind, namespace, name)
+                    .await?
+                    .ok_or_else(|| StoreError::NotFound {
+                        kind,
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                    })?;
+            change(&mut object)?;
+            let written = match part {
+                Part::Spec => self.update(&object).await,
+                Part::Status => self.update_status(&object).await,
+            };
+            match written {
+                Err(e @ StoreError::Conflict { .. }) => last = Some(e),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::Backend("update retries exhausted".into())))
+    }
     /// `true` if something was deleted.
     async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
     /// Every successful write is announced here, after it is durable.
     fn subscribe(&self) -> broadcast::Receiver<Change>;
+}
+
+/// What a write changes: spec and annotations, or status (the status subresource).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Spec,
+    Status,
 }
 
 /// Ties a CustomResource type to its kind and its spec/status types.
@@ -292,73 +337,54 @@ impl WorkloadKind for Service {
     }
 }
 
-/// Read-modify-write that retries when another writer got in between.
+/// Read-modify-write of the spec (see [`Store::modify`]).
 pub async fn modify<R, F>(
     store: &dyn Store,
     namespace: &str,
     name: &str,
-    mut change: F,
+    change: F,
 ) -> Result<Object<R>>
 where
     R: Resource,
     F: FnMut(&mut Object<R>) + Send,
 {
-    modify_with(store, namespace, name, |object: &mut Object<R>| {
-        change(object);
-        false
-    })
-    .await
+    modify_part(store, namespace, name, Part::Spec, change).await
 }
 
-/// Like [`modify`] for status; `status_only` picks the status subresource.
+/// Read-modify-write of the status (see [`Store::modify`]).
 pub async fn modify_status<R, F>(
     store: &dyn Store,
     namespace: &str,
     name: &str,
+    change: F,
+) -> Result<Object<R>>
+where
+    R: Resource,
+    F: FnMut(&mut Object<R>) + Send,
+{
+    modify_part(store, namespace, name, Part::Status, change).await
+}
+
+async fn modify_part<R, F>(
+    store: &dyn Store,
+    namespace: &str,
+    name: &str,
+    part: Part,
     mut change: F,
 ) -> Result<Object<R>>
 where
     R: Resource,
     F: FnMut(&mut Object<R>) + Send,
 {
-    modify_with(store, namespace, name, |object: &mut Object<R>| {
-        change(object);
-        true
-    })
-    .await
-}
-
-async fn modify_with<R, F>(
-    store: &dyn Store,
-    namespace: &str,
-    name: &str,
-    mut change: F,
-) -> Result<Object<R>>
-where
-    R: Resource,
-    F: FnMut(&mut Object<R>) -> bool + Send,
-{
-    const ATTEMPTS: usize = 8;
-    let mut last = None;
-    for _ in 0..ATTEMPTS {
-        let mut object = store
-            .get_typed::<R>(namespace, name)
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: R::KIND,
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-            })?;
-        let status_only = change(&mut object);
-        let written = if status_only {
-            store.update_status_typed(&object).await
-        } else {
-            store.update_typed(&object).await
-        };
-        match written {
-            Err(e @ StoreError::Conflict { .. }) => last = Some(e),
-            other => return other,
-        }
-    }
-    Err(last.unwrap_or_else(|| StoreError::Backend("update retries exhausted".into())))
+    let mut typed = |raw: &mut RawObject| -> Result<()> {
+        let mut object = Object::<R>::from_raw(raw.clone())?;
+        change(&mut object);
+        *raw = object.to_raw()?;
+        Ok(())
+    };
+    Object::from_raw(
+        store
+            .modify(R::KIND, namespace, name, part, &mut typed)
+            .await?,
+    )
 }

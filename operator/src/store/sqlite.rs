@@ -11,7 +11,7 @@ use sqlx::sqlite::{
 };
 use tokio::sync::broadcast;
 
-use super::{Change, Meta, RawObject, Result, Store, StoreError};
+use super::{Change, Meta, Part, RawObject, Result, Store, StoreError};
 use crate::model::Kind;
 
 /// The embedded store: one SQLite file in WAL mode. `synchronous=FULL` makes every
@@ -204,9 +204,13 @@ impl Store for SqliteStore {
     ) -> Result<RawObject> {
         self.ensure_namespace(namespace).await?;
         let uid = hex::encode(rand::random::<[u8; 16]>());
+        // One statement, so the check of the kind sharing the name is atomic with the
+        // insert: two racing creates of a function and a service leave one of them.
+        let sibling = kind.shares_names_with().unwrap_or(kind);
         let row = sqlx::query(
             "INSERT INTO objects (kind, namespace, name, uid, resource_version, created_at, \
-             annotations, spec, status) VALUES (?, ?, ?, ?, 1, ?, '{}', ?, ?) \
+             annotations, spec, status) SELECT ?, ?, ?, ?, 1, ?, '{}', ?, ? \
+             WHERE NOT EXISTS (SELECT 1 FROM objects WHERE kind = ? AND namespace = ? AND name = ?) \
              ON CONFLICT DO NOTHING RETURNING *",
         )
         .bind(kind.as_str())
@@ -216,12 +220,19 @@ impl Store for SqliteStore {
         .bind(now())
         .bind(spec.to_string())
         .bind(status.to_string())
+        .bind(sibling.as_str())
+        .bind(namespace)
+        .bind(name)
         .fetch_optional(&self.pool)
         .await
         .map_err(backend)?;
         let Some(row) = row else {
+            let holder = match self.get(sibling, namespace, name).await? {
+                Some(_) => sibling,
+                None => kind,
+            };
             return Err(StoreError::AlreadyExists {
-                kind,
+                kind: holder,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
             });
@@ -278,6 +289,66 @@ impl Store for SqliteStore {
             }
             None => Err(self.missed_update(object).await),
         }
+    }
+
+    /// One IMMEDIATE transaction: the write lock is taken before the read, so no other
+    /// writer can get in between and nothing is retried.
+    async fn modify(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        part: Part,
+        change: &mut (dyn for<'o> FnMut(&'o mut RawObject) -> Result<()> + Send),
+    ) -> Result<RawObject> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(backend)?;
+        let row =
+            sqlx::query("SELECT * FROM objects WHERE kind = ? AND namespace = ? AND name = ?")
+                .bind(kind.as_str())
+                .bind(namespace)
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?
+                .ok_or_else(|| StoreError::NotFound {
+                    kind,
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                })?;
+        let mut object = row_to_object(&row)?;
+        change(&mut object)?;
+        let query = match part {
+            Part::Spec => sqlx::query(
+                "UPDATE objects SET spec = ?, annotations = ?, \
+                 resource_version = resource_version + 1 \
+                 WHERE kind = ? AND namespace = ? AND name = ? RETURNING *",
+            )
+            .bind(object.spec.to_string())
+            .bind(
+                serde_json::to_string(&object.meta.annotations)
+                    .map_err(|e| StoreError::Backend(e.to_string()))?,
+            ),
+            Part::Status => sqlx::query(
+                "UPDATE objects SET status = ?, resource_version = resource_version + 1 \
+                 WHERE kind = ? AND namespace = ? AND name = ? RETURNING *",
+            )
+            .bind(object.status.to_string()),
+        };
+        let row = query
+            .bind(kind.as_str())
+            .bind(namespace)
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let updated = row_to_object(&row)?;
+        tx.commit().await.map_err(backend)?;
+        self.announce(kind, namespace, name);
+        Ok(updated)
     }
 
     async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool> {

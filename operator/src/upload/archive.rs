@@ -2,31 +2,32 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Cursor, Read, Write};
+use std::io::{self, Cursor, Read};
 use std::path::{Component, Path, PathBuf};
 
 use zip::{CompressionMethod, ZipArchive};
 
 use super::error::{UploadError, UploadLimits};
 
-/// One regular file of an upload.
+/// One validated regular file of an upload. `size` is what the header declares; reading
+/// through [`CheckedZip::visit`] holds the entry to exactly that many bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ArchiveFile {
+pub struct ArchiveEntry {
     /// Relative and '/'-separated; "." and empty components are dropped.
     pub path: String,
-    pub data: Vec<u8>,
     /// 0o755 when the zip set any executable bit, else 0o644.
     pub mode: u32,
+    pub size: u64,
 }
 
 /// Entries at or below this size are never ratio-checked: tiny repetitive text
-/// files compress far beyond any sane ratio.
+/// files compress far beyond any sane ratio. The archive-wide ratio applies past the
+/// same total.
 const RATIO_MIN_BYTES: u64 = 1024 * 1024;
 
-/// Cap on the up-front allocation per entry: the declared size may lie.
-const MAX_PREALLOC: u64 = 8 * 1024 * 1024;
-
 const MAX_COMPONENT_BYTES: usize = 255;
+/// Linux's PATH_MAX is 4 KiB; tools and tar headers choke long before that.
+const MAX_PATH_BYTES: usize = 1024;
 
 const S_IFMT: u32 = 0o170_000;
 const S_IFSOCK: u32 = 0o140_000;
@@ -39,20 +40,20 @@ const S_IFIFO: u32 = 0o010_000;
 const FIX_RELATIVE: &str = "zip the folder's contents with relative paths, e.g. \
                             `cd my-function && zip -r ../function.zip .`";
 
-/// An entry that passed the checks of the first pass, to inflate in the second.
-struct Planned {
-    index: usize,
-    path: String,
-    mode: u32,
-    declared_size: u64,
-    compressed_size: u64,
+/// A zip whose every entry passed the checks (names, types, declared sizes, ratios)
+/// before anything was inflated. Its files are read one at a time, so memory stays
+/// bounded whatever the archive expands to.
+pub struct CheckedZip<'a> {
+    archive: ZipArchive<Cursor<&'a [u8]>>,
+    /// Central directory index of each file.
+    indices: Vec<usize>,
+    files: Vec<ArchiveEntry>,
 }
 
-/// Validates every entry and inflates it under the limits; returns the files
-/// (path → bytes) in archive order.
+/// Validates every entry of a zip under the limits without inflating anything.
 ///
 /// Directories are skipped; a single common top-level folder is NOT stripped.
-pub fn read_zip(zip: &[u8], limits: &UploadLimits) -> Result<Vec<ArchiveFile>, UploadError> {
+pub fn check_zip<'a>(zip: &'a [u8], limits: &UploadLimits) -> Result<CheckedZip<'a>, UploadError> {
     if zip.len() as u64 > limits.max_zip_bytes {
         return Err(UploadError::TooLarge {
             limit: limits.max_zip_bytes,
@@ -79,22 +80,114 @@ pub fn read_zip(zip: &[u8], limits: &UploadLimits) -> Result<Vec<ArchiveFile>, U
             limit: limits.max_entries,
         });
     }
-
-    let planned = plan_entries(&mut archive, zip.len() as u64, limits)?;
-    if planned.is_empty() {
+    let (indices, files) = plan_entries(&mut archive, zip.len() as u64, limits)?;
+    if files.is_empty() {
         return Err(UploadError::Empty);
     }
-    inflate(&mut archive, planned, limits)
+    Ok(CheckedZip {
+        archive,
+        indices,
+        files,
+    })
 }
 
-/// First pass: names, types and declared sizes of every entry, before anything is
-/// inflated, so a bad entry at the end costs no decompression.
+impl CheckedZip<'_> {
+    /// The files in archive order.
+    pub fn files(&self) -> &[ArchiveEntry] {
+        &self.files
+    }
+
+    /// Calls `read` for each file in archive order with a reader of its bytes. A reader
+    /// read to the end is checked to yield exactly the declared size (and the CRC), so a
+    /// header that understates a bomb stops one byte past its claim; a caller may also
+    /// stop early.
+    pub fn visit(
+        &mut self,
+        mut read: impl FnMut(&ArchiveEntry, &mut dyn Read) -> Result<(), UploadError>,
+    ) -> Result<(), UploadError> {
+        for (&index, file) in self.indices.iter().zip(&self.files) {
+            let entry = self
+                .archive
+                .by_index(index)
+                .map_err(|e| corrupt(&file.path, e))?;
+            let mut reader = EntryReader {
+                inner: entry,
+                left: file.size,
+                failure: None,
+            };
+            let result = read(file, &mut reader);
+            if let Some(reason) = reader.failure.take() {
+                return Err(corrupt(&file.path, reason));
+            }
+            result?;
+            if reader.left == 0 {
+                reader
+                    .expect_end()
+                    .map_err(|reason| corrupt(&file.path, reason))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn corrupt(path: &str, reason: impl std::fmt::Display) -> UploadError {
+    UploadError::NotAZip(format!("entry {path:?} is corrupt: {reason}"))
+}
+
+/// An entry's inflated bytes, held to its declared size.
+struct EntryReader<'a, 'z> {
+    inner: zip::read::ZipFile<'a, Cursor<&'z [u8]>>,
+    left: u64,
+    /// Why reading failed, kept so the caller's own I/O error does not hide it.
+    failure: Option<String>,
+}
+
+impl EntryReader<'_, '_> {
+    /// One more read must hit the end; that read also makes the zip crate check the CRC.
+    fn expect_end(&mut self) -> Result<(), String> {
+        match self.inner.read(&mut [0u8; 1]) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err("it inflates to more than its header declares".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl Read for EntryReader<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        match self.inner.read(&mut buf[..want]) {
+            Ok(0) => {
+                let reason = "it ends before the size its header declares";
+                self.failure = Some(reason.into());
+                Err(io::Error::new(io::ErrorKind::UnexpectedEof, reason))
+            }
+            Ok(n) => {
+                self.left -= n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                self.failure = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Names, types and declared sizes of every entry, so a bad entry at the end costs no
+/// decompression. Returns the central directory index and the entry of every file.
 fn plan_entries(
     archive: &mut ZipArchive<Cursor<&[u8]>>,
     zip_len: u64,
     limits: &UploadLimits,
-) -> Result<Vec<Planned>, UploadError> {
-    let mut planned = Vec::new();
+) -> Result<(Vec<usize>, Vec<ArchiveEntry>), UploadError> {
+    let mut indices = Vec::new();
+    let mut files = Vec::new();
     let mut paths = PathSet::default();
     let mut declared_total: u64 = 0;
     for index in 0..archive.len() {
@@ -199,54 +292,24 @@ fn plan_entries(
         paths
             .add_file(&path)
             .map_err(|reason| UploadError::unsafe_entry(&name, reason))?;
-        planned.push(Planned {
-            index,
+        indices.push(index);
+        files.push(ArchiveEntry {
             path,
             mode: if unix_mode & 0o111 != 0 { 0o755 } else { 0o644 },
-            declared_size,
-            compressed_size,
+            size: declared_size,
         });
     }
-    Ok(planned)
-}
-
-/// Second pass: inflate through a reader with a hard byte budget, so a bomb whose
-/// headers understate its size is still stopped one byte past the cap.
-fn inflate(
-    archive: &mut ZipArchive<Cursor<&[u8]>>,
-    planned: Vec<Planned>,
-    limits: &UploadLimits,
-) -> Result<Vec<ArchiveFile>, UploadError> {
-    let mut files = Vec::with_capacity(planned.len());
-    let mut total: u64 = 0;
-    for p in planned {
-        let remaining = limits.max_uncompressed_bytes.saturating_sub(total);
-        let mut entry = archive
-            .by_index(p.index)
-            .map_err(|e| UploadError::NotAZip(format!("entry {:?} cannot be read: {e}", p.path)))?;
-        let capacity = p.declared_size.min(remaining).min(MAX_PREALLOC);
-        let mut data = Vec::with_capacity(usize::try_from(capacity).unwrap_or(0));
-        entry
-            .by_ref()
-            .take(remaining.saturating_add(1))
-            .read_to_end(&mut data)
-            .map_err(|e| UploadError::NotAZip(format!("entry {:?} is corrupt: {e}", p.path)))?;
-        let size = data.len() as u64;
-        if size > remaining {
-            return Err(UploadError::Expands {
-                limit: limits.max_uncompressed_bytes,
+    // Many entries, each too small for the per-entry check, can still make a bomb.
+    if declared_total > RATIO_MIN_BYTES {
+        let ratio = declared_total / zip_len.max(1);
+        if ratio > limits.max_archive_ratio {
+            return Err(UploadError::ArchiveRatio {
+                ratio,
+                limit: limits.max_archive_ratio,
             });
         }
-        // The declared size may have lied: check the ratio on what really came out.
-        check_ratio(&p.path, size, p.compressed_size, limits)?;
-        total += size;
-        files.push(ArchiveFile {
-            path: p.path,
-            data,
-            mode: p.mode,
-        });
     }
-    Ok(files)
+    Ok((indices, files))
 }
 
 fn check_ratio(
@@ -307,7 +370,14 @@ fn normalize_path(name: &str) -> Result<String, String> {
             p => parts.push(p),
         }
     }
-    Ok(parts.join("/"))
+    let path = parts.join("/");
+    if path.len() > MAX_PATH_BYTES {
+        return Err(format!(
+            "the path is {} bytes long, more than the limit of {MAX_PATH_BYTES}; shorten it",
+            path.len()
+        ));
+    }
+    Ok(path)
 }
 
 /// "C:" or "C:/...": a Windows absolute path.
@@ -390,12 +460,12 @@ fn declared_entry_count(zip: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(record.get(32..40)?.try_into().ok()?))
 }
 
-/// Unpacks validated files under `dest` (used by the embedded runner). The paths
-/// were validated by `read_zip`; anything that would still land outside `dest`,
-/// or go through a symlink already in it, is refused.
-pub fn unpack(files: &[ArchiveFile], dest: &Path) -> Result<(), UploadError> {
+/// Unpacks a checked zip under `dest` (used by the embedded runner), streaming each
+/// file to disk. The paths were validated by [`check_zip`]; anything that would still
+/// land outside `dest`, or go through a symlink already in it, is refused.
+pub fn unpack(zip: &mut CheckedZip<'_>, dest: &Path) -> Result<(), UploadError> {
     fs::create_dir_all(dest).map_err(|e| io_error("creating", dest, e))?;
-    for file in files {
+    zip.visit(|file, data| {
         let relative = contained_path(&file.path).ok_or_else(|| {
             UploadError::unsafe_entry(
                 &file.path,
@@ -425,16 +495,15 @@ pub fn unpack(files: &[ArchiveFile], dest: &Path) -> Result<(), UploadError> {
             .create_new(true)
             .open(&target)
             .map_err(|e| io_error("creating", &target, e))?;
-        out.write_all(&file.data)
-            .map_err(|e| io_error("writing", &target, e))?;
+        io::copy(data, &mut out).map_err(|e| io_error("writing", &target, e))?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&target, fs::Permissions::from_mode(file.mode & 0o777))
                 .map_err(|e| io_error("setting the mode of", &target, e))?;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// The path as relative normal components only, or None.
@@ -515,6 +584,14 @@ mod tests {
             normalize_path("c:d").is_ok(),
             "a colon alone is a valid unix name"
         );
+    }
+
+    #[test]
+    fn contained_path_refuses_escapes() {
+        for path in ["../evil.py", "/etc/evil", "a/../../evil", ""] {
+            assert_eq!(contained_path(path), None, "{path:?}");
+        }
+        assert_eq!(contained_path("a/b.py"), Some(PathBuf::from("a/b.py")));
     }
 
     #[test]

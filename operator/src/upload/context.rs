@@ -2,7 +2,7 @@
 
 use flate2::{Compression, GzBuilder};
 
-use super::archive::ArchiveFile;
+use super::archive::CheckedZip;
 use super::error::UploadError;
 use crate::model::Runtime;
 
@@ -26,13 +26,8 @@ pub fn base_image(prefix: &str, runtime: Runtime) -> String {
 }
 
 /// The generated Dockerfile of SPEC §4. The entrypoint CMD is the base image's.
-pub fn dockerfile(
-    prefix: &str,
-    runtime: Runtime,
-    entrypoint: &str,
-    files: &[ArchiveFile],
-) -> String {
-    let has = |name: &str| files.iter().any(|f| f.path == name);
+pub fn dockerfile(prefix: &str, runtime: Runtime, entrypoint: &str, paths: &[&str]) -> String {
+    let has = |name: &str| paths.contains(&name);
     let mut lines = vec![
         format!("FROM {}", base_image(prefix, runtime)),
         "WORKDIR /app/function".to_string(),
@@ -72,37 +67,38 @@ fn quote_env(value: &str) -> String {
 }
 
 /// The build context as tar.gz: the Dockerfile first, then every file with its path
-/// and mode. Times, owners and the gzip header are fixed, so the same upload always
-/// gives the same bytes.
+/// and mode, streamed out of the zip one file at a time. Times, owners and the gzip
+/// header are fixed, so the same upload always gives the same bytes.
 pub fn build_context(
     prefix: &str,
     runtime: Runtime,
     entrypoint: &str,
-    files: &[ArchiveFile],
+    zip: &mut CheckedZip<'_>,
 ) -> Result<Vec<u8>, UploadError> {
-    if let Some(file) = files
-        .iter()
-        .find(|f| RESERVED_ROOT_NAMES.contains(&f.path.as_str()))
-    {
+    let paths: Vec<&str> = zip.files().iter().map(|f| f.path.as_str()).collect();
+    if let Some(path) = paths.iter().find(|p| RESERVED_ROOT_NAMES.contains(p)) {
         return Err(UploadError::unsafe_entry(
-            &file.path,
+            *path,
             format!(
-                "{:?} is reserved at the root of the zip: sless generates the build itself \
+                "{path:?} is reserved at the root of the zip: sless generates the build itself \
                  (dependencies come from requirements.txt, package.json or go.mod); remove \
-                 it or move it into a subfolder",
-                file.path
+                 it or move it into a subfolder"
             ),
         ));
     }
-    let dockerfile = dockerfile(prefix, runtime, entrypoint, files);
+    let dockerfile = dockerfile(prefix, runtime, entrypoint, &paths);
     let gz = GzBuilder::new()
         .mtime(0)
         .write(Vec::new(), Compression::default());
     let mut tar = tar::Builder::new(gz);
-    append(&mut tar, "Dockerfile", dockerfile.as_bytes(), 0o644)?;
-    for file in files {
-        append(&mut tar, &file.path, &file.data, file.mode)?;
-    }
+    append(
+        &mut tar,
+        "Dockerfile",
+        dockerfile.len() as u64,
+        dockerfile.as_bytes(),
+        0o644,
+    )?;
+    zip.visit(|file, data| append(&mut tar, &file.path, file.size, data, file.mode))?;
     let gz = tar.into_inner().map_err(context_error)?;
     gz.finish().map_err(context_error)
 }
@@ -110,12 +106,13 @@ pub fn build_context(
 fn append<W: std::io::Write>(
     tar: &mut tar::Builder<W>,
     path: &str,
-    data: &[u8],
+    size: u64,
+    data: impl std::io::Read,
     mode: u32,
 ) -> Result<(), UploadError> {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
-    header.set_size(data.len() as u64);
+    header.set_size(size);
     header.set_mode(mode & 0o777);
     header.set_mtime(0);
     header.set_uid(0);

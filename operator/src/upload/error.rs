@@ -9,11 +9,14 @@ pub struct UploadLimits {
     pub max_zip_bytes: u64,
     /// Entries in the central directory, folders included.
     pub max_entries: usize,
-    /// Total over all entries, counted while inflating (headers can lie).
+    /// Total over all entries, by their declared sizes (reading holds each entry to its own).
     pub max_uncompressed_bytes: u64,
     /// Per entry, uncompressed/compressed; only entries over 1 MiB uncompressed are
     /// checked, so small, very repetitive text files never trip it.
     pub max_compression_ratio: u64,
+    /// Over the whole zip, inflated total/zip size, once the total passes 1 MiB: many
+    /// entries each too small for the per-entry check still cannot make a bomb.
+    pub max_archive_ratio: u64,
 }
 
 impl Default for UploadLimits {
@@ -23,6 +26,7 @@ impl Default for UploadLimits {
             max_entries: 10_000,
             max_uncompressed_bytes: 250 * MIB,
             max_compression_ratio: 200,
+            max_archive_ratio: 100,
         }
     }
 }
@@ -64,6 +68,11 @@ pub enum UploadError {
         ratio: u64,
         limit: u64,
     },
+    #[error(
+        "the zip expands {ratio}:1 as a whole, more than the allowed ratio of {limit}:1 \
+         (this looks like a zip bomb); leave large padded or generated files out of the zip"
+    )]
+    ArchiveRatio { ratio: u64, limit: u64 },
     #[error(
         "the zip contains no files; zip the folder's contents, e.g. \
          `cd my-function && zip -r ../function.zip .`"

@@ -1,7 +1,8 @@
 //! Upload handling: zip validation, source listing, unpacking and build contexts.
 //!
-//! `read_zip` is the one gate: every other function here takes its validated
-//! `ArchiveFile`s (and still refuses what could escape, as a last line of defence).
+//! `check_zip` is the one gate: every other function here reads the files of its
+//! `CheckedZip` one at a time (and still refuses what could escape, as a last line of
+//! defence), so memory stays bounded whatever an upload expands to.
 
 mod archive;
 mod context;
@@ -9,8 +10,8 @@ mod error;
 mod keys;
 mod source;
 
-pub use archive::{ArchiveFile, read_zip, unpack};
+pub use archive::{ArchiveEntry, CheckedZip, check_zip, unpack};
 pub use context::{BASE_IMAGE_VERSION, RESERVED_ROOT_NAMES, base_image, build_context, dockerfile};
 pub use error::{UploadError, UploadLimits};
 pub use keys::{ObjectKeys, object_keys, version_stamp, zip_key_for_context};
-pub use source::{SourceFile, source_files};
+pub use source::{SourceFile, SourceLimits, source_files};

@@ -1,6 +1,9 @@
 //! The source listing the API and the console show (never the generated Dockerfile).
 
-use super::archive::ArchiveFile;
+use std::io::Read;
+
+use super::archive::CheckedZip;
+use super::error::UploadError;
 
 /// Only this much of a file is scanned for NUL bytes.
 const BINARY_SNIFF_BYTES: usize = 8 * 1024;
@@ -9,7 +12,7 @@ const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 #[derive(Clone, Debug, serde::Serialize, PartialEq)]
 pub struct SourceFile {
     pub name: String,
-    /// None for binary files; cut at `max_file_bytes` when `truncated`.
+    /// None for binary files; cut when `truncated`.
     pub content: Option<String>,
     pub binary: bool,
     pub truncated: bool,
@@ -17,40 +20,71 @@ pub struct SourceFile {
     pub size: u64,
 }
 
-/// Binary = not valid UTF-8, or a NUL in the first 8 KiB (content None). Longer text
-/// is cut at a char boundary at most `max_file_bytes` long, with `truncated` set.
-pub fn source_files(files: &[ArchiveFile], max_file_bytes: usize) -> Vec<SourceFile> {
-    files
-        .iter()
-        .map(|file| {
-            let size = file.data.len() as u64;
-            let head = &file.data[..file.data.len().min(BINARY_SNIFF_BYTES)];
-            let text = if head.contains(&0) {
-                None
-            } else {
-                std::str::from_utf8(&file.data).ok()
-            };
-            let Some(text) = text else {
-                return SourceFile {
-                    name: file.path.clone(),
-                    content: None,
-                    binary: true,
-                    truncated: false,
-                    size,
-                };
-            };
-            let truncated = text.len() > max_file_bytes;
-            let mut cut = text.len().min(max_file_bytes);
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            SourceFile {
-                name: file.path.clone(),
-                content: Some(text[..cut].to_string()),
-                binary: false,
-                truncated,
-                size,
-            }
-        })
-        .collect()
+/// Caps on one listing: it holds at most `max_total_bytes` of content, whatever the
+/// upload expands to.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceLimits {
+    /// Longer text is cut (with `truncated`).
+    pub max_file_bytes: usize,
+    /// Files past this budget are listed with their size but cut (to nothing at worst).
+    pub max_total_bytes: usize,
+}
+
+/// The files of an upload, reading at most what is shown of each (plus 8 KiB to sniff).
+/// Binary = a NUL in the first 8 KiB, or the bytes read are not valid UTF-8 (content
+/// None). Text is cut at a char boundary within the file's share of the limits.
+pub fn source_files(
+    zip: &mut CheckedZip<'_>,
+    limits: SourceLimits,
+) -> Result<Vec<SourceFile>, UploadError> {
+    let mut listing = Vec::with_capacity(zip.files().len());
+    let mut budget = limits.max_total_bytes;
+    zip.visit(|file, data| {
+        let shown = limits.max_file_bytes.min(budget);
+        let wanted = shown.max(BINARY_SNIFF_BYTES);
+        let mut head = Vec::new();
+        data.take(wanted as u64)
+            .read_to_end(&mut head)
+            .map_err(|e| UploadError::Io(format!("reading {:?}: {e}", file.path)))?;
+        let entry = describe(&file.path, file.size, &head, shown);
+        budget -= entry.content.as_ref().map_or(0, String::len);
+        listing.push(entry);
+        Ok(())
+    })?;
+    Ok(listing)
+}
+
+/// What to show of a file, given its first bytes and how many of them may be shown.
+fn describe(name: &str, size: u64, head: &[u8], shown: usize) -> SourceFile {
+    let binary = SourceFile {
+        name: name.to_string(),
+        content: None,
+        binary: true,
+        truncated: false,
+        size,
+    };
+    if head[..head.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+        return binary;
+    }
+    let text = match std::str::from_utf8(head) {
+        Ok(text) => text,
+        // A character split where reading stopped is not a sign of binary data.
+        Err(e) if (head.len() as u64) < size && e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return binary,
+    };
+    let mut cut = text.len().min(shown);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let text = &text[..cut];
+    let truncated = size > cut as u64;
+    SourceFile {
+        name: name.to_string(),
+        content: Some(text.to_string()),
+        binary: false,
+        truncated,
+        size,
+    }
 }
