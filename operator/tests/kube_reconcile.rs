@@ -42,7 +42,10 @@ async fn cluster() -> Cluster {
 }
 
 async fn cluster_with(config: operator::k8s::KubeConfig) -> Cluster {
-    let client = fake_client().await;
+    cluster_on(fake_client().await, config)
+}
+
+fn cluster_on(client: kube::Client, config: operator::k8s::KubeConfig) -> Cluster {
     let logs = Arc::new(FakeLogs::default());
     Cluster {
         store: Arc::new(KubeStore::new(client.clone())),
@@ -965,4 +968,40 @@ async fn a_service_named_like_an_older_function_fails_and_the_function_keeps_ser
     assert_eq!(c.builds().await.len(), 1, "no build for the service");
     c.reconcile_function().await;
     assert_eq!(c.function().await.status.unwrap().phase, Phase::Ready);
+}
+
+#[tokio::test]
+async fn a_cron_job_the_api_server_refuses_is_reported_in_the_trigger_status() {
+    let refusing = kube_fake_client::interceptor::Funcs::new().patch(|ctx| {
+        if ctx.patch["kind"] == "CronJob" {
+            return Err(kube_fake_client::Error::InvalidRequest(format!(
+                "CronJob.batch {:?} is invalid: spec.schedule: Invalid value: \"*/5 * * * *\": \
+                 refused by policy",
+                ctx.name
+            )));
+        }
+        Ok(None)
+    });
+    let c = cluster_on(fake_client_with(refusing).await, config());
+    c.ready_function().await;
+    c.store
+        .create_typed::<Trigger>(NS, "tick", &trigger_spec(TriggerType::Cron, true))
+        .await
+        .unwrap();
+    c.reconcile_trigger("tick").await;
+
+    let status = c
+        .api::<Trigger>(NS)
+        .get("tick")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(!status.active);
+    let message = status.message.unwrap();
+    assert!(
+        message.starts_with("Kubernetes refused the CronJob: ")
+            && message.contains("refused by policy"),
+        "{message}"
+    );
 }

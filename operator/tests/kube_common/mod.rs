@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::http::{Method, Request, Response};
 use kube::client::Body;
-use kube_fake_client::ClientBuilder;
+use kube_fake_client::{ClientBuilder, interceptor};
 use operator::k8s::{Context, ContextUrls, KubeConfig, PodLogs};
 use operator::model::{Function, FunctionJob, Service, Trigger};
 use serde_json::{Value, json};
@@ -16,11 +16,18 @@ use serde_json::{Value, json};
 pub const REGISTRY: &str = "registry.test/sless";
 
 pub async fn fake_client() -> kube::Client {
+    fake_client_with(interceptor::Funcs::new()).await
+}
+
+/// A fake API server whose answers `interceptors` may replace, e.g. to refuse an
+/// object the way admission or validation of a real one would.
+pub async fn fake_client_with(interceptors: interceptor::Funcs) -> kube::Client {
     let fake = ClientBuilder::new()
         .with_resource::<Function>()
         .with_resource::<Service>()
         .with_resource::<Trigger>()
         .with_resource::<FunctionJob>()
+        .with_interceptor_funcs(interceptors)
         .build()
         .await
         .expect("fake client");
