@@ -502,12 +502,12 @@ async fn cron_trigger_calls_the_function_until_disabled() {
     .await;
     api.upload("functions/ticker", &[("handler.py",
         b"def handle(event):\n    print('tick from', event.get('trigger'), flush=True)\n    return 'ok'\n")]).await;
-    let fired = api
-        .wait_until("triggers/every-minute", Duration::from_secs(120), |t| {
-            t["last_schedule_time"].is_string()
-        })
-        .await;
-    assert_eq!(fired["active"], true, "{fired}");
+    // The scheduler may record a run while the instance is still starting; the
+    // trigger turns active once it serves.
+    api.wait_until("triggers/every-minute", Duration::from_secs(120), |t| {
+        t["last_schedule_time"].is_string() && t["active"] == true
+    })
+    .await;
     let ticks = |logs: &Value| {
         logs.as_array()
             .unwrap()

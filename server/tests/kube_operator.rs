@@ -187,8 +187,17 @@ impl Cluster {
     }
 }
 
-async fn eventually<T>(operator: &Operator, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(15);
+async fn eventually<T>(operator: &Operator, what: &str, check: impl FnMut() -> Option<T>) -> T {
+    eventually_within(operator, what, Duration::from_secs(15), check).await
+}
+
+async fn eventually_within<T>(
+    operator: &Operator,
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if let Some(found) = check() {
             return found;
@@ -485,7 +494,8 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
             .emu
             .delete(api_version, plural, Some(&deploy_ns), name)
             .unwrap();
-        eventually(&operator, &format!("{plural}/{name} back"), || {
+        let what = format!("{plural}/{name} back within 10 s");
+        eventually_within(&operator, &what, Duration::from_secs(10), || {
             cluster.get(api_version, plural, &deploy_ns, name)
         })
         .await;
