@@ -721,3 +721,62 @@ fn a_missing_or_unreachable_api_server_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_cr_is_reported_and_never_blocks_its_neighbours() {
+    let cluster = cluster().await;
+    // A Function CRD of an older, looser version: no upper bound on memoryMb.
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let name = "functions.sless.kube5s.ru";
+    let mut crd = serde_json::to_value(crds.get(name).await.unwrap()).unwrap();
+    let memory = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["memoryMb"];
+    memory.as_object_mut().unwrap().remove("maximum");
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    crds.replace(name, &PostParams::default(), &crd)
+        .await
+        .unwrap();
+
+    let ns = "team-b";
+    let mut team = Namespace::default();
+    team.metadata.name = Some(ns.into());
+    Api::<Namespace>::all(cluster.client.clone())
+        .create(&PostParams::default(), &team)
+        .await
+        .unwrap();
+    let resource = ApiResource::erase::<operator::model::Function>(&());
+    let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
+    // What the operator's types cannot hold (memoryMb is a u32), left from before.
+    let mut huge = DynamicObject::new("huge", &resource);
+    huge.data = json!({"spec": {"runtime": "python3.11", "entrypoint": "handler.handle",
+        "memoryMb": 4294967296u64, "timeoutSec": 30, "s3Key": "contexts/team-b/huge/1.tar.gz"}});
+    functions
+        .create(&PostParams::default(), &huge)
+        .await
+        .unwrap();
+    let fine = apply_function(&functions, &resource, ns, "fine").await;
+
+    let operator = cluster.operator("operator", &[]);
+    wait_ready(&operator).await;
+    eventually(&operator, "the neighbour's build Job", || {
+        cluster.get("batch/v1", "jobs", &build_namespace(ns), &fine)
+    })
+    .await;
+    let status = eventually(&operator, "the unreadable object's status", || {
+        let object = cluster.get(FUNCTIONS, "functions", ns, "huge")?;
+        (object["status"]["phase"] == "Failed").then(|| object["status"].clone())
+    })
+    .await;
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot be read by the operator"),
+        "{message}"
+    );
+    assert_eq!(status["conditions"][0]["status"], "False");
+    let response = reqwest::get(format!("{}/fn/{ns}/huge", operator.base))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let reason = response.text().await.unwrap();
+    assert!(reason.contains("cannot be read"), "{reason}");
+}

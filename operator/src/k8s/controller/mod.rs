@@ -5,6 +5,7 @@
 
 mod build;
 pub mod job;
+mod tolerant;
 pub mod trigger;
 pub mod workload;
 
@@ -14,12 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service as KubeService};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -530,14 +530,8 @@ pub(crate) fn refusal(result: &Result<impl Sized>) -> Option<String> {
 
 /// Refuses to start when the CRDs are missing, with the fix in the message.
 pub async fn check_crds(client: &Client) -> anyhow::Result<()> {
-    async fn probe<K>(client: &Client) -> anyhow::Result<()>
-    where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + Debug
-            + DeserializeOwned,
-    {
-        Api::<K>::all(client.clone())
+    async fn probe<K: Resource<DynamicType = ()>>(client: &Client) -> anyhow::Result<()> {
+        Api::<DynamicObject>::all_with(client.clone(), &ApiResource::erase::<K>(&()))
             .list(&ListParams::default().limit(1))
             .await
             .map(|_| ())
@@ -563,14 +557,16 @@ async fn probe_until_listed<K>(
     managed_only: bool,
     readiness: &Readiness,
 ) where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+    K: Resource<DynamicType = ()>,
 {
     let mut params = ListParams::default().limit(1);
     if managed_only {
         params = params.labels(&managed_labels());
     }
+    // Untyped: one object that does not decode must not keep the process unready.
+    let api = Api::<DynamicObject>::all_with(client, &ApiResource::erase::<K>(&()));
     loop {
-        match Api::<K>::all(client.clone()).list(&params).await {
+        match api.list(&params).await {
             Ok(_) => return readiness.ready(part),
             Err(e) => tracing::warn!(part, error = %e, "first list failed; retrying"),
         }
@@ -583,7 +579,6 @@ async fn probe_until_listed<K>(
 pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     check_crds(&client).await?;
-    let all = watcher::Config::default;
     const PARTS: [&str; 9] = [
         "Function (controllers)",
         "Service (controllers)",
@@ -612,10 +607,11 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
     };
 
     // Every kind of child is watched, so one deleted by hand comes back at once.
-    let functions = Controller::new(Api::<Function>::all(client.clone()), all())
-        .watches(
-            Api::<Trigger>::all(client.clone()),
-            all(),
+    // The CRs are watched through `tolerant`, so one unreadable object stalls nothing.
+    let (function_store, function_events) = tolerant::watch::<Function>(client.clone(), true);
+    let functions = Controller::for_stream(function_events, function_store)
+        .watches_stream(
+            tolerant::watch::<Trigger>(client.clone(), false).1,
             |trigger: Trigger| {
                 let namespace = trigger.namespace()?;
                 Some(ObjectRef::new(&trigger.spec.function_ref).within(&namespace))
@@ -638,7 +634,8 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .shutdown_on_signal()
         .run(reconcile_function, error_policy, ctx.clone());
 
-    let services = Controller::new(Api::<Service>::all(client.clone()), all())
+    let (service_store, service_events) = tolerant::watch::<Service>(client.clone(), true);
+    let services = Controller::for_stream(service_events, service_store)
         .watches(
             Api::<Deployment>::all(client.clone()),
             managed(),
@@ -656,12 +653,11 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .shutdown_on_signal()
         .run(reconcile_service, error_policy, ctx.clone());
 
-    let trigger_controller = Controller::new(Api::<Trigger>::all(client.clone()), all());
-    let known_triggers = trigger_controller.store();
-    let triggers = trigger_controller
-        .watches(
-            Api::<Function>::all(client.clone()),
-            all(),
+    let (trigger_store, trigger_events) = tolerant::watch::<Trigger>(client.clone(), true);
+    let known_triggers = trigger_store.clone();
+    let triggers = Controller::for_stream(trigger_events, trigger_store)
+        .watches_stream(
+            tolerant::watch::<Function>(client.clone(), false).1,
             move |function: Function| {
                 let namespace = function.namespace();
                 let name = function.name_any();
@@ -687,7 +683,8 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .run(reconcile_trigger, error_policy, ctx.clone());
 
     // Jobs are also polled: watching them across namespaces is not relied on.
-    let jobs = Controller::new(Api::<FunctionJob>::all(client.clone()), all())
+    let (job_store, job_events) = tolerant::watch::<FunctionJob>(client.clone(), true);
+    let jobs = Controller::for_stream(job_events, job_store)
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::FunctionJob)
         })

@@ -96,11 +96,8 @@ async fn wants_instances<K: WorkloadResource>(
     if K::KIND == Kind::Service {
         return Ok((true, true));
     }
-    let triggers: Api<Trigger> = Api::namespaced(ctx.client.clone(), namespace);
-    let mine: Vec<Trigger> = triggers
-        .list(&Default::default())
+    let mine: Vec<Trigger> = super::tolerant::list::<Trigger>(&ctx.client, namespace)
         .await?
-        .items
         .into_iter()
         .filter(|t| t.spec.function_ref == name && t.metadata.deletion_timestamp.is_none())
         .collect();
