@@ -52,6 +52,15 @@ struct Cluster {
     dir: tempfile::TempDir,
 }
 
+async fn create_namespace(client: &Client, name: &str) {
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(name.into());
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -67,13 +76,7 @@ async fn cluster() -> Cluster {
     let client =
         Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
     // What the install manifests make: the operator's namespace and the CRDs.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut system = Namespace::default();
-    system.metadata.name = Some("sless-system".into());
-    namespaces
-        .create(&PostParams::default(), &system)
-        .await
-        .unwrap();
+    create_namespace(&client, "sless-system").await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in operator::k8s::crds::crds() {
         crds.create(&PostParams::default(), &crd).await.unwrap();
@@ -643,12 +646,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
 
     // A Function applied as kubectl would: the leader builds it.
     let ns = "team-a";
-    let mut team = Namespace::default();
-    team.metadata.name = Some(ns.into());
-    Api::<Namespace>::all(cluster.client.clone())
-        .create(&PostParams::default(), &team)
-        .await
-        .unwrap();
+    create_namespace(&cluster.client, ns).await;
     let resource = ApiResource::erase::<operator::model::Function>(&());
     let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
     let build_ns = build_namespace(ns);
@@ -738,12 +736,7 @@ async fn an_unreadable_cr_is_reported_and_never_blocks_its_neighbours() {
         .unwrap();
 
     let ns = "team-b";
-    let mut team = Namespace::default();
-    team.metadata.name = Some(ns.into());
-    Api::<Namespace>::all(cluster.client.clone())
-        .create(&PostParams::default(), &team)
-        .await
-        .unwrap();
+    create_namespace(&cluster.client, ns).await;
     let resource = ApiResource::erase::<operator::model::Function>(&());
     let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
     // What the operator's types cannot hold (memoryMb is a u32), left from before.
