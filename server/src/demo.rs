@@ -122,7 +122,8 @@ impl Client {
     }
 }
 
-pub async fn deploy(base: String, token: String) -> anyhow::Result<()> {
+/// `token_command` prints the demo user's token, for the hints shown at the end.
+pub async fn deploy(base: String, token: String, token_command: String) -> anyhow::Result<()> {
     let client = Client {
         http: reqwest::Client::new(),
         base,
@@ -190,12 +191,23 @@ pub async fn deploy(base: String, token: String) -> anyhow::Result<()> {
         client.base, client.ns
     );
     println!(
-        "demo: console {}/funcs/{}  (log in with the token of: sless token --sub {DEMO_SUBJECT})",
+        "demo: console {}/funcs/{}  (log in with the token of: {token_command})",
         client.base, client.ns
     );
-    println!(
-        "demo: job  sless token --sub {DEMO_SUBJECT} → GET {}/v1/namespaces/{}/jobs/report-job",
-        client.base, client.ns
-    );
+    loop {
+        let job = client.send(M::GET, "jobs/report-job", None).await?;
+        match job["phase"].as_str() {
+            Some(phase @ ("Succeeded" | "Failed")) => {
+                let message = job["message"].as_str().unwrap_or("-");
+                println!("demo: report-job {phase}: {message}");
+                break;
+            }
+            _ if Instant::now() > deadline => {
+                println!("demo: report-job is still running; see GET .../jobs/report-job");
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
     Ok(())
 }

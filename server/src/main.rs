@@ -27,8 +27,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the embedded all-in-one server: API (and later proxy and console) on one address,
-    /// state in SQLite and an embedded S3 endpoint under the data dir.
+    /// Run the embedded all-in-one server: the REST API, the `/fn` proxy and the console on
+    /// one address, state in SQLite and an embedded S3 endpoint under the data dir.
     Up(Box<up::UpArgs>),
     /// Print a JWT signed with the embedded key of a data dir.
     Token {
@@ -82,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
             ttl,
             admin,
         } => {
-            let key = operator::auth::load_or_create_signing_key(&data_dir)?;
+            let key = operator::auth::load_signing_key(&data_dir)?;
             let sub = match sub {
                 Some(sub) if !admin => sub,
                 _ => settings::EMBEDDED_ADMIN_SUBJECT.to_string(),

@@ -36,4 +36,6 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = interrupt.await;
+    // A person pressing Ctrl-C sees that it was taken, and what happens now.
+    eprintln!("sless: stopping (finishing calls in flight)");
 }

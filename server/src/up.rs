@@ -139,20 +139,31 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("  functions: {external_url}/fn/<namespace>/<name>");
     println!("  console:   http://{address}/funcs");
     println!("  data dir:  {}", data_dir.display());
-    println!(
-        "  get a token: sless token --sub <you> --data-dir {}",
-        data_dir.display()
-    );
+    println!("  get a token: {} --sub <you>", token_command(&data_dir));
     if args.demo {
         let token = demo_token(&args, &data_dir)?;
         let base = format!("http://{address}");
+        let demo_token_command = format!(
+            "{} --sub {}",
+            token_command(&data_dir),
+            crate::demo::DEMO_SUBJECT
+        );
         tokio::spawn(async move {
-            if let Err(e) = crate::demo::deploy(base, token).await {
+            if let Err(e) = crate::demo::deploy(base, token, demo_token_command).await {
                 eprintln!("demo: {e:#}");
             }
         });
     }
     crate::serve::serve(listener, app, &args.serve).await
+}
+
+/// The exact command that prints a token this server accepts: this binary's path (it
+/// may not be on PATH) and this data dir.
+fn token_command(data_dir: &std::path::Path) -> String {
+    let binary = std::env::current_exe()
+        .map(|path| path.display().to_string())
+        .unwrap_or_else(|_| "sless".into());
+    format!("{binary} token --data-dir {}", data_dir.display())
 }
 
 /// The demo deploys through the API, as its own user: it needs the embedded key.

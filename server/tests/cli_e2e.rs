@@ -475,3 +475,22 @@ fn errors_a_person_can_act_on() {
         failed.stderr
     );
 }
+
+#[test]
+fn token_never_creates_a_key_the_server_would_not_know() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("sless-data");
+    let output = Command::new(env!("CARGO_BIN_EXE_sless"))
+        .args(["token", "--sub", "you", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "a token was printed");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no signing key at") && stderr.contains("--data-dir"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "a data dir was created");
+}

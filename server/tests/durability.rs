@@ -266,6 +266,50 @@ async fn demo_deploys_the_examples() {
         .expect("clock-service URL");
     let answer = wait_for_answer(&client, clock, std::time::Duration::from_secs(30)).await;
     assert!(answer["now"].is_string(), "{answer}");
+
+    // The printed token command works as printed, and the job's result is shown.
+    let (mut console, mut report) = (None, None);
+    while console.is_none() || report.is_none() {
+        let line = receiver
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .expect("the demo did not print its console hint and job result in time");
+        if line.starts_with("demo: console ") {
+            console = Some(line);
+        } else if line.starts_with("demo: report-job ") {
+            report = Some(line);
+        }
+    }
+    let report = report.unwrap();
+    assert!(
+        report.starts_with("demo: report-job Succeeded: "),
+        "{report}"
+    );
+    let console = console.unwrap();
+    let funcs = console.split_whitespace().nth(2).unwrap().to_string();
+    let command = console
+        .split("log in with the token of: ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(')');
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let output = Command::new(words[0])
+        .args(&words[1..])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{command}: {output:?}");
+    let token = String::from_utf8(output.stdout).unwrap().trim().to_string();
+    let jobs = funcs.replace("/funcs/", "/v1/namespaces/") + "/jobs/report-job";
+    let job: Value = client
+        .get(&jobs)
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(job["phase"], "Succeeded", "{job}");
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::model::namespace_for_sub;
 
 pub use jwks::JwksPolicy;
-pub use signing_key::{SIGNING_KEY_FILE, load_or_create_signing_key};
+pub use signing_key::{SIGNING_KEY_FILE, load_or_create_signing_key, load_signing_key};
 
 /// Clock skew accepted on `exp` and `nbf` unless configured otherwise.
 pub const DEFAULT_LEEWAY_SEC: u64 = 30;

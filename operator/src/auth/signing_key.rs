@@ -43,6 +43,23 @@ pub fn load_or_create_signing_key(data_dir: &Path) -> io::Result<Vec<u8>> {
     read_key(&path)
 }
 
+/// Reads `<data_dir>/jwt-hs256.key` and never creates it: a new key would sign tokens
+/// that the running server (with its own key) refuses.
+pub fn load_signing_key(data_dir: &Path) -> io::Result<Vec<u8>> {
+    let path = data_dir.join(SIGNING_KEY_FILE);
+    read_key(&path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "no signing key at {}: pass the --data-dir of the running `sless up` (or set \
+                 SLESS_DATA_DIR), or start `sless up` there first",
+                path.display()
+            ),
+        ),
+        _ => e,
+    })
+}
+
 fn read_key(path: &Path) -> io::Result<Vec<u8>> {
     let text = fs::read_to_string(path)?;
     warn_if_readable_by_others(path);

@@ -18,7 +18,7 @@ use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
 use crate::model::{
     Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus,
 };
-use crate::proxy::{Route, RouteTable};
+use crate::proxy::{Route, RouteTable, no_http_trigger, trigger_stopped};
 use crate::store::{Object, Resource, Store, StoreError};
 
 pub struct KubeRoutes {
@@ -123,14 +123,8 @@ pub fn function_route(
         };
     }
     let reason = match http.first() {
-        Some(stopped) => format!(
-            "the http trigger {:?} of function {name:?} is stopped; start it with \
-             PATCH .../triggers/{} {{\"enabled\": true}}",
-            stopped.meta.name, stopped.meta.name
-        ),
-        None => {
-            format!("function {name:?} has no http trigger; create one (type http) to call it here")
-        }
+        Some(stopped) => trigger_stopped(&stopped.meta.name, name),
+        None => no_http_trigger(name),
     };
     Route::Unavailable { reason }
 }

@@ -17,7 +17,7 @@ use crate::model::{
     ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Trigger, TriggerStatus, TriggerType, WorkloadSpec,
     WorkloadStatus,
 };
-use crate::proxy::Route;
+use crate::proxy::{Route, no_http_trigger, trigger_stopped};
 use crate::store::{Object, RawObject, StoreError, StoreExt};
 
 /// How long the old instance keeps serving calls already sent to it after a switch.
@@ -202,14 +202,8 @@ impl Actor {
             http.first(),
         ) {
             (Kind::Service, _, _) | (_, Some(_), _) => Ok(()),
-            (_, None, Some(disabled)) => Err(format!(
-                "the http trigger {:?} of function {name:?} is stopped; start it with \
-                 PATCH .../triggers/{} {{\"enabled\": true}}",
-                disabled.meta.name, disabled.meta.name
-            )),
-            (_, None, None) => Err(format!(
-                "function {name:?} has no http trigger; create one (type http) to call it here"
-            )),
+            (_, None, Some(disabled)) => Err(trigger_stopped(&disabled.meta.name, name)),
+            (_, None, None) => Err(no_http_trigger(name)),
         };
         let url = (self.kind == Kind::Service || !http.is_empty())
             .then(|| self.shared.url(&self.ns, name));
