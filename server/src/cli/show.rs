@@ -201,7 +201,9 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
             let total = stats["total_duration_ms"].as_f64().unwrap_or(0.0);
             let mean = if count > 0 { total / count as f64 } else { 0.0 };
             out.push_str(&format!(
-                "  {count} calls, {errors} errors (5xx), {mean:.1} ms mean\n"
+                "  {}, {} (5xx), {mean:.1} ms mean\n",
+                counted(count, "call"),
+                counted(errors, "error")
             ));
             let rows: Vec<Vec<String>> = calls["invocations"]
                 .as_array()
@@ -229,6 +231,15 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     }
     print!("{out}");
     Ok(())
+}
+
+/// `1 call`, `2 calls`.
+fn counted(count: u64, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
 }
 
 #[cfg(test)]
@@ -268,5 +279,12 @@ mod tests {
             trigger_label(&trigger("b", "cron", Some("0 * * * *"), false)),
             "cron(0 * * * *)-off"
         );
+    }
+
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(counted(1, "error"), "1 error");
+        assert_eq!(counted(0, "call"), "0 calls");
+        assert_eq!(counted(2, "call"), "2 calls");
     }
 }
