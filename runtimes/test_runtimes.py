@@ -527,7 +527,16 @@ def test_job(rt):
                                capture_output=True, text=True, timeout=600)
             expect(b.returncode != 0 and "Handle" in b.stderr, (b.returncode, b.stderr[-1000:]))
 
-        checks += [("build without a go.mod", without_go_mod), ("wrong Handle signature fails the build", bad_signature)]
+        def package_main():
+            src = os.path.join(rt.tmp, "pkgmain")
+            write_files(src, {"handler.go": "package main\n\nfunc Handle(event map[string]any) (any, error) { return event, nil }\n"})
+            b = subprocess.run(["sh", os.path.join(HERE, "go1.23", "build.sh"), src, os.path.join(rt.tmp, "bin", "pkgmain")],
+                               capture_output=True, text=True, timeout=600)
+            expect(b.returncode != 0 and "handler.go is 'package main'" in b.stderr and "package handler" in b.stderr,
+                   (b.returncode, b.stderr[-1000:]))
+
+        checks += [("build without a go.mod", without_go_mod), ("wrong Handle signature fails the build", bad_signature),
+                   ("a handler in package main gets a clear error", package_main)]
 
     for name, fn in checks:
         check(n, name, fn)

@@ -30,6 +30,16 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/sless-go-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
+# A handler written as a program would fail later with the cryptic
+# 'import "<module>" is a program'; say what to write instead.
+for file in "$fn_dir"/*.go; do
+    case $file in *_test.go) continue ;; esac
+    [ -f "$file" ] || continue
+    if sed -n 's/^[[:space:]]*package[[:space:]][[:space:]]*\([A-Za-z0-9_]*\).*/\1/p' "$file" | head -n 1 | grep -qx main; then
+        fail "$(basename "$file") is 'package main': a Go function is a library package. Write 'package handler' (any name but main) with func Handle(event map[string]any) (any, error), and no func main"
+    fi
+done
+
 cp -R "$fn_dir/." "$work/"
 rm -rf "$work/_sless"
 mkdir "$work/_sless"

@@ -474,6 +474,34 @@ fn errors_a_person_can_act_on() {
         "{}",
         failed.stderr
     );
+
+    // Built, then the instance fails at import: the output never claims it is Ready.
+    let syntax = dir.path().join("syntax");
+    write_files(&syntax, &[("handler.py", "def handle(event:\n")]);
+    let syntax_path = syntax.display().to_string();
+    let failed = user
+        .sless(&[
+            "deploy",
+            &syntax_path,
+            "--name",
+            "syntax",
+            "--runtime",
+            "python3.11",
+        ])
+        .fails_with(
+            "a handler that does not import",
+            &["function syntax: built", "SyntaxError", "sless logs syntax"],
+        );
+    assert!(
+        !failed.stderr.contains("Ready"),
+        "a deploy that fails claims Ready:\n{}",
+        failed.stderr
+    );
+    let last = failed.stderr.lines().last().unwrap();
+    assert!(
+        last.contains("\"syntax\" was built but did not start"),
+        "{last}"
+    );
 }
 
 #[test]

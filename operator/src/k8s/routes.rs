@@ -78,25 +78,31 @@ fn timeout(spec: &WorkloadSpec) -> Option<Duration> {
     (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()))
 }
 
-/// Not Ready yet, or failed: why, for the caller's 503.
+/// Not Ready yet, or failed: the route that says why. A version being built is
+/// [`Route::Starting`], so the first call after an upload waits for it.
 fn not_ready(
     kind: Kind,
     name: &str,
     spec: &WorkloadSpec,
     status: &WorkloadStatus,
-) -> Option<String> {
+) -> Option<Route> {
     let noun = kind.noun();
-    match status.phase {
-        Phase::Ready => None,
-        Phase::Failed => Some(format!(
+    let reason = match status.phase {
+        Phase::Ready => return None,
+        Phase::Failed => format!(
             "{noun} {name:?} failed to build: {}",
             first_line(status.message.as_deref().unwrap_or("see its status"))
-        )),
-        Phase::Pending if spec.s3_key.is_none() => Some(format!(
-            "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
-        )),
-        Phase::Pending | Phase::Building => Some(format!("{noun} {name:?} is being built")),
-    }
+        ),
+        Phase::Pending if spec.s3_key.is_none() => {
+            format!("{noun} {name:?} has no code yet; upload a zip to .../{name}/upload")
+        }
+        Phase::Pending | Phase::Building => {
+            return Some(Route::Starting {
+                reason: format!("{noun} {name:?} is being built"),
+            });
+        }
+    };
+    Some(Route::Unavailable { reason })
 }
 
 /// Where `/fn/<ns>/<name>` goes for a Function: its Service, if it is Ready and an
@@ -108,39 +114,33 @@ pub fn function_route(
 ) -> Route {
     let name = &function.meta.name;
     let spec = &function.spec.workload;
-    if let Some(reason) = not_ready(Kind::Function, name, spec, &function.status) {
-        return Route::Unavailable { reason };
-    }
     let http: Vec<&Object<Trigger>> = triggers
         .iter()
         .filter(|t| t.spec.trigger_type == TriggerType::Http && &t.spec.function_ref == name)
         .collect();
-    if http.iter().any(|t| t.spec.enabled) {
-        return Route::Ready {
-            kind: Kind::Function,
-            authority: service_authority(&function.meta.namespace, name, cluster_domain),
-            timeout: timeout(spec),
+    if !http.iter().any(|t| t.spec.enabled) {
+        let reason = match http.first() {
+            Some(stopped) => trigger_stopped(&stopped.meta.name, name),
+            None => no_http_trigger(name),
         };
+        return Route::Unavailable { reason };
     }
-    let reason = match http.first() {
-        Some(stopped) => trigger_stopped(&stopped.meta.name, name),
-        None => no_http_trigger(name),
-    };
-    Route::Unavailable { reason }
+    not_ready(Kind::Function, name, spec, &function.status).unwrap_or_else(|| Route::Ready {
+        kind: Kind::Function,
+        authority: service_authority(&function.meta.namespace, name, cluster_domain),
+        timeout: timeout(spec),
+    })
 }
 
 /// A Service is always exposed once it is Ready.
 pub fn service_route(service: &Object<Service>, cluster_domain: &str) -> Route {
     let name = &service.meta.name;
     let spec = &service.spec.workload;
-    match not_ready(Kind::Service, name, spec, &service.status) {
-        Some(reason) => Route::Unavailable { reason },
-        None => Route::Ready {
-            kind: Kind::Service,
-            authority: service_authority(&service.meta.namespace, name, cluster_domain),
-            timeout: timeout(spec),
-        },
-    }
+    not_ready(Kind::Service, name, spec, &service.status).unwrap_or_else(|| Route::Ready {
+        kind: Kind::Service,
+        authority: service_authority(&service.meta.namespace, name, cluster_domain),
+        timeout: timeout(spec),
+    })
 }
 
 /// The objects of a kind that decode; one that does not (e.g. applied with kubectl

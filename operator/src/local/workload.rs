@@ -237,7 +237,15 @@ impl Actor {
         let mut built_at = None;
         if !dir.is_dir() && !failed_before {
             if self.running.is_none() {
-                self.unavailable(format!("{noun} {name:?} is building version {version}"));
+                let reason = format!("{noun} {name:?} is building version {version}");
+                if exposure.is_ok() {
+                    // A first call right after the upload waits for the build like one
+                    // for a starting instance.
+                    self.shared
+                        .set_route(&self.ns, name, Route::Starting { reason });
+                } else {
+                    self.unavailable(reason);
+                }
             }
             built_at = self
                 .build(&raw, &key, &version, &root, &spec, url.clone())

@@ -271,10 +271,23 @@ async fn follow_build(
 
 fn print_phase(kind: &str, name: &str, (phase, message): &(String, Option<String>)) {
     match message {
+        // Ready ends the build here; whether it starts is told after the triggers.
+        _ if phase == "Ready" => eprintln!("{kind} {name}: built"),
         // A failure's message is the log tail: it is printed on its own.
         Some(message) if phase != "Failed" => eprintln!("{kind} {name}: {phase} ({message})"),
         _ => eprintln!("{kind} {name}: {phase}"),
     }
+}
+
+/// The error of a built workload whose instance did not start, after its last lines.
+fn did_not_start(kind: &str, name: &str, message: &str) -> anyhow::Error {
+    for line in last_lines(message, 20) {
+        eprintln!("  {line}");
+    }
+    anyhow::anyhow!(
+        "{kind} {name:?} was built but did not start: {} (its output: sless logs {name})",
+        first_line(Some(message)).unwrap_or_default()
+    )
 }
 
 /// Prints the part of the build log not printed yet (whole lines, unless `all`).
@@ -404,13 +417,7 @@ async fn wait_until_active(
         let workload = client.get_workload(Collection::Functions, function).await?;
         if workload.phase == "Failed" {
             let message = workload.message.unwrap_or_default();
-            for line in last_lines(&message, 20) {
-                eprintln!("  {line}");
-            }
-            bail!(
-                "function {function:?} did not start: {}",
-                first_line(Some(&message)).unwrap_or_default()
-            );
+            return Err(did_not_start("function", function, &message));
         }
         if Instant::now() >= until {
             for trigger in waiting {
@@ -465,14 +472,7 @@ async fn wait_for_rollout(
         let workload = client.get_workload(collection, name).await?;
         if workload.phase == "Failed" {
             let message = workload.message.unwrap_or_default();
-            for line in last_lines(&message, 20) {
-                eprintln!("  {line}");
-            }
-            bail!(
-                "{} {name:?} did not start: {}",
-                noun(collection),
-                first_line(Some(&message)).unwrap_or_default()
-            );
+            return Err(did_not_start(noun(collection), name, &message));
         }
         if Instant::now() >= until {
             eprintln!("warning: version {version} of {name} is not serving yet");
