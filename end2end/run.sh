@@ -21,6 +21,13 @@ if [ "$locked" != "$installed" ]; then
   npm ci --no-audit --no-fund
 fi
 
-cargo build --locked -p sless --quiet
-export SLESS_BIN="${SLESS_BIN:-$(cd .. && pwd)/target/debug/sless}"
+# The path cargo reports, wherever CARGO_TARGET_DIR or .cargo/config put it.
+if [ -z "${SLESS_BIN:-}" ]; then
+  SLESS_BIN=$(cargo build --locked -p sless --bin sless --message-format=json-render-diagnostics |
+    node -e 'let last = ""; require("readline").createInterface({ input: process.stdin })
+      .on("line", (l) => { const m = JSON.parse(l); if (m.reason === "compiler-artifact" && m.executable) last = m.executable; })
+      .on("close", () => console.log(last));')
+fi
+[ -x "$SLESS_BIN" ] || { echo "end2end: no sless binary at '$SLESS_BIN'" >&2; exit 1; }
+export SLESS_BIN
 npm test

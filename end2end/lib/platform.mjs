@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const repoRoot = path.resolve(here, '..', '..');
+// run.sh sets it to the binary cargo built, wherever the target dir is.
 const sless = process.env.SLESS_BIN ?? path.join(repoRoot, 'target', 'debug', 'sless');
 
 export class Platform {
@@ -34,6 +35,11 @@ export class Platform {
       child.on('exit', (code) => {
         clearTimeout(timer);
         reject(new Error(`sless up exited with ${code}:\n${out}${log.join('')}`));
+      });
+      // E.g. ENOENT: fail now with the cause, not after the URL wait.
+      child.on('error', (error) => {
+        clearTimeout(timer);
+        reject(new Error(`cannot start ${sless} (set SLESS_BIN or run end2end/run.sh): ${error.message}`));
       });
     });
     return new Platform(child, url, dataDir, log);

@@ -256,6 +256,16 @@ async fn routes_follow_the_store() {
             timeout: Some(Duration::from_secs(30)),
         }
     );
+    // A version being built: calls wait for it rather than fail at once.
+    modify_status::<Function, _>(&*kube, ns, "hello", |f| f.status.phase = Phase::Building)
+        .await
+        .unwrap();
+    wait_for(|r| matches!(r, Route::Starting { reason } if reason.contains("is being built")))
+        .await;
+    modify_status::<Function, _>(&*kube, ns, "hello", |f| f.status.phase = Phase::Ready)
+        .await
+        .unwrap();
+    wait_for(|r| matches!(r, Route::Ready { .. })).await;
     operator::store::modify::<Trigger, _>(&*kube, ns, "web", |t| t.spec.enabled = false)
         .await
         .unwrap();

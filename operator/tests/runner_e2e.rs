@@ -437,8 +437,11 @@ async fn ready_means_serving_and_a_call_waits_for_a_starting_function() {
 async fn the_first_call_after_an_upload_waits_for_the_build() {
     let (server, _runner) = TestServer::platform(|_| {}).await;
     let api = Api::new(&server, "eager-user");
-    api.post("functions", json!({"name": "eager", "runtime": "python3.11"}))
-        .await;
+    api.post(
+        "functions",
+        json!({"name": "eager", "runtime": "python3.11"}),
+    )
+    .await;
     api.post(
         "triggers",
         json!({"name": "eager-http", "type": "http", "function_ref": "eager"}),
@@ -448,12 +451,20 @@ async fn the_first_call_after_an_upload_waits_for_the_build() {
     api.upload(
         "functions/eager",
         &[
-            ("handler.py", b"import six\n\ndef handle(e):\n    return 'built'\n"),
+            (
+                "handler.py",
+                b"import six\n\ndef handle(e):\n    return 'built'\n",
+            ),
             ("requirements.txt", b"six\n"),
         ],
     )
     .await;
-    let response = server.client.post(api.fn_url("eager")).send().await.unwrap();
+    let response = server
+        .client
+        .post(api.fn_url("eager"))
+        .send()
+        .await
+        .unwrap();
     let status = response.status();
     let body = response.text().await.unwrap();
     assert_eq!((status, body.as_str()), (StatusCode::OK, "\"built\""));

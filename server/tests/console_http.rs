@@ -780,6 +780,11 @@ async fn a_bad_token_shows_an_error_and_logs_nobody_in() {
 
     // A token signed with another key is no better.
     let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(
+        elsewhere.path().join(operator::auth::SIGNING_KEY_FILE),
+        "5e".repeat(32),
+    )
+    .unwrap();
     let foreign = common::token(elsewhere.path(), USER);
     browser.login(&foreign).await.expect(401, "a foreign token");
     assert!(browser.get(&f.list_path()).await.status.is_redirection());

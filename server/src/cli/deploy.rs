@@ -190,6 +190,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
         if let Some(version) = version {
             wait_for_rollout(&client, collection, name, version, deadline).await?;
         }
+        eprintln!("{kind} {name}: Ready");
         println!("{}", url_of(&client, &workload, None));
         return Ok(());
     }
@@ -205,14 +206,18 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     {
         wait_for_rollout(&client, collection, name, version, deadline).await?;
     }
+    let workload = client.get_workload(collection, name).await?;
+    let all_active = triggers
+        .iter()
+        .all(|t| !enabled.contains(&t.name) || t.active);
+    if workload.phase == "Ready" && all_active {
+        eprintln!("{kind} {name}: Ready");
+    }
     let http = triggers
         .iter()
         .find(|t| t.function_ref == name && t.trigger_type == "http");
     match http {
-        Some(trigger) => {
-            let workload = client.get_workload(collection, name).await?;
-            println!("{}", url_of(&client, &workload, Some(trigger)));
-        }
+        Some(trigger) => println!("{}", url_of(&client, &workload, Some(trigger))),
         None => eprintln!(
             "{kind} {name} has no http trigger: it runs on its schedule only (add --trigger http to call it)"
         ),
