@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use operator::apitypes::{TriggerResponse, WorkloadResponse};
-use operator::client::{Client, ClientError, Collection};
+use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
+use sless_client::client::{Client, ClientError, Collection};
 
 use crate::highlight::render_file;
 use crate::listing::{Entry, EntryKind, Listing};
@@ -135,13 +135,13 @@ impl Console {
     async fn highlight(
         &self,
         s3_key: &str,
-        listed: Vec<operator::apitypes::SourceFileResponse>,
+        listed: Vec<sless_client::apitypes::SourceFileResponse>,
     ) -> Result<RenderedSource> {
         let mut files: Vec<Option<Arc<crate::highlight::RenderedFile>>> = listed
             .iter()
             .map(|f| self.cache.get(s3_key, &f.name))
             .collect();
-        let missing: Vec<(usize, operator::apitypes::SourceFileResponse)> = listed
+        let missing: Vec<(usize, sless_client::apitypes::SourceFileResponse)> = listed
             .into_iter()
             .enumerate()
             .filter(|(i, _)| files[*i].is_none())

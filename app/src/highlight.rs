@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use operator::apitypes::SourceFileResponse;
+use sless_client::apitypes::SourceFileResponse;
 use syntect::highlighting::ThemeSet;
 use syntect::html::{ClassStyle, ClassedHTMLGenerator, css_for_theme_with_class_style};
 use syntect::parsing::{SyntaxReference, SyntaxSet};

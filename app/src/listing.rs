@@ -5,9 +5,9 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use operator::apitypes::{TriggerResponse, WorkloadResponse};
-use operator::client::Collection;
 use serde::{Deserialize, Serialize};
+use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
+use sless_client::client::Collection;
 
 /// Which resource an entry is underneath; users mostly see the badge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -2,9 +2,7 @@
 //! store seam and the runners.
 
 pub mod api;
-pub mod apitypes;
 pub mod auth;
-pub mod client;
 pub mod data_dir;
 pub mod k8s;
 pub mod local;

@@ -61,7 +61,7 @@ mod tests {
     use super::*;
     use crate::highlight::render_file;
     use crate::listing::{Listing, Selection};
-    use operator::apitypes::{SourceFileResponse, TriggerResponse, WorkloadResponse};
+    use sless_client::apitypes::{SourceFileResponse, TriggerResponse, WorkloadResponse};
 
     fn workload(name: &str, kind: &str) -> WorkloadResponse {
         WorkloadResponse {

@@ -1,8 +1,8 @@
 //! Model ⇄ API JSON.
 
-use crate::apitypes::*;
 use crate::model::*;
 use crate::store::{Object, WorkloadKind};
+use sless_client::apitypes::*;
 
 /// Entrypoint and memory get defaults on create; PUT must name them (no zero values).
 pub fn workload_spec(

@@ -2,12 +2,12 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::apitypes::ErrorBody;
 use crate::auth::AuthError;
 use crate::model::ValidationError;
 use crate::s3::StorageError;
 use crate::store::StoreError;
 use crate::upload::UploadError;
+use sless_client::apitypes::ErrorBody;
 
 /// The API layer's one error type: each variant is a status, the message is for a person.
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,6 @@ use axum::{Json, extract::Path};
 
 pub use error::ApiError;
 
-use crate::apitypes::NamespaceResponse;
 use crate::auth::Authenticator;
 use crate::logs::WorkloadLogs;
 use crate::model::{Function, Kind, Service};
@@ -28,6 +27,7 @@ use crate::s3::ObjectStore;
 use crate::store::{Object, Resource, Store, StoreError, StoreExt};
 use crate::upload::UploadLimits;
 use extract::Authorized;
+use sless_client::apitypes::NamespaceResponse;
 
 #[derive(Clone, Debug)]
 pub struct ApiConfig {

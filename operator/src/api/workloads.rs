@@ -12,9 +12,9 @@ use super::convert::{workload_response, workload_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::{ApiError, AppState, load};
-use crate::apitypes::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
 use crate::model::{Phase, WorkloadSpec, validate_name};
 use crate::store::{Object, StoreError, StoreExt, WorkloadKind, modify, modify_status};
+use sless_client::apitypes::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
 
 pub async fn list<R: WorkloadKind>(
     State(state): State<Arc<AppState>>,

@@ -5,8 +5,7 @@ mod naming;
 mod resources;
 mod validation;
 
-pub use naming::{
-    build_namespace, deploy_namespace, function_url, namespace_for_sub, workload_image,
-};
+pub use naming::{build_namespace, deploy_namespace, function_url, workload_image};
 pub use resources::*;
+pub use sless_client::namespace_for_sub;
 pub use validation::*;

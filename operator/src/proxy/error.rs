@@ -4,7 +4,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::apitypes::ErrorBody;
+use sless_client::apitypes::ErrorBody;
 
 /// Why a call did not reach a function or got no answer; each variant is one status.
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use operator::client::{Client, Collection};
 use serde_json::{Value, json};
+use sless_client::client::{Client, Collection};
 
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:8080";
 

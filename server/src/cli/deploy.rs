@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use operator::apitypes::{TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
-use operator::client::{Client, Collection};
+use sless_client::apitypes::{TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
+use sless_client::client::{Client, Collection};
 
 use super::{Connection, POLL_INTERVAL, archive, is_not_found, noun};
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use operator::apitypes::{JobPatch, JobRequest, JobResponse};
+use sless_client::apitypes::{JobPatch, JobRequest, JobResponse};
 
 use super::{Connection, POLL_INTERVAL, is_not_found};
 
@@ -133,7 +133,7 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
 /// Polls until the run that `started` began is over. The status of the previous run stays
 /// until the runner reacts; any status written after `started` belongs to this run.
 async fn wait(
-    client: &operator::client::Client,
+    client: &sless_client::client::Client,
     started: &JobResponse,
     limit: Duration,
 ) -> anyhow::Result<JobResponse> {

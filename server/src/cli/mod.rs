@@ -1,6 +1,6 @@
 //! The developer commands of the `sless` binary: deploy a folder, list, describe, invoke,
 //! logs, remove, start/stop triggers, run jobs. Every API call goes through
-//! [`operator::client::Client`]; progress goes to stderr, results to stdout.
+//! [`sless_client::client::Client`]; progress goes to stderr, results to stdout.
 
 mod archive;
 mod connection;
@@ -15,8 +15,8 @@ mod triggers;
 use std::time::Duration;
 
 use clap::Subcommand;
-use operator::apitypes::WorkloadResponse;
-use operator::client::{Client, ClientError, Collection};
+use sless_client::apitypes::WorkloadResponse;
+use sless_client::client::{Client, ClientError, Collection};
 
 pub use connection::Connection;
 

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::{Connection, is_not_found, noun, require_workload};
-use operator::client::Collection;
+use sless_client::client::Collection;
 
 #[derive(Args)]
 pub struct RmArgs {

@@ -1,8 +1,8 @@
 //! `sless ls` and `sless describe NAME`.
 
 use clap::Args;
-use operator::apitypes::{TriggerResponse, WorkloadResponse};
-use operator::client::Collection;
+use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
+use sless_client::client::Collection;
 
 use super::{Connection, noun, require_workload, table};
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use operator::client::Client;
+use sless_client::client::Client;
 
 use super::{Connection, POLL_INTERVAL, find_workload, is_not_found};
 

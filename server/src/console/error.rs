@@ -63,8 +63,8 @@ impl ConsoleError {
     }
 }
 
-impl From<operator::client::ClientError> for ConsoleError {
-    fn from(e: operator::client::ClientError) -> Self {
+impl From<sless_client::client::ClientError> for ConsoleError {
+    fn from(e: sless_client::client::ClientError) -> Self {
         ConsoleError::App(e.into())
     }
 }
