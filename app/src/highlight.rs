@@ -224,20 +224,9 @@ fn highlight(text: &str, syntax: &SyntaxReference) -> (String, usize) {
     (generator.finalize(), lines)
 }
 
-/// Escaped text without highlighting.
+/// Escaped text without highlighting (element content: `&`, `<`, `>`).
 fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 8);
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    html_escape::encode_text(text).into_owned()
 }
 
 #[cfg(test)]

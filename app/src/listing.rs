@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
 use sless_client::client::Collection;
@@ -318,11 +319,8 @@ impl Selection {
         if self.sort != SortKey::Name {
             pairs.push(("sort", self.sort.as_str()));
         }
-        pairs
-            .into_iter()
-            .map(|(k, v)| format!("{k}={}", url_encode(v)))
-            .collect::<Vec<_>>()
-            .join("&")
+        // Selections hold plain strings: encoding them cannot fail.
+        serde_urlencoded::to_string(pairs).unwrap_or_default()
     }
 
     pub fn is_filtered(&self) -> bool {
@@ -365,17 +363,15 @@ fn newest_first(a: &Entry, b: &Entry) -> Ordering {
     }
 }
 
-/// Percent-encoding for query values (RFC 3986 unreserved characters pass).
+/// Query values and path segments: RFC 3986 unreserved characters pass.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 pub fn url_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(value, UNRESERVED).to_string()
 }
 
 /// Per kind and per phase, over the whole namespace (not the filtered view).
@@ -605,7 +601,7 @@ mod tests {
         assert_eq!(selection.phase.as_deref(), Some("Failed"));
         assert_eq!(
             selection.to_query_string(),
-            "q=a%20b%26c&kind=service&phase=Failed&sort=phase"
+            "q=a+b%26c&kind=service&phase=Failed&sort=phase"
         );
         assert_eq!(Selection::default().to_query_string(), "");
     }

@@ -39,6 +39,18 @@ pub struct UpArgs {
     /// Run functions even on a kernel without Landlock, where nothing confines them.
     #[arg(long, env = "SLESS_ALLOW_UNSANDBOXED")]
     pub allow_unsandboxed: bool,
+    /// `Secure` on the console's session cookie (true/false); default: whether the
+    /// external URL is https.
+    #[arg(long, env = "SLESS_SECURE_COOKIES")]
+    pub secure_cookies: Option<bool>,
+    /// Test only: scheduler seconds per real second (cron on an accelerated clock).
+    #[arg(
+        long,
+        env = "SLESS_TEST_CRON_TIME_SCALE",
+        default_value_t = 1,
+        hide = true
+    )]
+    pub test_cron_time_scale: u32,
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
@@ -99,14 +111,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut runner_config = RunnerConfig::new(data_dir.clone(), external_url.clone());
     runner_config.limits = config.upload_limits.clone();
     runner_config.allow_unsandboxed = args.allow_unsandboxed;
-    if let Some(scale) = std::env::var("SLESS_TEST_CRON_TIME_SCALE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        tracing::warn!(
-            scale,
-            "SLESS_TEST_CRON_TIME_SCALE: cron runs on an accelerated clock"
-        );
+    if args.test_cron_time_scale != 1 {
+        let scale = args.test_cron_time_scale;
+        tracing::warn!(scale, "cron runs on an accelerated clock (test only)");
         runner_config.cron_time_scale = scale;
     }
     let runner = LocalRunner::start(store.clone(), objects.clone(), runner_config)
@@ -127,7 +134,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         proxy: proxy.clone(),
         config,
     });
-    let console = crate::console::ConsoleConfig::embedded(&data_dir, address, &external_url)?;
+    let console = crate::console::ConsoleConfig::embedded(
+        &data_dir,
+        address,
+        &external_url,
+        args.secure_cookies,
+    );
     let console = crate::console::router(console, state.auth.clone()).await?;
     let app = operator::api::router(state)
         .layer(tower_http::trace::TraceLayer::new_for_http())

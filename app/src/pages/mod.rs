@@ -25,12 +25,17 @@ fn limits(memory_mb: u32, timeout_sec: u32) -> (String, String) {
     (format!("{memory_mb} MB"), timeout)
 }
 
-/// `2026-04-20T12:34:56Z` → `2026-04-20 12:34 UTC`; anything else as given.
+/// `2026-04-20T12:34:56Z` → `2026-04-20 12:34 UTC` (any offset shown in UTC); anything
+/// else as given.
 fn short_time(rfc3339: &str) -> String {
-    match (rfc3339.get(..10), rfc3339.get(11..16)) {
-        (Some(date), Some(time)) if rfc3339.ends_with('Z') => format!("{date} {time} UTC"),
-        _ => rfc3339.to_string(),
-    }
+    chrono::DateTime::parse_from_rfc3339(rfc3339).map_or_else(
+        |_| rfc3339.to_string(),
+        |at| {
+            at.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%d %H:%M UTC")
+                .to_string()
+        },
+    )
 }
 
 /// A CSS class suffix from a phase: lowercase letters only, whatever the API said.
@@ -60,6 +65,16 @@ mod tests {
 
     use super::*;
     use crate::highlight::render_file;
+
+    #[test]
+    fn times_are_shown_short_in_utc() {
+        assert_eq!(short_time("2026-04-20T12:34:56Z"), "2026-04-20 12:34 UTC");
+        assert_eq!(
+            short_time("2026-04-20T14:34:56.5+02:00"),
+            "2026-04-20 12:34 UTC"
+        );
+        assert_eq!(short_time("yesterday"), "yesterday");
+    }
     use crate::listing::{Listing, Selection};
     use sless_client::apitypes::{SourceFileResponse, TriggerResponse, WorkloadResponse};
 

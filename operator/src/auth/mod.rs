@@ -11,6 +11,8 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -462,8 +464,11 @@ impl RawHeader {
         else {
             return Err(invalid("malformed: expected header.payload.signature"));
         };
-        let bytes = base64url_decode(header)
-            .ok_or_else(|| invalid("malformed: header is not base64url"))?;
+        // Decoded before the library sees it, so that unknown algorithms such as `none`
+        // get a precise message.
+        let bytes = URL_SAFE_NO_PAD
+            .decode(header)
+            .map_err(|_| invalid("malformed: header is not base64url"))?;
         let fields: serde_json::Map<String, Value> = serde_json::from_slice(&bytes)
             .map_err(|_| invalid("malformed: header is not a JSON object"))?;
         let alg = match fields.get("alg") {
@@ -483,32 +488,14 @@ impl RawHeader {
     }
 
     fn expect_alg(&self, expected: Algorithm) -> Result<(), AuthError> {
-        if self.alg == alg_name(expected) {
+        if self.alg.parse::<Algorithm>().ok() == Some(expected) {
             Ok(())
         } else {
             Err(invalid(format!(
-                "algorithm {} not allowed (expected {})",
+                "algorithm {} not allowed (expected {expected:?})",
                 printable(&self.alg),
-                alg_name(expected)
             )))
         }
-    }
-}
-
-fn alg_name(alg: Algorithm) -> &'static str {
-    match alg {
-        Algorithm::HS256 => "HS256",
-        Algorithm::HS384 => "HS384",
-        Algorithm::HS512 => "HS512",
-        Algorithm::ES256 => "ES256",
-        Algorithm::ES384 => "ES384",
-        Algorithm::RS256 => "RS256",
-        Algorithm::RS384 => "RS384",
-        Algorithm::RS512 => "RS512",
-        Algorithm::PS256 => "PS256",
-        Algorithm::PS384 => "PS384",
-        Algorithm::PS512 => "PS512",
-        Algorithm::EdDSA => "EdDSA",
     }
 }
 
@@ -526,34 +513,6 @@ fn printable(s: &str) -> String {
     } else {
         quoted
     }
-}
-
-/// Unpadded base64url (RFC 7515 §2); the header is decoded before the library sees it
-/// so that unknown algorithms such as `none` get a precise message.
-fn base64url_decode(input: &str) -> Option<Vec<u8>> {
-    if input.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(input.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in input.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'-' => 62,
-            b'_' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
 }
 
 #[derive(Serialize)]
@@ -597,18 +556,6 @@ mod tests {
 
     fn claims(v: Value) -> Claims {
         serde_json::from_value(v).unwrap()
-    }
-
-    #[test]
-    fn base64url_round_trips_known_vectors() {
-        assert_eq!(base64url_decode("").unwrap(), b"");
-        assert_eq!(base64url_decode("Zg").unwrap(), b"f");
-        assert_eq!(base64url_decode("Zm8").unwrap(), b"fo");
-        assert_eq!(base64url_decode("Zm9v").unwrap(), b"foo");
-        assert_eq!(base64url_decode("-_8").unwrap(), [0xfb, 0xff]);
-        assert!(base64url_decode("Zm9v=").is_none());
-        assert!(base64url_decode("Z").is_none());
-        assert!(base64url_decode("a+b/").is_none());
     }
 
     #[test]

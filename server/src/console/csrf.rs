@@ -8,6 +8,7 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use base64::Engine;
+use subtle::ConstantTimeEq;
 use tower_sessions::Session;
 use tower_sessions::cookie::{Cookie, SameSite};
 
@@ -85,11 +86,7 @@ fn login_cookie_value(headers: &HeaderMap) -> Option<String> {
 
 /// Compares without an early exit, so timing does not reveal a matching prefix.
 fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 #[cfg(test)]

@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
 use app::console::{Console, ConsoleOptions};
 use axum::Router;
 use axum::routing::{get, post};
@@ -40,9 +39,14 @@ pub struct ConsoleConfig {
 
 impl ConsoleConfig {
     /// The embedded server's console: the API on the listen address over loopback.
-    /// `SLESS_SECURE_COOKIES` (true/false) overrides the cookie flag, which defaults to
-    /// whether the public URL is https.
-    pub fn embedded(data_dir: &Path, listen: SocketAddr, public_url: &str) -> anyhow::Result<Self> {
+    /// `secure_cookies` overrides the cookie flag, which defaults to whether the public
+    /// URL is https.
+    pub fn embedded(
+        data_dir: &Path,
+        listen: SocketAddr,
+        public_url: &str,
+        secure_cookies: Option<bool>,
+    ) -> Self {
         let mut loopback = listen;
         if loopback.ip().is_unspecified() {
             loopback.set_ip(if listen.is_ipv4() {
@@ -51,27 +55,14 @@ impl ConsoleConfig {
                 std::net::Ipv6Addr::LOCALHOST.into()
             });
         }
-        let secure_cookies = match std::env::var("SLESS_SECURE_COOKIES") {
-            Ok(value) => parse_bool(&value).with_context(|| {
-                format!("SLESS_SECURE_COOKIES={value:?}: expected true or false")
-            })?,
-            Err(_) => public_url.starts_with("https://"),
-        };
-        Ok(ConsoleConfig {
+        let secure_cookies = secure_cookies.unwrap_or(public_url.starts_with("https://"));
+        ConsoleConfig {
             api_endpoint: format!("http://{loopback}"),
             public_url: public_url.trim_end_matches('/').to_string(),
             data_dir: data_dir.to_path_buf(),
             secure_cookies,
             inline_sources: ConsoleOptions::default().inline_sources,
-        })
-    }
-}
-
-fn parse_bool(value: &str) -> Option<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" | "" => Some(false),
-        _ => None,
+        }
     }
 }
 
