@@ -104,14 +104,6 @@ fn syntax_for(name: &str, first_line: &str) -> &'static SyntaxReference {
         .unwrap_or_else(|| SYNTAXES.find_syntax_plain_text())
 }
 
-fn human_bytes(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1024 * 1024 => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
-        b if b >= 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} bytes"),
-    }
-}
-
 /// What survives the caps, and notes about what did not.
 struct Capped {
     text: String,
@@ -135,8 +127,8 @@ fn cap(content: &str, size: u64, cut_by_api: bool) -> Capped {
     if head.len() < content.len() || cut_by_api {
         notices.push(format!(
             "Truncated: showing the first {} of {}.",
-            human_bytes(head.len() as u64),
-            human_bytes(size)
+            sless_client::human_bytes(head.len() as u64),
+            sless_client::human_bytes(size)
         ));
     }
     let mut text = String::with_capacity(head.len() + 1);

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod auth;
 pub mod data_dir;
+pub mod error_text;
 pub mod k8s;
 pub mod local;
 pub mod logs;

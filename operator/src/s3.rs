@@ -56,7 +56,7 @@ pub enum StorageError {
     Config(String),
     #[error(
         "cannot reach S3 endpoint {endpoint} ({op}): {}; check SLESS_S3_ENDPOINT and that the object store is running",
-        chain(.source.as_ref())
+        crate::error_text::error_chain(.source.as_ref())
     )]
     Unreachable {
         endpoint: String,
@@ -99,21 +99,6 @@ fn target(bucket: &str, key: &str) -> String {
     } else {
         format!("{bucket}/{key}")
     }
-}
-
-/// Joins an error and its sources, since SDK errors hide the useful part in the chain.
-fn chain(err: &(dyn StdError + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = e.source();
-    }
-    out
 }
 
 #[derive(Clone)]
@@ -291,7 +276,7 @@ impl ObjectStore {
             self.request_error(
                 "get_object",
                 key,
-                format!("reading the body: {}", chain(&e)),
+                format!("reading the body: {}", crate::error_text::error_chain(&e)),
             )
         })?;
         Ok(Some(data.into_bytes()))
@@ -384,7 +369,7 @@ impl ObjectStore {
             };
         }
         let SdkError::ServiceError(ctx) = &err else {
-            return self.request_error(op, key, chain(&err));
+            return self.request_error(op, key, crate::error_text::error_chain(&err));
         };
         // HEAD responses have no body, hence no error code: fall back to the status.
         let status = ctx.raw().status().as_u16();

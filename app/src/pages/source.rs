@@ -20,15 +20,6 @@ pub struct SourcePage<'a> {
     pub files: Option<&'a RenderedSource>,
 }
 
-fn size_text(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1024 * 1024 => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
-        b if b >= 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
-        1 => "1 byte".into(),
-        b => format!("{b} bytes"),
-    }
-}
-
 fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoView + use<> {
     let notices: Vec<_> = file
         .notices
@@ -65,7 +56,7 @@ fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoVie
         <section class="file" id=id>
             <h3 class="file-name">
                 <span class="file-path">{file.name.clone()}</span>
-                <span class="file-size">{size_text(file.size)}</span>
+                <span class="file-size">{sless_client::human_bytes(file.size)}</span>
                 {syntax}
             </h3>
             {notices}

@@ -4,5 +4,7 @@
 pub mod apitypes;
 pub mod client;
 mod naming;
+mod units;
 
 pub use naming::namespace_for_sub;
+pub use units::human_bytes;

@@ -252,7 +252,13 @@ impl JwksCache {
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| format!("GET {}: {}", self.url, error_chain(&e.without_url())))?;
+            .map_err(|e| {
+                format!(
+                    "GET {}: {}",
+                    self.url,
+                    crate::error_text::error_chain(&e.without_url())
+                )
+            })?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("GET {}: HTTP {status}", self.url));
@@ -267,11 +273,13 @@ impl JwksCache {
             ));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("GET {}: {}", self.url, error_chain(&e.without_url())))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            format!(
+                "GET {}: {}",
+                self.url,
+                crate::error_text::error_chain(&e.without_url())
+            )
+        })? {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
                 return Err(format!(
                     "GET {}: the key set exceeds {MAX_JWKS_BYTES} bytes",
@@ -348,17 +356,6 @@ fn usable_key(jwk: &Jwk) -> Result<JwksKey, &'static str> {
         alg,
         key,
     })
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        out.push_str(": ");
-        out.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -258,7 +258,7 @@ impl Proxy {
             Some(Err(e)) => {
                 return Err(InvokeError::BadAnswer {
                     name: target.name.to_owned(),
-                    detail: error_chain(&e),
+                    detail: crate::error_text::error_chain(&e),
                 });
             }
             Some(Ok(frame)) => frame,
@@ -381,23 +381,8 @@ fn classify(error: &(dyn StdError + 'static), name: &str) -> InvokeError {
     }
     InvokeError::Unreachable {
         name: name.to_owned(),
-        detail: error_chain(error),
+        detail: crate::error_text::error_chain(error),
     }
-}
-
-/// `client error (Connect): tcp connect error: Connection refused (os error 111)`.
-fn error_chain(error: &(dyn StdError + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let part = e.to_string();
-        if !text.ends_with(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        cause = e.source();
-    }
-    text
 }
 
 #[cfg(test)]

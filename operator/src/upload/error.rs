@@ -42,7 +42,7 @@ pub enum UploadError {
     #[error(
         "the zip is larger than the limit of {}; leave dependencies and build outputs \
          out of it (they are installed at build time)",
-        human_bytes(*limit)
+        sless_client::human_bytes(*limit)
     )]
     TooLarge { limit: u64 },
     #[error(
@@ -56,7 +56,7 @@ pub enum UploadError {
     #[error(
         "the zip expands to more than the limit of {} when unpacked; leave dependencies, \
          data sets and build outputs out of it",
-        human_bytes(*limit)
+        sless_client::human_bytes(*limit)
     )]
     Expands { limit: u64 },
     #[error(
@@ -96,14 +96,5 @@ impl UploadError {
             entry: entry.into(),
             reason: reason.into(),
         }
-    }
-}
-
-/// "50 MiB" for whole MiB, else the byte count, so small test limits read right.
-pub(crate) fn human_bytes(n: u64) -> String {
-    if n >= MIB && n.is_multiple_of(MIB) {
-        format!("{} MiB", n / MIB)
-    } else {
-        format!("{n} bytes")
     }
 }
