@@ -12,26 +12,27 @@ use crate::highlight::render_file;
 use crate::listing::{Entry, EntryKind, Listing};
 use crate::source_cache::{RenderedSource, SourceCache};
 
+/// Why a view could not be built: the API refused or failed, or highlighting did.
 #[derive(Debug, thiserror::Error)]
-pub enum ConsoleError {
+pub enum ViewError {
     #[error(transparent)]
     Api(#[from] ClientError),
     #[error("highlighting failed: {0}")]
     Highlight(String),
 }
 
-impl ConsoleError {
+impl ViewError {
     /// The status to answer with: the API's own for API errors, 502 when it is unreachable.
     pub fn status(&self) -> u16 {
         match self {
-            ConsoleError::Api(ClientError::Api { status, .. }) => *status,
-            ConsoleError::Api(ClientError::Unreachable { .. } | ClientError::Decode { .. }) => 502,
-            ConsoleError::Api(ClientError::Config(_)) | ConsoleError::Highlight(_) => 500,
+            ViewError::Api(ClientError::Api { status, .. }) => *status,
+            ViewError::Api(ClientError::Unreachable { .. } | ClientError::Decode { .. }) => 502,
+            ViewError::Api(ClientError::Config(_)) | ViewError::Highlight(_) => 500,
         }
     }
 }
 
-pub type Result<T, E = ConsoleError> = std::result::Result<T, E>;
+pub type Result<T, E = ViewError> = std::result::Result<T, E>;
 
 #[derive(Clone, Debug)]
 pub struct ConsoleOptions {
@@ -154,7 +155,7 @@ impl Console {
                     .collect::<Vec<_>>()
             })
             .await
-            .map_err(|e| ConsoleError::Highlight(e.to_string()))?;
+            .map_err(|e| ViewError::Highlight(e.to_string()))?;
             for (i, file) in rendered {
                 files[i] = Some(file);
             }

@@ -1207,7 +1207,7 @@ async fn huge_files_and_long_lines_are_cut_with_a_notice() {
         "notice missing"
     );
     // Under 1 MiB shown ("KiB"): the console's own cap, not only the API's 1 MiB cut.
-    assert!(big.contains("KiB of 5 MiB."), "the full size is named");
+    assert!(big.contains("KiB of 5.0 MiB."), "the full size is named");
     assert!(big.contains("START_OF_BIG_FILE"));
     assert!(!big.contains("END_OF_BIG_FILE"), "the tail is not shown");
     let long = file_section(html, "long.py");

@@ -24,7 +24,7 @@ use crate::logs::WorkloadLogs;
 use crate::model::{Function, Kind, Service};
 use crate::proxy::Proxy;
 use crate::s3::ObjectStore;
-use crate::store::{Object, Resource, Store, StoreError, StoreExt};
+use crate::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadKind};
 use crate::upload::UploadLimits;
 use extract::Authorized;
 use sless_client::apitypes::NamespaceResponse;
@@ -89,58 +89,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/namespaces/{ns}/ensure", post(ensure_namespace))
-        .route(
-            "/v1/namespaces/{ns}/functions",
-            get(workloads::list::<Function>).post(workloads::create::<Function>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/functions/{name}",
-            get(workloads::get::<Function>)
-                .put(workloads::replace::<Function>)
-                .delete(workloads::delete::<Function>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/functions/{name}/source",
-            get(workloads::source::<Function>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/functions/{name}/logs",
-            get(workloads::logs::<Function>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/functions/{name}/build-log",
-            get(workloads::build_log::<Function>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/functions/{name}/invocations",
-            get(workloads::invocations::<Function>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/services",
-            get(workloads::list::<Service>).post(workloads::create::<Service>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/services/{name}",
-            get(workloads::get::<Service>)
-                .put(workloads::replace::<Service>)
-                .delete(workloads::delete::<Service>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/services/{name}/source",
-            get(workloads::source::<Service>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/services/{name}/logs",
-            get(workloads::logs::<Service>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/services/{name}/build-log",
-            get(workloads::build_log::<Service>),
-        )
-        .route(
-            "/v1/namespaces/{ns}/services/{name}/invocations",
-            get(workloads::invocations::<Service>),
-        )
+        .merge(workload_routes::<Function>("functions"))
+        .merge(workload_routes::<Service>("services"))
         .route(
             "/v1/namespaces/{ns}/triggers",
             get(triggers::list).post(triggers::create),
@@ -166,6 +116,36 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(uploads)
         .fallback(unknown_route)
         .with_state(state)
+}
+
+/// The routes Functions and Services share, under `/v1/namespaces/{ns}/<collection>`
+/// (uploads apart: they carry their own body limit).
+fn workload_routes<R: WorkloadKind>(collection: &str) -> Router<Arc<AppState>> {
+    let base = format!("/v1/namespaces/{{ns}}/{collection}");
+    Router::new()
+        .route(
+            &base,
+            get(workloads::list::<R>).post(workloads::create::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}"),
+            get(workloads::get::<R>)
+                .put(workloads::replace::<R>)
+                .delete(workloads::delete::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}/source"),
+            get(workloads::source::<R>),
+        )
+        .route(&format!("{base}/{{name}}/logs"), get(workloads::logs::<R>))
+        .route(
+            &format!("{base}/{{name}}/build-log"),
+            get(workloads::build_log::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}/invocations"),
+            get(workloads::invocations::<R>),
+        )
 }
 
 async fn healthz() -> &'static str {

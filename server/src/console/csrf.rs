@@ -13,11 +13,23 @@ use tower_sessions::Session;
 use tower_sessions::cookie::{Cookie, SameSite};
 
 use super::error::ConsoleError;
-use super::session::{self, CSRF_KEY};
+use super::session;
 
-pub fn new_token() -> String {
+const CSRF_KEY: &str = "csrf";
+
+fn new_token() -> String {
     let bytes: [u8; 32] = rand::random();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A fresh token, at login: one seen before the login is of no use after it.
+pub async fn rotate(session: &Session) -> Result<(), ConsoleError> {
+    session::set_string(session, CSRF_KEY, &new_token()).await
+}
+
+/// The session's token if it has one (pages render without starting a session).
+pub async fn existing(session: &Session) -> Option<String> {
+    session::get_string(session, CSRF_KEY).await.ok().flatten()
 }
 
 /// The session's token, created (and the session started) on first use.

@@ -23,7 +23,7 @@ pub enum ConsoleError {
     #[error("{0}")]
     BadRequest(String),
     #[error(transparent)]
-    App(#[from] app::console::ConsoleError),
+    App(#[from] app::console::ViewError),
     #[error("{0}")]
     Internal(String),
 }

@@ -341,6 +341,7 @@ async fn establish(
         },
     )
     .await?;
+    csrf::rotate(session).await?;
     let mut response = Redirect::to(next.and_then(safe_next).unwrap_or(&home)).into_response();
     if let Some(removal) = csrf::login_cookie(None, state.secure_cookies) {
         response.headers_mut().append(header::SET_COOKIE, removal);

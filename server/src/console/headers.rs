@@ -98,10 +98,7 @@ async fn error_page(failure: &Failure, nonce: &Nonce, session: Option<&Session>)
                 admin: user.admin,
             });
         }
-        ctx.csrf = session::get_string(session, session::CSRF_KEY)
-            .await
-            .ok()
-            .flatten();
+        ctx.csrf = super::csrf::existing(session).await;
     }
     let html = app::pages::render_message(
         failure.status.as_u16(),

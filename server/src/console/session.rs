@@ -23,7 +23,6 @@ const IDLE_HOURS: i64 = 12;
 
 const USER_KEY: &str = "user";
 const FLASH_KEY: &str = "flash";
-pub const CSRF_KEY: &str = "csrf";
 
 /// Who is logged in: kept server-side in the session record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -96,15 +95,11 @@ pub async fn user(session: &Session) -> Result<Option<SessionUser>, ConsoleError
     session.get(USER_KEY).await.map_err(store_error)
 }
 
-/// Logs in: a new session id (no fixation), the user, a fresh CSRF token.
+/// Logs in: a new session id (no fixation) and the user. The caller gives it a fresh
+/// CSRF token ([`super::csrf::rotate`]).
 pub async fn log_in(session: &Session, user: SessionUser) -> Result<(), ConsoleError> {
     session.cycle_id().await.map_err(store_error)?;
-    session.insert(USER_KEY, user).await.map_err(store_error)?;
-    session
-        .insert(CSRF_KEY, super::csrf::new_token())
-        .await
-        .map_err(store_error)?;
-    Ok(())
+    session.insert(USER_KEY, user).await.map_err(store_error)
 }
 
 pub async fn log_out(session: &Session) -> Result<(), ConsoleError> {
