@@ -19,7 +19,7 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
-    /// The badge of SPEC §9: Functions run as jobs of their triggers, Services always.
+    /// The badge of docs/spec.md §9: Functions run as jobs of their triggers, Services always.
     pub fn badge(self) -> &'static str {
         match self {
             EntryKind::Function => "job",

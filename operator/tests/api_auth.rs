@@ -1,4 +1,4 @@
-//! The auth matrix of SPEC §6 at the HTTP level.
+//! The auth matrix of docs/spec.md §6 at the HTTP level.
 
 mod common;
 

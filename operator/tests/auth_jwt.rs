@@ -1,4 +1,4 @@
-//! The JWT verification matrix of SPEC §6, against real keys and a real JWKS server.
+//! The JWT verification matrix of docs/spec.md §6, against real keys and a real JWKS server.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,13 +2,7 @@
 //! issues a token signed with its key, and the developer commands (`deploy`, `ls`,
 //! `invoke`, `logs`, ...) talk to a running sless over its REST API.
 
-mod cli;
-mod console;
-mod demo;
-mod operator_cmd;
-mod serve;
-mod settings;
-mod up;
+use sless::{cli, operator_cmd, settings, up};
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! The REST API of SPEC §5 on axum. Handlers are thin: parse, call the store / upload
+//! The REST API of docs/spec.md §5 on axum. Handlers are thin: parse, call the store / upload
 //! pipeline, map errors through [`ApiError`].
 
 mod code;

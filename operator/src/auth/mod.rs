@@ -1,4 +1,4 @@
-//! JWT verification, namespace authorization and token issuing (SPEC §6).
+//! JWT verification, namespace authorization and token issuing (docs/spec.md §6).
 //!
 //! The algorithm is always taken from the configured key (HS256 secret, RSA → RS256,
 //! EC P-256 → ES256, or per JWK); the token header's `alg` is only compared against it,

@@ -1,4 +1,4 @@
-//! The Kubernetes platform (SPEC §10): the store seam on CustomResources, the kube-rs
+//! The Kubernetes platform (docs/spec.md §10): the store seam on CustomResources, the kube-rs
 //! controllers that turn them into Jobs, Deployments, Services and CronJobs in
 //! `sless-fn-<ns>`, the `/fn` route table on Service DNS, and the CRDs.
 //!
@@ -61,7 +61,7 @@ impl Default for Images {
     }
 }
 
-/// Used only when no external URL is configured (SPEC §10: Ingress only then).
+/// Used only when no external URL is configured (docs/spec.md §10: Ingress only then).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IngressConfig {
     pub class: Option<String>,

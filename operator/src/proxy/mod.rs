@@ -1,4 +1,4 @@
-//! The public invoke proxy `ANY /fn/{ns}/{name}/{rest...}` (SPEC §7).
+//! The public invoke proxy `ANY /fn/{ns}/{name}/{rest...}` (docs/spec.md §7).
 
 mod body;
 mod error;

@@ -1,4 +1,4 @@
-//! The generated Dockerfile and the build context (SPEC §4).
+//! The generated Dockerfile and the build context (docs/spec.md §4).
 
 use flate2::{Compression, GzBuilder};
 
@@ -25,7 +25,7 @@ pub fn base_image(prefix: &str, runtime: Runtime) -> String {
     }
 }
 
-/// The generated Dockerfile of SPEC §4. The entrypoint CMD is the base image's.
+/// The generated Dockerfile of docs/spec.md §4. The entrypoint CMD is the base image's.
 pub fn dockerfile(prefix: &str, runtime: Runtime, entrypoint: &str, paths: &[&str]) -> String {
     let has = |name: &str| paths.contains(&name);
     let mut lines = vec![

@@ -1,4 +1,4 @@
-//! Object keys of one upload version (SPEC §4).
+//! Object keys of one upload version (docs/spec.md §4).
 
 use chrono::{DateTime, Utc};
 

@@ -64,7 +64,7 @@ enum Planned {
     Idle(FunctionJobStatus),
 }
 
-/// The last non-empty line of a job's log: the handler's result (SPEC §8, job mode).
+/// The last non-empty line of a job's log: the handler's result (docs/spec.md §8, job mode).
 pub fn result_line(log: &str) -> Option<&str> {
     log.lines().rev().map(str::trim).find(|l| !l.is_empty())
 }

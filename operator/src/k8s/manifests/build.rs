@@ -20,7 +20,7 @@ pub const COMPONENT: &str = "build";
 /// The container whose log a failed build reports.
 pub const BUILD_CONTAINER: &str = "build";
 pub const FETCH_CONTAINER: &str = "fetch-context";
-/// Retries of a failed build pod (SPEC §10).
+/// Retries of a failed build pod (docs/spec.md §10).
 pub const BACKOFF_LIMIT: i32 = 2;
 /// Finished build Jobs (and their logs) are kept this long.
 const TTL_AFTER_FINISHED: i32 = 24 * 3600;

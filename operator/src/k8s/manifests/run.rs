@@ -1,4 +1,4 @@
-//! The Job of one FunctionJob run: the function's image in job mode (SPEC §8), the
+//! The Job of one FunctionJob run: the function's image in job mode (docs/spec.md §8), the
 //! event in the environment, the result on the last line of the log.
 
 use std::collections::BTreeMap;

@@ -22,7 +22,7 @@ use crate::k8s::names::{
 };
 use crate::model::{Kind, WorkloadSpec, deploy_namespace};
 
-/// Rolls a pod when a new build reuses the image tag (SPEC §3).
+/// Rolls a pod when a new build reuses the image tag (docs/spec.md §3).
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 pub const COMPONENT: &str = "workload";
 const CONTAINER: &str = "function";
