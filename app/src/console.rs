@@ -9,7 +9,7 @@ use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
 use sless_client::client::{Client, ClientError, Collection};
 
 use crate::highlight::render_file;
-use crate::listing::{Entry, EntryKind, Listing};
+use crate::listing::{Entry, Listing, WorkloadKind};
 use crate::source_cache::{RenderedSource, SourceCache};
 
 /// Why a view could not be built: the API refused or failed, or highlighting did.
@@ -109,7 +109,7 @@ impl Console {
     pub async fn workload(
         &self,
         client: &Client,
-        kind: EntryKind,
+        kind: WorkloadKind,
         name: &str,
     ) -> Result<WorkloadResponse> {
         Ok(client.get_workload(kind.collection(), name).await?)
@@ -120,7 +120,7 @@ impl Console {
     pub async fn source(
         &self,
         client: &Client,
-        kind: EntryKind,
+        kind: WorkloadKind,
         name: &str,
         s3_key: &str,
     ) -> Result<RenderedSource> {
@@ -174,7 +174,7 @@ impl Console {
         client: &Client,
         entries: &[&Entry],
     ) -> HashMap<String, Result<RenderedSource, String>> {
-        let wanted: Vec<(String, EntryKind, String)> = entries
+        let wanted: Vec<(String, WorkloadKind, String)> = entries
             .iter()
             .filter_map(|e| Some((e.name.clone(), e.kind, e.s3_key.clone()?)))
             .take(self.options.inline_sources)
@@ -197,7 +197,7 @@ impl Console {
     async fn small_source(
         &self,
         client: &Client,
-        kind: EntryKind,
+        kind: WorkloadKind,
         name: &str,
         s3_key: &str,
     ) -> Result<Option<RenderedSource>> {

@@ -3,51 +3,17 @@
 //! curl gets on the same URL.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
+pub use sless_client::apitypes::{Phase, WorkloadKind};
 use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
-use sless_client::client::Collection;
 
-/// Which resource an entry is underneath; users mostly see the badge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EntryKind {
-    Function,
-    Service,
-}
-
-impl EntryKind {
-    /// The badge of docs/spec.md §9: Functions run as jobs of their triggers, Services always.
-    pub fn badge(self) -> &'static str {
-        match self {
-            EntryKind::Function => "job",
-            EntryKind::Service => "always-on",
-        }
-    }
-
-    /// The `kind=` query value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EntryKind::Function => "function",
-            EntryKind::Service => "service",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "function" | "functions" | "job" => Some(EntryKind::Function),
-            "service" | "services" | "always-on" => Some(EntryKind::Service),
-            _ => None,
-        }
-    }
-
-    pub fn collection(self) -> Collection {
-        match self {
-            EntryKind::Function => Collection::Functions,
-            EntryKind::Service => Collection::Services,
-        }
+/// The badge of docs/spec.md §9: Functions run as jobs of their triggers, Services always.
+pub fn badge(kind: WorkloadKind) -> &'static str {
+    match kind {
+        WorkloadKind::Function => "job",
+        WorkloadKind::Service => "always-on",
     }
 }
 
@@ -107,10 +73,10 @@ impl TriggerView {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Entry {
     pub name: String,
-    pub kind: EntryKind,
+    pub kind: WorkloadKind,
     pub badge: &'static str,
     pub runtime: String,
-    pub phase: String,
+    pub phase: Phase,
     pub message: Option<String>,
     pub url: Option<String>,
     pub last_built_at: Option<String>,
@@ -123,11 +89,11 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn from_api(kind: EntryKind, w: WorkloadResponse) -> Self {
+    fn from_api(kind: WorkloadKind, w: WorkloadResponse) -> Self {
         Entry {
             name: w.name,
             kind,
-            badge: kind.badge(),
+            badge: badge(kind),
             runtime: w.runtime,
             phase: w.phase,
             message: w.message,
@@ -180,11 +146,11 @@ impl Listing {
     ) -> Self {
         let mut entries: Vec<Entry> = functions
             .into_iter()
-            .map(|w| Entry::from_api(EntryKind::Function, w))
+            .map(|w| Entry::from_api(WorkloadKind::Function, w))
             .chain(
                 services
                     .into_iter()
-                    .map(|w| Entry::from_api(EntryKind::Service, w)),
+                    .map(|w| Entry::from_api(WorkloadKind::Service, w)),
             )
             .collect();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -241,17 +207,16 @@ impl SortKey {
     }
 }
 
-/// The phases in the order the console shows them; unknown phases follow.
-pub const PHASES: [&str; 4] = ["Ready", "Building", "Pending", "Failed"];
+/// The phases in the order the console shows them.
+pub const PHASES: [Phase; 4] = [Phase::Ready, Phase::Building, Phase::Pending, Phase::Failed];
 
 /// Failures first when sorting by phase: they want attention.
-fn phase_rank(phase: &str) -> usize {
+fn phase_rank(phase: Phase) -> usize {
     match phase {
-        "Failed" => 0,
-        "Building" => 1,
-        "Pending" => 2,
-        "Ready" => 3,
-        _ => 4,
+        Phase::Failed => 0,
+        Phase::Building => 1,
+        Phase::Pending => 2,
+        Phase::Ready => 3,
     }
 }
 
@@ -275,8 +240,8 @@ pub struct ListQuery {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selection {
     pub text: String,
-    pub kind: Option<EntryKind>,
-    pub phase: Option<String>,
+    pub kind: Option<WorkloadKind>,
+    pub phase: Option<Phase>,
     pub sort: SortKey,
 }
 
@@ -289,12 +254,12 @@ impl Selection {
             let p = p.trim();
             PHASES
                 .into_iter()
-                .find(|known| known.eq_ignore_ascii_case(p))
+                .find(|known| known.as_str().eq_ignore_ascii_case(p))
         });
         Selection {
             text,
-            kind: query.kind.as_deref().and_then(EntryKind::parse),
-            phase: phase.map(String::from),
+            kind: query.kind.as_deref().and_then(WorkloadKind::parse),
+            phase,
             sort: query
                 .sort
                 .as_deref()
@@ -313,7 +278,7 @@ impl Selection {
         if let Some(kind) = self.kind {
             pairs.push(("kind", kind.as_str()));
         }
-        if let Some(phase) = &self.phase {
+        if let Some(phase) = self.phase {
             pairs.push(("phase", phase.as_str()));
         }
         if self.sort != SortKey::Name {
@@ -329,7 +294,7 @@ impl Selection {
 
     fn matches(&self, entry: &Entry, needle: &str) -> bool {
         self.kind.is_none_or(|k| entry.kind == k)
-            && self.phase.as_deref().is_none_or(|p| entry.phase == p)
+            && self.phase.is_none_or(|p| entry.phase == p)
             && (needle.is_empty()
                 || entry.name.contains(needle)
                 || entry.runtime.to_ascii_lowercase().contains(needle))
@@ -346,7 +311,7 @@ impl Selection {
         // Entries arrive sorted by name; the sorts below are stable, so name breaks ties.
         match self.sort {
             SortKey::Name => {}
-            SortKey::Phase => selected.sort_by_key(|e| phase_rank(&e.phase)),
+            SortKey::Phase => selected.sort_by_key(|e| phase_rank(e.phase)),
             SortKey::LastBuilt => selected.sort_by(|a, b| newest_first(a, b)),
         }
         selected
@@ -380,25 +345,25 @@ pub struct Counts {
     pub total: usize,
     pub functions: usize,
     pub services: usize,
-    /// Phase → count, only phases that occur, in [`PHASES`] order then by name.
-    pub phases: Vec<(String, usize)>,
+    /// Phase → count, only phases that occur, in [`PHASES`] order.
+    pub phases: Vec<(Phase, usize)>,
 }
 
 impl Counts {
     pub fn of(listing: &Listing) -> Self {
-        let mut by_phase: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut functions = 0;
-        for entry in &listing.entries {
-            if entry.kind == EntryKind::Function {
-                functions += 1;
-            }
-            *by_phase.entry(entry.phase.as_str()).or_default() += 1;
-        }
-        let mut phases: Vec<(String, usize)> = by_phase
+        let functions = listing
+            .entries
+            .iter()
+            .filter(|e| e.kind == WorkloadKind::Function)
+            .count();
+        let phases = PHASES
             .into_iter()
-            .map(|(p, n)| (p.to_string(), n))
+            .map(|phase| {
+                let n = listing.entries.iter().filter(|e| e.phase == phase).count();
+                (phase, n)
+            })
+            .filter(|(_, n)| *n > 0)
             .collect();
-        phases.sort_by_key(|(p, _)| PHASES.iter().position(|k| k == p).unwrap_or(PHASES.len()));
         Counts {
             total: listing.entries.len(),
             functions,
@@ -419,7 +384,7 @@ pub fn render_text(entries: &[&Entry]) -> String {
                 e.name.clone(),
                 e.badge.to_string(),
                 e.runtime.clone(),
-                e.phase.clone(),
+                e.phase.to_string(),
                 e.triggers_text(),
                 e.display_url().unwrap_or("-").to_string(),
             ]
@@ -473,17 +438,17 @@ pub fn render_json(listing: &Listing, entries: Vec<&Entry>) -> String {
 mod tests {
     use super::*;
 
-    pub(crate) fn workload(name: &str, phase: &str, built: Option<&str>) -> WorkloadResponse {
+    pub(crate) fn workload(name: &str, phase: Phase, built: Option<&str>) -> WorkloadResponse {
         WorkloadResponse {
             namespace: "ns".into(),
             name: name.into(),
-            kind: "function".into(),
+            kind: WorkloadKind::Function,
             runtime: "python3.11".into(),
             entrypoint: "handler.handle".into(),
             memory_mb: 128,
             timeout_sec: 30,
             env_vars: Default::default(),
-            phase: phase.into(),
+            phase,
             message: None,
             image_ref: None,
             s3_key: None,
@@ -521,12 +486,12 @@ mod tests {
         Listing::from_api(
             "ns",
             vec![
-                workload("beta", "Ready", Some("2026-01-02T00:00:00Z")),
-                workload("alpha", "Failed", None),
+                workload("beta", Phase::Ready, Some("2026-01-02T00:00:00Z")),
+                workload("alpha", Phase::Failed, None),
             ],
             vec![workload(
                 "gamma-svc",
-                "Building",
+                Phase::Building,
                 Some("2026-01-03T00:00:00Z"),
             )],
             vec![
@@ -573,7 +538,7 @@ mod tests {
         assert_eq!(names(query("phase")), ["alpha", "gamma-svc", "beta"]);
         assert_eq!(names(query("last_built")), ["gamma-svc", "beta", "alpha"]);
         let services = Selection {
-            kind: Some(EntryKind::Service),
+            kind: Some(WorkloadKind::Service),
             ..Default::default()
         };
         assert_eq!(names(services), ["gamma-svc"]);
@@ -585,7 +550,7 @@ mod tests {
         assert_eq!(listing.orphan_triggers.len(), 1);
         let counts = Counts::of(&listing);
         assert_eq!((counts.functions, counts.services), (2, 1));
-        assert_eq!(counts.phases[0], ("Ready".to_string(), 1));
+        assert_eq!(counts.phases[0], (Phase::Ready, 1));
     }
 
     #[test]
@@ -598,7 +563,7 @@ mod tests {
             format: None,
         };
         let selection = Selection::from_query(&query);
-        assert_eq!(selection.phase.as_deref(), Some("Failed"));
+        assert_eq!(selection.phase, Some(Phase::Failed));
         assert_eq!(
             selection.to_query_string(),
             "q=a+b%26c&kind=service&phase=Failed&sort=phase"

@@ -8,7 +8,9 @@ use super::layout::{PageContext, csrf_field, document};
 use super::source::files_view;
 use super::splice::{PageBody, Splicer};
 use super::{limits, phase_class, short_time, source_href};
-use crate::listing::{Counts, Entry, EntryKind, Listing, PHASES, Selection, SortKey, TriggerView};
+use crate::listing::{
+    Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, TriggerView, WorkloadKind,
+};
 use crate::source_cache::RenderedSource;
 
 /// What the list page shows.
@@ -119,10 +121,10 @@ fn entry_view(
 ) -> impl IntoView + use<> {
     let (memory, timeout) = limits(entry.memory_mb, entry.timeout_sec);
     let badge_class = match entry.kind {
-        EntryKind::Function => "badge badge-job",
-        EntryKind::Service => "badge badge-always-on",
+        WorkloadKind::Function => "badge badge-job",
+        WorkloadKind::Service => "badge badge-always-on",
     };
-    let failed = entry.phase == "Failed";
+    let failed = entry.phase == Phase::Failed;
     let message = entry.message.clone().map(|m| {
         if failed {
             view! {
@@ -167,7 +169,7 @@ fn entry_view(
                 </h2>
                 <span class=badge_class title=entry.kind.as_str()>{entry.badge}</span>
                 <span class="runtime">{entry.runtime.clone()}</span>
-                <span class=phase_class(&entry.phase) title=entry.message.clone()>{entry.phase.clone()}</span>
+                <span class=phase_class(entry.phase) title=entry.message.clone()>{entry.phase.as_str()}</span>
             </div>
             {message}
             <dl class="meta">
@@ -193,7 +195,7 @@ fn counts_view(counts: &Counts) -> impl IntoView + use<> {
         .iter()
         .map(|(phase, n)| {
             view! {
-                <li><span class=phase_class(phase)>{phase.clone()}</span> " " {n.to_string()}</li>
+                <li><span class=phase_class(*phase)>{phase.as_str()}</span> " " {n.to_string()}</li>
             }
         })
         .collect();
@@ -222,14 +224,14 @@ fn filters_view(selection: &Selection, namespace: &str) -> impl IntoView + use<>
     ]
     .into_iter()
     .map(|(value, label)| {
-        let selected = selection.kind.map(EntryKind::as_str).unwrap_or("") == value;
+        let selected = selection.kind.map(WorkloadKind::as_str).unwrap_or("") == value;
         view! { <option value=value selected=selected>{label}</option> }
     })
     .collect();
     let phase_options: Vec<_> = std::iter::once("")
-        .chain(PHASES)
+        .chain(PHASES.map(Phase::as_str))
         .map(|value| {
-            let selected = selection.phase.as_deref().unwrap_or("") == value;
+            let selected = selection.phase.map_or("", Phase::as_str) == value;
             let label = if value.is_empty() {
                 "All phases"
             } else {

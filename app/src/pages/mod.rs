@@ -38,18 +38,13 @@ fn short_time(rfc3339: &str) -> String {
     )
 }
 
-/// A CSS class suffix from a phase: lowercase letters only, whatever the API said.
-fn phase_class(phase: &str) -> String {
-    let name: String = phase
-        .chars()
-        .filter(char::is_ascii_alphabetic)
-        .map(|c| c.to_ascii_lowercase())
-        .collect();
-    format!("phase phase-{name}")
+/// The CSS classes of a phase badge.
+fn phase_class(phase: crate::listing::Phase) -> String {
+    format!("phase phase-{}", phase.as_str().to_ascii_lowercase())
 }
 
 /// The source page of an entry.
-pub fn source_href(namespace: &str, kind: crate::listing::EntryKind, name: &str) -> String {
+pub fn source_href(namespace: &str, kind: crate::listing::WorkloadKind, name: &str) -> String {
     format!(
         "/funcs/{}/source/{}?kind={}",
         crate::listing::url_encode(namespace),
@@ -75,20 +70,20 @@ mod tests {
         );
         assert_eq!(short_time("yesterday"), "yesterday");
     }
-    use crate::listing::{Listing, Selection};
+    use crate::listing::{Listing, Selection, WorkloadKind};
     use sless_client::apitypes::{SourceFileResponse, TriggerResponse, WorkloadResponse};
 
-    fn workload(name: &str, kind: &str) -> WorkloadResponse {
+    fn workload(name: &str, kind: WorkloadKind) -> WorkloadResponse {
         WorkloadResponse {
             namespace: "sless-0123456789abcdef".into(),
             name: name.into(),
-            kind: kind.into(),
+            kind,
             runtime: "python3.11".into(),
             entrypoint: "handler.handle".into(),
             memory_mb: 128,
             timeout_sec: 0,
             env_vars: Default::default(),
-            phase: "Failed".into(),
+            phase: crate::listing::Phase::Failed,
             message: Some("<b>pip</b> said no".into()),
             image_ref: None,
             s3_key: Some(format!("contexts/ns/{name}/1.tar.gz")),
@@ -118,8 +113,8 @@ mod tests {
     fn list_page_escapes_everything_and_has_forms() {
         let listing = Listing::from_api(
             "sless-0123456789abcdef",
-            vec![workload("hello", "function")],
-            vec![workload("svc", "service")],
+            vec![workload("hello", WorkloadKind::Function)],
+            vec![workload("svc", WorkloadKind::Service)],
             vec![TriggerResponse {
                 namespace: "sless-0123456789abcdef".into(),
                 name: "hello-http".into(),

@@ -6,15 +6,15 @@ use super::layout::{PageContext, document};
 use super::splice::{PageBody, Splicer};
 use super::{phase_class, short_time};
 use crate::highlight::{FileBody, RenderedFile};
-use crate::listing::EntryKind;
+use crate::listing::WorkloadKind;
 use crate::source_cache::RenderedSource;
 
 pub struct SourcePage<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
-    pub kind: EntryKind,
+    pub kind: WorkloadKind,
     pub runtime: &'a str,
-    pub phase: &'a str,
+    pub phase: crate::listing::Phase,
     pub last_built_at: Option<&'a str>,
     /// None before the first upload.
     pub files: Option<&'a RenderedSource>,
@@ -86,8 +86,8 @@ pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
     let splicer = Splicer::new(&ctx.nonce);
     let back = format!("/funcs/{}", page.namespace);
     let badge_class = match page.kind {
-        EntryKind::Function => "badge badge-job",
-        EntryKind::Service => "badge badge-always-on",
+        WorkloadKind::Function => "badge badge-job",
+        WorkloadKind::Service => "badge badge-always-on",
     };
     let built = page
         .last_built_at
@@ -119,9 +119,9 @@ pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
         <p class="crumbs"><a href=back>"← " {page.namespace.to_string()}</a></p>
         <div class="page-head">
             <h1>{page.name.to_string()}</h1>
-            <span class=badge_class>{page.kind.badge()}</span>
+            <span class=badge_class>{crate::listing::badge(page.kind)}</span>
             <span class="runtime">{page.runtime.to_string()}</span>
-            <span class=phase_class(page.phase)>{page.phase.to_string()}</span>
+            <span class=phase_class(page.phase)>{page.phase.as_str()}</span>
             {built}
         </div>
         {body}

@@ -5,6 +5,107 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::client::Collection;
+
+/// Functions and Services: what `/fn` reaches and the console lists. `"function"` /
+/// `"service"` in JSON and in the console's `kind=` query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    Function,
+    Service,
+}
+
+impl WorkloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Function => "function",
+            WorkloadKind::Service => "service",
+        }
+    }
+
+    /// Lenient, for people: plurals and the console's badges too.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "function" | "functions" | "job" => Some(WorkloadKind::Function),
+            "service" | "services" | "always-on" => Some(WorkloadKind::Service),
+            _ => None,
+        }
+    }
+
+    pub fn collection(self) -> Collection {
+        match self {
+            WorkloadKind::Function => Collection::Functions,
+            WorkloadKind::Service => Collection::Services,
+        }
+    }
+}
+
+/// Where a Function or Service is: its upload built and served, or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Phase {
+    #[default]
+    Pending,
+    Building,
+    Ready,
+    Failed,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 4] = [Phase::Pending, Phase::Building, Phase::Ready, Phase::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Building => "Building",
+            Phase::Ready => "Ready",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+/// Where the current run of a job is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum JobPhase {
+    #[default]
+    Pending,
+    Skipped,
+    Building,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl JobPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPhase::Pending => "Pending",
+            JobPhase::Skipped => "Skipped",
+            JobPhase::Building => "Building",
+            JobPhase::Running => "Running",
+            JobPhase::Succeeded => "Succeeded",
+            JobPhase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobPhase::Succeeded | JobPhase::Failed)
+    }
+}
+
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+display_as_str!(WorkloadKind, Phase, JobPhase);
+
 /// Create (POST) or replace (PUT) a Function or a Service.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,14 +131,13 @@ pub struct WorkloadRequest {
 pub struct WorkloadResponse {
     pub namespace: String,
     pub name: String,
-    /// "function" or "service".
-    pub kind: String,
+    pub kind: WorkloadKind,
     pub runtime: String,
     pub entrypoint: String,
     pub memory_mb: u32,
     pub timeout_sec: u32,
     pub env_vars: BTreeMap<String, String>,
-    pub phase: String,
+    pub phase: Phase,
     pub message: Option<String>,
     pub image_ref: Option<String>,
     pub s3_key: Option<String>,
@@ -136,7 +236,7 @@ pub struct JobResponse {
     pub run_id: i64,
     pub timeout_sec: u32,
     pub s3_key: Option<String>,
-    pub phase: String,
+    pub phase: JobPhase,
     pub message: Option<String>,
     pub job_name: Option<String>,
     pub start_time: Option<String>,

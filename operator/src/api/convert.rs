@@ -1,7 +1,7 @@
 //! Model ⇄ API JSON.
 
 use crate::model::*;
-use crate::store::{Object, WorkloadKind};
+use crate::store::{Object, WorkloadResource};
 use sless_client::apitypes::*;
 
 /// Entrypoint and memory get defaults on create; PUT must name them (no zero values).
@@ -37,19 +37,19 @@ pub fn workload_spec(
     Ok(spec)
 }
 
-pub fn workload_response<R: WorkloadKind>(object: &Object<R>) -> WorkloadResponse {
+pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadResponse {
     let spec = R::workload(&object.spec);
     let status = &object.status;
     WorkloadResponse {
         namespace: object.meta.namespace.clone(),
         name: object.meta.name.clone(),
-        kind: R::KIND.noun().to_string(),
+        kind: R::WORKLOAD,
         runtime: spec.runtime.to_string(),
         entrypoint: spec.entrypoint.clone(),
         memory_mb: spec.memory_mb,
         timeout_sec: spec.timeout_sec,
         env_vars: spec.env.clone(),
-        phase: status.phase.as_str().to_string(),
+        phase: status.phase,
         message: status.message.clone(),
         image_ref: status.image_ref.clone(),
         s3_key: spec.s3_key.clone(),
@@ -145,7 +145,7 @@ pub fn job_response(object: &Object<FunctionJob>) -> JobResponse {
         run_id: spec.run_id,
         timeout_sec: spec.timeout_sec,
         s3_key: spec.s3_key.clone(),
-        phase: status.phase.as_str().to_string(),
+        phase: status.phase,
         message: status.message.clone(),
         job_name: status.job_name.clone(),
         start_time: status.start_time.clone(),

@@ -24,7 +24,7 @@ use crate::logs::WorkloadLogs;
 use crate::model::{Function, Kind, Service};
 use crate::proxy::Proxy;
 use crate::s3::ObjectStore;
-use crate::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadKind};
+use crate::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
 use crate::upload::UploadLimits;
 use extract::Authorized;
 use sless_client::apitypes::NamespaceResponse;
@@ -120,7 +120,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// The routes Functions and Services share, under `/v1/namespaces/{ns}/<collection>`
 /// (uploads apart: they carry their own body limit).
-fn workload_routes<R: WorkloadKind>(collection: &str) -> Router<Arc<AppState>> {
+fn workload_routes<R: WorkloadResource>(collection: &str) -> Router<Arc<AppState>> {
     let base = format!("/v1/namespaces/{{ns}}/{collection}");
     Router::new()
         .route(

@@ -13,10 +13,10 @@ use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::{ApiError, AppState, load};
 use crate::model::{Phase, WorkloadSpec, validate_name};
-use crate::store::{Object, StoreError, StoreExt, WorkloadKind, modify, modify_status};
+use crate::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
 use sless_client::apitypes::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
 
-pub async fn list<R: WorkloadKind>(
+pub async fn list<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
 ) -> Result<Json<Vec<WorkloadResponse>>, ApiError> {
@@ -24,7 +24,7 @@ pub async fn list<R: WorkloadKind>(
     Ok(Json(objects.iter().map(workload_response).collect()))
 }
 
-pub async fn get<R: WorkloadKind>(
+pub async fn get<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
@@ -33,7 +33,7 @@ pub async fn get<R: WorkloadKind>(
     Ok(Json(workload_response(&object)))
 }
 
-pub async fn create<R: WorkloadKind>(
+pub async fn create<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     ApiJson(request): ApiJson<WorkloadRequest>,
@@ -75,7 +75,7 @@ pub async fn create<R: WorkloadKind>(
     Ok((StatusCode::CREATED, Json(workload_response(&created))))
 }
 
-pub async fn replace<R: WorkloadKind>(
+pub async fn replace<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
@@ -145,7 +145,7 @@ pub async fn replace<R: WorkloadKind>(
     Ok(Json(workload_response(&updated)))
 }
 
-pub async fn delete<R: WorkloadKind>(
+pub async fn delete<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
@@ -157,7 +157,7 @@ pub async fn delete<R: WorkloadKind>(
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn upload<R: WorkloadKind>(
+pub async fn upload<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
@@ -190,7 +190,7 @@ pub async fn upload<R: WorkloadKind>(
     Ok(Json(workload_response(&updated)))
 }
 
-pub async fn source<R: WorkloadKind>(
+pub async fn source<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
@@ -205,7 +205,7 @@ pub async fn source<R: WorkloadKind>(
     Ok(Json(list_source(&state, key).await?))
 }
 
-async fn mark_building<R: WorkloadKind>(
+async fn mark_building<R: WorkloadResource>(
     state: &AppState,
     namespace: &str,
     name: &str,
@@ -224,7 +224,7 @@ pub struct TailQuery {
 }
 
 /// Captured stdout/stderr of the workload's instances, oldest first.
-pub async fn logs<R: WorkloadKind>(
+pub async fn logs<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
@@ -236,7 +236,7 @@ pub async fn logs<R: WorkloadKind>(
 }
 
 /// The whole log of the latest build, as text.
-pub async fn build_log<R: WorkloadKind>(
+pub async fn build_log<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
@@ -255,7 +255,7 @@ pub async fn build_log<R: WorkloadKind>(
 }
 
 /// Recent calls through `/fn` (newest first) and their totals.
-pub async fn invocations<R: WorkloadKind>(
+pub async fn invocations<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,

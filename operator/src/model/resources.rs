@@ -4,6 +4,7 @@ use std::fmt;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+pub use sless_client::apitypes::{JobPhase, Phase, WorkloadKind};
 
 use super::validation::{
     ENTRYPOINT_PATTERN, MAX_NAME_LEN, MAX_REPLICAS, MAX_TIMEOUT_SEC, MEMORY_MB_MAX, MEMORY_MB_MIN,
@@ -156,26 +157,6 @@ pub struct WorkloadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum Phase {
-    #[default]
-    Pending,
-    Building,
-    Ready,
-    Failed,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Building => "Building",
-            Phase::Ready => "Ready",
-            Phase::Failed => "Failed",
-        }
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -343,34 +324,6 @@ pub struct FunctionJobSpec {
     #[serde(default)]
     #[schemars(range(max = MAX_TIMEOUT_SEC))]
     pub timeout_sec: u32,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum JobPhase {
-    #[default]
-    Pending,
-    Skipped,
-    Building,
-    Running,
-    Succeeded,
-    Failed,
-}
-
-impl JobPhase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobPhase::Pending => "Pending",
-            JobPhase::Skipped => "Skipped",
-            JobPhase::Building => "Building",
-            JobPhase::Running => "Running",
-            JobPhase::Succeeded => "Succeeded",
-            JobPhase::Failed => "Failed",
-        }
-    }
-
-    pub fn is_finished(self) -> bool {
-        matches!(self, JobPhase::Succeeded | JobPhase::Failed)
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

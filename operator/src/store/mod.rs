@@ -305,15 +305,17 @@ impl StoreExt for dyn Store {
 }
 
 /// Functions and Services: the kinds that carry a [`WorkloadSpec`] and a [`WorkloadStatus`].
-pub trait WorkloadKind:
+pub trait WorkloadResource:
     Resource<Status = crate::model::WorkloadStatus> + Send + Sync + 'static
 {
+    const WORKLOAD: crate::model::WorkloadKind;
     fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec;
     fn workload_mut(spec: &mut Self::Spec) -> &mut crate::model::WorkloadSpec;
     fn from_workload(workload: crate::model::WorkloadSpec) -> Self::Spec;
 }
 
-impl WorkloadKind for Function {
+impl WorkloadResource for Function {
+    const WORKLOAD: crate::model::WorkloadKind = crate::model::WorkloadKind::Function;
     fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec {
         &spec.workload
     }
@@ -325,7 +327,8 @@ impl WorkloadKind for Function {
     }
 }
 
-impl WorkloadKind for Service {
+impl WorkloadResource for Service {
+    const WORKLOAD: crate::model::WorkloadKind = crate::model::WorkloadKind::Service;
     fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec {
         &spec.workload
     }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use sless_client::apitypes::{TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
+use sless_client::apitypes::{
+    Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse,
+};
 use sless_client::client::{Client, Collection};
 
 use super::{Connection, POLL_INTERVAL, archive, is_not_found, noun};
@@ -169,7 +171,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(args.wait_timeout);
     let (workload, streamed) =
         follow_build(&client, collection, name, key.as_deref(), deadline).await?;
-    if workload.phase == "Failed" {
+    if workload.phase == Phase::Failed {
         let message = workload.message.unwrap_or_default();
         // The streamed log already shows the tail; without it, the message carries it.
         if !streamed {
@@ -210,7 +212,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     let all_active = triggers
         .iter()
         .all(|t| !enabled.contains(&t.name) || t.active);
-    if workload.phase == "Ready" && all_active {
+    if workload.phase == Phase::Ready && all_active {
         eprintln!("{kind} {name}: Ready");
     }
     let http = triggers
@@ -235,20 +237,17 @@ async fn follow_build(
     deadline: Instant,
 ) -> anyhow::Result<(WorkloadResponse, bool)> {
     let kind = noun(collection);
-    let mut shown: Option<(String, Option<String>)> = None;
+    let mut shown: Option<(Phase, Option<String>)> = None;
     let mut printed = String::new();
     let mut building = false;
     loop {
         let workload = client.get_workload(collection, name).await?;
         // Before the builder starts, the newest build log is the previous upload's.
         building |=
-            workload.phase == "Building" && workload.message.as_deref() != Some(BUILD_QUEUED);
+            workload.phase == Phase::Building && workload.message.as_deref() != Some(BUILD_QUEUED);
         let ours = key.is_none() || workload.s3_key.as_deref() == key;
-        let done = ours && (workload.phase == "Ready" || workload.phase == "Failed");
-        let state = (
-            workload.phase.clone(),
-            first_line(workload.message.as_deref()),
-        );
+        let done = ours && (workload.phase == Phase::Ready || workload.phase == Phase::Failed);
+        let state = (workload.phase, first_line(workload.message.as_deref()));
         let changed = shown.as_ref() != Some(&state);
         // The log of a finished build comes before the phase that ends it.
         if changed && !done {
@@ -274,12 +273,12 @@ async fn follow_build(
     }
 }
 
-fn print_phase(kind: &str, name: &str, (phase, message): &(String, Option<String>)) {
+fn print_phase(kind: &str, name: &str, (phase, message): &(Phase, Option<String>)) {
     match message {
         // Ready ends the build here; whether it starts is told after the triggers.
-        _ if phase == "Ready" => eprintln!("{kind} {name}: built"),
+        _ if *phase == Phase::Ready => eprintln!("{kind} {name}: built"),
         // A failure's message is the log tail: it is printed on its own.
-        Some(message) if phase != "Failed" => eprintln!("{kind} {name}: {phase} ({message})"),
+        Some(message) if *phase != Phase::Failed => eprintln!("{kind} {name}: {phase} ({message})"),
         _ => eprintln!("{kind} {name}: {phase}"),
     }
 }
@@ -420,7 +419,7 @@ async fn wait_until_active(
             return Ok(triggers);
         }
         let workload = client.get_workload(Collection::Functions, function).await?;
-        if workload.phase == "Failed" {
+        if workload.phase == Phase::Failed {
             let message = workload.message.unwrap_or_default();
             return Err(did_not_start("function", function, &message));
         }
@@ -475,7 +474,7 @@ async fn wait_for_rollout(
             return Ok(());
         }
         let workload = client.get_workload(collection, name).await?;
-        if workload.phase == "Failed" {
+        if workload.phase == Phase::Failed {
             let message = workload.message.unwrap_or_default();
             return Err(did_not_start(noun(collection), name, &message));
         }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use sless_client::apitypes::{JobPatch, JobRequest, JobResponse};
+use sless_client::apitypes::{JobPatch, JobPhase, JobRequest, JobResponse};
 
 use super::{Connection, POLL_INTERVAL, is_not_found};
 
@@ -105,7 +105,7 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
     );
 
     let finished = wait(&client, &started, Duration::from_secs(args.wait_timeout)).await?;
-    if finished.phase == "Succeeded" {
+    if finished.phase == JobPhase::Succeeded {
         println!("{}", finished.message.unwrap_or_else(|| "null".into()));
         return Ok(());
     }
@@ -138,7 +138,7 @@ async fn wait(
     limit: Duration,
 ) -> anyhow::Result<JobResponse> {
     let deadline = Instant::now() + limit;
-    let mut shown = String::new();
+    let mut shown = None;
     loop {
         let job = client.get_job(&started.name).await?;
         if job.run_id != started.run_id {
@@ -150,11 +150,11 @@ async fn wait(
             );
         }
         let fresh = job.resource_version != started.resource_version;
-        if fresh && job.phase != shown {
+        if fresh && Some(job.phase) != shown {
             eprintln!("job {}: {}", job.name, job.phase);
-            shown = job.phase.clone();
+            shown = Some(job.phase);
         }
-        if fresh && (job.phase == "Succeeded" || job.phase == "Failed") {
+        if fresh && job.phase.is_finished() {
             return Ok(job);
         }
         if Instant::now() >= deadline {

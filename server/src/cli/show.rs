@@ -60,9 +60,9 @@ pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) ->
             let labels: Vec<String> = own.into_iter().map(trigger_label).collect();
             vec![
                 w.name.clone(),
-                w.kind.clone(),
+                w.kind.to_string(),
                 w.runtime.clone(),
-                w.phase.clone(),
+                w.phase.to_string(),
                 if labels.is_empty() {
                     "-".into()
                 } else {
@@ -126,7 +126,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         ("Entrypoint", w.entrypoint.clone()),
         ("Memory", format!("{} MB", w.memory_mb)),
         ("Timeout", timeout),
-        ("Phase", w.phase.clone()),
+        ("Phase", w.phase.to_string()),
         ("URL", dash(&w.url)),
         ("Image", dash(&w.image_ref)),
         ("S3 key", dash(&w.s3_key)),

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
+use sless_client::apitypes::Phase;
 use sless_client::client::Client;
 
 use super::{Connection, POLL_INTERVAL, find_workload, is_not_found};
@@ -57,7 +58,7 @@ pub async fn run(args: TriggerArgs) -> anyhow::Result<()> {
         // A function that is not built cannot start: there is nothing to wait for.
         if enabled
             && let Some((_, workload)) = find_workload(&client, &trigger.function_ref).await?
-            && workload.phase != "Ready"
+            && workload.phase != Phase::Ready
         {
             eprintln!(
                 "warning: trigger {name} is enabled but {} is {}",

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use app::listing::{EntryKind, ListQuery, Selection, render_json, render_text};
+use app::listing::{ListQuery, Selection, WorkloadKind, render_json, render_text};
 use app::pages::{Flash, ListPage, LoginPage, PageContext, SourcePage};
 use axum::Form;
 use axum::body::Body;
@@ -274,8 +274,8 @@ pub async fn source(
     check_name("name", &name)?;
     let source_query: SourceQuery = query(&uri)?;
     let kind = match source_query.kind.as_deref() {
-        None | Some("") => EntryKind::Function,
-        Some(kind) => EntryKind::parse(kind).ok_or_else(|| {
+        None | Some("") => WorkloadKind::Function,
+        Some(kind) => WorkloadKind::parse(kind).ok_or_else(|| {
             ConsoleError::BadRequest(format!("kind={kind:?}: expected function or service"))
         })?,
     };
@@ -295,7 +295,7 @@ pub async fn source(
             name: &name,
             kind,
             runtime: &workload.runtime,
-            phase: &workload.phase,
+            phase: workload.phase,
             last_built_at: workload.last_built_at.as_deref(),
             files: files.as_ref(),
         },
