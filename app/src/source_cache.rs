@@ -2,132 +2,79 @@
 //! new object every time (the version is in it), so an entry never goes stale: a repeat
 //! view costs neither the source fetch nor the highlighting.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use quick_cache::Weighter;
+use quick_cache::sync::Cache;
 
 use crate::highlight::RenderedFile;
 
 /// The files of one upload, in the order the source listing gave them.
 pub type RenderedSource = Vec<Arc<RenderedFile>>;
 
-struct Slot {
-    file: Arc<RenderedFile>,
-    weight: usize,
-    last_used: u64,
+type FileKey = (String, String);
+
+#[derive(Clone)]
+struct FileWeight;
+
+impl Weighter<FileKey, Arc<RenderedFile>> for FileWeight {
+    fn weight(&self, _key: &FileKey, file: &Arc<RenderedFile>) -> u64 {
+        // Zero-weight entries would never be evicted.
+        file.weight().max(1) as u64
+    }
 }
 
-#[derive(Default)]
-struct Inner {
-    files: HashMap<(String, String), Slot>,
-    /// s3 key → the file names of that upload, so a hit needs no source fetch.
-    manifests: HashMap<String, Arc<[String]>>,
-    bytes: usize,
-    clock: u64,
-}
+/// Whole files are large: this many per shard keeps shards big enough for them.
+const TYPICAL_FILE_BYTES: usize = 16 * 1024;
+/// Upload manifests (s3 key → file names) are small; their count is bounded instead.
+const MAX_MANIFESTS: usize = 4096;
 
-/// A size-capped, least-recently-used-evicting map. Evicting scans all entries, which
-/// stays cheap because entries are whole files (few of them for a given cap).
+/// A size-capped cache of highlighted files, plus each upload's file list so that a hit
+/// needs no source fetch.
 pub struct SourceCache {
-    inner: Mutex<Inner>,
+    files: Cache<FileKey, Arc<RenderedFile>, FileWeight>,
+    manifests: Cache<String, Arc<[String]>>,
     max_bytes: usize,
 }
 
 impl SourceCache {
     pub fn new(max_bytes: usize) -> Self {
         SourceCache {
-            inner: Mutex::new(Inner::default()),
+            files: Cache::with_weighter(
+                (max_bytes / TYPICAL_FILE_BYTES).max(1),
+                max_bytes as u64,
+                FileWeight,
+            ),
+            manifests: Cache::new(MAX_MANIFESTS),
             max_bytes,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves consistent data (only whole inserts).
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Every file of the upload behind `s3_key`, when all are cached.
     pub fn get_upload(&self, s3_key: &str) -> Option<RenderedSource> {
-        let mut inner = self.lock();
-        let names = inner.manifests.get(s3_key)?.clone();
-        inner.clock += 1;
-        let now = inner.clock;
-        let mut files = Vec::with_capacity(names.len());
-        for name in names.iter() {
-            let slot = inner.files.get_mut(&(s3_key.to_string(), name.clone()))?;
-            slot.last_used = now;
-            files.push(slot.file.clone());
-        }
-        Some(files)
+        let names = self.manifests.get(s3_key)?;
+        names.iter().map(|name| self.get(s3_key, name)).collect()
     }
 
     pub fn get(&self, s3_key: &str, name: &str) -> Option<Arc<RenderedFile>> {
-        let mut inner = self.lock();
-        inner.clock += 1;
-        let now = inner.clock;
-        let slot = inner
-            .files
-            .get_mut(&(s3_key.to_string(), name.to_string()))?;
-        slot.last_used = now;
-        Some(slot.file.clone())
+        self.files.get(&(s3_key.to_string(), name.to_string()))
     }
 
     /// Remembers an upload's files. A single file larger than the cap is not kept.
     pub fn put_upload(&self, s3_key: &str, files: &RenderedSource) {
-        let mut inner = self.lock();
         for file in files {
-            let weight = file.weight();
-            if weight > self.max_bytes {
-                continue;
+            if file.weight() <= self.max_bytes {
+                self.files
+                    .insert((s3_key.to_string(), file.name.clone()), file.clone());
             }
-            inner.clock += 1;
-            let now = inner.clock;
-            let key = (s3_key.to_string(), file.name.clone());
-            if let Some(old) = inner.files.insert(
-                key,
-                Slot {
-                    file: file.clone(),
-                    weight,
-                    last_used: now,
-                },
-            ) {
-                inner.bytes -= old.weight;
-            }
-            inner.bytes += weight;
         }
         let names: Arc<[String]> = files.iter().map(|f| f.name.clone()).collect();
-        inner.manifests.insert(s3_key.to_string(), names);
-        while inner.bytes > self.max_bytes {
-            let Some(oldest) = inner
-                .files
-                .iter()
-                .min_by_key(|(_, slot)| slot.last_used)
-                .map(|(key, _)| key.clone())
-            else {
-                break;
-            };
-            if let Some(slot) = inner.files.remove(&oldest) {
-                inner.bytes -= slot.weight;
-            }
-        }
-        // Manifests whose files were evicted simply miss in get_upload; drop them when
-        // their upload has nothing cached any more so the map stays bounded.
-        if inner.manifests.len() > inner.files.len() + 64 {
-            let Inner {
-                files, manifests, ..
-            } = &mut *inner;
-            manifests.retain(|key, names| {
-                names
-                    .iter()
-                    .any(|n| files.contains_key(&(key.clone(), n.clone())))
-            });
-        }
+        self.manifests.insert(s3_key.to_string(), names);
     }
 
     /// Cached bytes (for tests and metrics).
     pub fn bytes(&self) -> usize {
-        self.lock().bytes
+        self.files.weight() as usize
     }
 }
 
@@ -151,20 +98,18 @@ mod tests {
     }
 
     #[test]
-    fn hits_and_evicts_the_least_recently_used() {
+    fn hits_and_stays_under_its_size() {
         let cache = SourceCache::new(3_000);
         cache.put_upload("a", &vec![file("one", 1_000), file("two", 100)]);
         assert_eq!(cache.get_upload("a").unwrap().len(), 2);
         cache.put_upload("b", &vec![file("one", 1_000)]);
-        // "a" was used more recently than... nothing else yet: touch b, then overflow.
-        assert!(cache.get("b", "one").is_some());
         cache.put_upload("c", &vec![file("big", 1_500)]);
-        assert!(cache.bytes() <= 3_000);
-        assert!(cache.get_upload("c").is_some());
-        assert!(
-            cache.get_upload("a").is_none(),
-            "the oldest entry is evicted"
-        );
+        assert!(cache.bytes() <= 3_000, "{} bytes kept", cache.bytes());
+        let kept = ["a", "b", "c"]
+            .iter()
+            .filter(|key| cache.get_upload(key).is_some())
+            .count();
+        assert!(kept < 3, "3,600 bytes of files cannot all stay under 3,000");
         cache.put_upload("huge", &vec![file("h", 10_000)]);
         assert!(cache.get("huge", "h").is_none());
         assert!(cache.get_upload("huge").is_none());
