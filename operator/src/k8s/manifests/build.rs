@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
+    AppArmorProfile, Container, EnvVar, KeyToPath, PodSpec, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Volume,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{
-    CURL_UID, empty_dir, metadata, mount, pull_secrets, quantity, restricted, restricted_pod,
+    CURL_UID, empty_dir, metadata, mount, one_shot_pod, pull_secrets, quantity, restricted,
+    restricted_pod,
 };
 use crate::k8s::names::{ANNOTATION_S3_KEY, build_job_name, component_labels};
 use crate::k8s::{Builder, KubeConfig};
@@ -186,15 +186,9 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
             backoff_limit: Some(BACKOFF_LIMIT),
             active_deadline_seconds: Some(config.build_timeout.as_secs() as i64),
             ttl_seconds_after_finished: Some(TTL_AFTER_FINISHED),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    automount_service_account_token: Some(false),
-                    enable_service_links: Some(false),
+            template: one_shot_pod(
+                labels,
+                PodSpec {
                     security_context: pod_security,
                     image_pull_secrets: pull_secrets(&config.registry_secret),
                     init_containers: Some(vec![Container {
@@ -229,8 +223,8 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
                     }],
                     volumes: Some(volumes),
                     ..PodSpec::default()
-                }),
-            },
+                },
+            ),
             ..JobSpec::default()
         }),
         ..Job::default()

@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{CURL_UID, metadata, restricted, restricted_pod};
+use super::{CURL_UID, metadata, one_shot_pod, restricted, restricted_pod};
 use crate::k8s::KubeConfig;
 use crate::k8s::names::{
     FUNCTION_PORT, LABEL_FUNCTION, component_labels, cron_job_name, ingress_name, service_host,
@@ -109,15 +109,9 @@ pub fn cron_job(cron: &CronTrigger, config: &KubeConfig) -> CronJob {
                     backoff_limit: Some(0),
                     active_deadline_seconds: Some(deadline),
                     ttl_seconds_after_finished: Some(3600),
-                    template: PodTemplateSpec {
-                        metadata: Some(ObjectMeta {
-                            labels: Some(labels),
-                            ..ObjectMeta::default()
-                        }),
-                        spec: Some(PodSpec {
-                            restart_policy: Some("Never".into()),
-                            automount_service_account_token: Some(false),
-                            enable_service_links: Some(false),
+                    template: one_shot_pod(
+                        labels,
+                        PodSpec {
                             security_context: Some(restricted_pod(CURL_UID)),
                             containers: vec![Container {
                                 name: "call".into(),
@@ -127,8 +121,8 @@ pub fn cron_job(cron: &CronTrigger, config: &KubeConfig) -> CronJob {
                                 ..Container::default()
                             }],
                             ..PodSpec::default()
-                        }),
-                    },
+                        },
+                    ),
                     ..JobSpec::default()
                 }),
             },

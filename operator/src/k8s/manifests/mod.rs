@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, EmptyDirVolumeSource, EnvVar, LocalObjectReference, Namespace,
-    PodSecurityContext, SeccompProfile, Secret, SecurityContext, Volume, VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Secret, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -118,6 +119,23 @@ fn metadata(
         labels: Some(labels),
         annotations: (!annotations.is_empty()).then_some(annotations),
         ..ObjectMeta::default()
+    }
+}
+
+/// The pod of a Job (build, run, cron tick): runs once, gets no API token and no
+/// service-link variables.
+fn one_shot_pod(labels: BTreeMap<String, String>, spec: PodSpec) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            ..spec
+        }),
     }
 }
 

@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 
 use super::{
-    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, metadata, mount, pull_secrets, quantity,
-    restricted, restricted_pod,
+    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, metadata, mount, one_shot_pod, pull_secrets,
+    quantity, restricted, restricted_pod,
 };
 use crate::k8s::KubeConfig;
 use crate::k8s::names::{component_labels, run_job_name};
@@ -56,15 +55,9 @@ pub fn run_job(run: &RunJob, config: &KubeConfig) -> Job {
             active_deadline_seconds: (run.timeout_sec > 0).then(|| i64::from(run.timeout_sec)),
             // Long enough for the controller to read the result.
             ttl_seconds_after_finished: Some(24 * 3600),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    automount_service_account_token: Some(false),
-                    enable_service_links: Some(false),
+            template: one_shot_pod(
+                labels,
+                PodSpec {
                     image_pull_secrets: pull_secrets(&config.registry_secret),
                     security_context: Some(restricted_pod(RUNTIME_UID)),
                     containers: vec![Container {
@@ -86,8 +79,8 @@ pub fn run_job(run: &RunJob, config: &KubeConfig) -> Job {
                     }],
                     volumes: Some(vec![empty_dir("tmp")]),
                     ..PodSpec::default()
-                }),
-            },
+                },
+            ),
             ..JobSpec::default()
         }),
         ..Job::default()
