@@ -283,8 +283,14 @@ fn everyday_developer_loop() {
 
     user.sless(&["trigger", "disable", "py-hello-http"])
         .ok("disable");
-    user.sless(&["invoke", "py-hello"])
-        .fails_with("invoke a stopped function", &["503"]);
+    user.sless(&["invoke", "py-hello"]).fails_with(
+        "invoke a stopped function",
+        &[
+            "503",
+            "is stopped",
+            "start it with: sless trigger enable py-hello-http",
+        ],
+    );
     let ls = user.sless(&["ls"]).ok("ls");
     assert_eq!(table_row(&ls.stdout, "py-hello").unwrap()[4], "http-off");
     user.sless(&["trigger", "enable", "py-hello-http"])

@@ -5,6 +5,8 @@ use std::io::{Read, Write};
 use anyhow::{Context, bail};
 use clap::Args;
 
+use sless_client::client::Client;
+
 use super::Connection;
 
 #[derive(Args)]
@@ -61,10 +63,33 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
         let status = reqwest::StatusCode::from_u16(answer.status)
             .map(|s| s.to_string())
             .unwrap_or_else(|_| answer.status.to_string());
+        let hint = if answer.status == 503 {
+            start_hint(&client, &args.name).await
+        } else {
+            String::new()
+        };
         match reason {
-            Some(reason) => bail!("HTTP {status} from {}: {reason}", args.name),
-            None => bail!("HTTP {status} from {}", args.name),
+            Some(reason) => bail!("HTTP {status} from {}: {reason}{hint}", args.name),
+            None => bail!("HTTP {status} from {}{hint}", args.name),
         }
     }
     Ok(())
+}
+
+/// How to start a function whose http triggers are all stopped: the proxy's 503 only
+/// states the fact (its callers are often anonymous); the CLI knows who is asking.
+async fn start_hint(client: &Client, function: &str) -> String {
+    let Ok(triggers) = client.list_triggers().await else {
+        return String::new();
+    };
+    let http: Vec<_> = triggers
+        .iter()
+        .filter(|t| t.function_ref == function && t.trigger_type == "http")
+        .collect();
+    match http.first() {
+        Some(stopped) if !http.iter().any(|t| t.enabled) => {
+            format!("; start it with: sless trigger enable {}", stopped.name)
+        }
+        _ => String::new(),
+    }
 }
