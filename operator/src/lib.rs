@@ -8,6 +8,7 @@ pub mod error_text;
 pub mod k8s;
 pub mod local;
 pub mod logs;
+pub mod metrics;
 pub mod model;
 pub mod proxy;
 pub mod s3;

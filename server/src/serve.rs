@@ -17,6 +17,25 @@ pub async fn serve(listener: TcpListener, app: Router, args: &ServeArgs) -> anyh
         max_connections = limits.max_connections,
         "connection limits"
     );
+    if let Some(address) = args.metrics_listen {
+        let scrape = TcpListener::bind(address)
+            .await
+            .with_context(|| format!("listening for metrics on {address}"))?;
+        tracing::info!(%address, "serving /metrics without a token");
+        let metrics = Router::new().route(
+            "/metrics",
+            axum::routing::get(|| async { operator::api::metrics_response() }),
+        );
+        let one = std::num::NonZeroUsize::MIN;
+        let scrape_limits = limits;
+        tokio::spawn(async move {
+            let serving =
+                operator::serve::serve(scrape, metrics, one, scrape_limits, std::future::pending());
+            if let Err(e) = serving.await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     operator::serve::serve(listener, app, threads, limits, shutdown_signal())
         .await
         .context("serving")

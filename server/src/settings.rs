@@ -134,6 +134,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SLESS_MAX_CONNECTIONS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
+    /// Also serve `GET /metrics` here without a token, for a Prometheus scraper (on the
+    /// main address it needs an admin token). Off by default.
+    #[arg(long, env = "SLESS_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl ServeArgs {

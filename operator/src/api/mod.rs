@@ -14,6 +14,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, extract::Path};
 
@@ -88,6 +89,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
         .route("/v1/namespaces/{ns}/ensure", post(ensure_namespace))
         .merge(workload_routes::<Function>("functions"))
         .merge(workload_routes::<Service>("services"))
@@ -146,6 +148,33 @@ fn workload_routes<R: WorkloadResource>(collection: &str) -> Router<Arc<AppState
             &format!("{base}/{{name}}/invocations"),
             get(workloads::invocations::<R>),
         )
+}
+
+/// Prometheus metrics (OpenMetrics text) of every tenant: admin tokens only.
+async fn metrics_text(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let principal = state
+        .auth
+        .authenticate(Authenticator::bearer(header)?)
+        .await?;
+    principal.require_admin("the metrics")?;
+    Ok(metrics_response())
+}
+
+/// The scrape answer, also served unauthenticated on `--metrics-listen`.
+pub fn metrics_response() -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::metrics::metrics().encode(),
+    )
 }
 
 async fn healthz() -> &'static str {

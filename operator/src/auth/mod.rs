@@ -95,6 +95,8 @@ pub enum AuthError {
         namespace: String,
         own_namespace: String,
     },
+    #[error("only admin tokens may read {0} (sless token --admin)")]
+    AdminOnly(&'static str),
     #[error("the signing key set could not be fetched, try again later: {0}")]
     KeyUnavailable(String),
     #[error("auth configuration: {0}")]
@@ -106,7 +108,7 @@ impl AuthError {
     pub fn status(&self) -> u16 {
         match self {
             AuthError::MissingToken | AuthError::InvalidToken(_) => 401,
-            AuthError::Forbidden { .. } => 403,
+            AuthError::Forbidden { .. } | AuthError::AdminOnly(_) => 403,
             AuthError::KeyUnavailable(_) => 503,
             AuthError::Config(_) => 500,
         }
@@ -136,6 +138,15 @@ impl Principal {
                 namespace: namespace.to_string(),
                 own_namespace: self.namespace.clone(),
             })
+        }
+    }
+
+    /// What spans every tenant (metrics) is for admins only.
+    pub fn require_admin(&self, what: &'static str) -> Result<(), AuthError> {
+        if self.admin {
+            Ok(())
+        } else {
+            Err(AuthError::AdminOnly(what))
         }
     }
 }

@@ -94,7 +94,11 @@ fn not_ready(
             first_line(status.message.as_deref().unwrap_or("see its status"))
         ),
         Phase::Pending if spec.s3_key.is_none() => {
-            format!("{noun} {name:?} has no code yet; upload a zip to .../{name}/upload")
+            return Some(Route::NoCode {
+                reason: format!(
+                    "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
+                ),
+            });
         }
         Phase::Pending | Phase::Building => {
             return Some(Route::Starting {

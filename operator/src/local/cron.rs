@@ -65,6 +65,7 @@ async fn fire(shared: Arc<Shared>, trigger: Object<Trigger>, scheduled: DateTime
     let ns = &trigger.meta.namespace;
     let function = &trigger.spec.function_ref;
     let name = &trigger.meta.name;
+    crate::metrics::metrics().cron_fire(ns, name);
     let outcome = match shared.endpoint(ns, function) {
         None => "skipped: the function is not running".to_string(),
         Some(endpoint) => {

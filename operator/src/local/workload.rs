@@ -138,6 +138,7 @@ impl Actor {
             self.failures = 0;
         }
         self.failures += 1;
+        crate::metrics::metrics().restart(&self.ns, &self.name);
         let delay = self.backoff();
         self.shared.set_endpoint(&self.ns, &self.name, None);
         self.unavailable(format!(
@@ -210,9 +211,14 @@ impl Actor {
 
         let Some(key) = spec.s3_key.clone() else {
             self.stop_instance().await;
-            self.unavailable(format!(
-                "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
-            ));
+            let reason =
+                format!("{noun} {name:?} has no code yet; upload a zip to .../{name}/upload");
+            match exposure {
+                Ok(()) => self
+                    .shared
+                    .set_route(&self.ns, name, Route::NoCode { reason }),
+                Err(_) => self.unavailable(reason),
+            }
             self.write_status(|s| {
                 s.phase = Phase::Pending;
                 s.url = url.clone();
@@ -389,7 +395,14 @@ impl Actor {
             s.url = url.clone();
         })
         .await?;
+        let started = std::time::Instant::now();
         let result = self.shared.builder.build(root, key, spec.runtime).await;
+        crate::metrics::metrics().build(
+            &self.ns,
+            &self.name,
+            result.is_ok(),
+            Some(started.elapsed()),
+        );
         self.mark_built(raw, key).await?;
         match result {
             Ok(_) => Ok(Some(now())),

@@ -20,6 +20,8 @@ use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming};
 use tokio::time::Sleep;
 
+use crate::metrics::{InFlight, metrics};
+
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
 use super::headers::{set_forwarding, strip_cookie, strip_hop_by_hop, strip_set_cookie};
 use super::log::CallError;
@@ -77,8 +79,19 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
     };
 
     let mut route = proxy.routes.route(target.namespace, target.name);
+    if matches!(route, Route::NoCode { .. }) {
+        route = proxy
+            .wait_while(&target, proxy.config.upload_wait, |r| {
+                matches!(r, Route::NoCode { .. })
+            })
+            .await;
+    }
     if matches!(route, Route::Starting { .. }) {
-        route = proxy.wait_while_starting(&target).await;
+        route = proxy
+            .wait_while(&target, proxy.config.start_wait, |r| {
+                matches!(r, Route::Starting { .. })
+            })
+            .await;
     }
     let (authority, timeout) = match route {
         // Not recorded: random names must not grow the log.
@@ -89,7 +102,7 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
             }
             .into_response();
         }
-        Route::Unavailable { reason } | Route::Starting { reason } => {
+        Route::Unavailable { reason } | Route::Starting { reason } | Route::NoCode { reason } => {
             let response = InvokeError::Unavailable(reason).into_response();
             proxy.record(&target, &parts.method, response.status(), started);
             return response;
@@ -98,6 +111,7 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
             authority, timeout, ..
         } => (authority, timeout),
     };
+    let in_flight = metrics().in_flight(target.namespace, target.name);
 
     let method = parts.method.clone();
     let response = match proxy
@@ -118,7 +132,7 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
             rest,
             deadline,
         }) => {
-            let record = proxy.record_later(&target, &method, parts.status, started);
+            let record = proxy.record_later(&target, &method, parts.status, started, in_flight);
             let body = ResponseBody::new(first, rest, deadline, record);
             return Response::from_parts(parts, Body::new(body));
         }
@@ -154,14 +168,19 @@ async fn within<F: Future>(deadline: Option<tokio::time::Instant>, future: F) ->
 }
 
 impl Proxy {
-    /// The route once the function is no longer starting, or the last one seen after
-    /// [`ProxyConfig::start_wait`]. Polled: the route table is memory, the wait rare.
-    async fn wait_while_starting(&self, target: &Target<'_>) -> Route {
-        let deadline = Instant::now() + self.config.start_wait;
+    /// The route once `waiting` no longer holds, or the last one seen after `limit`.
+    /// Polled: the route table is memory, the wait rare.
+    async fn wait_while(
+        &self,
+        target: &Target<'_>,
+        limit: Duration,
+        waiting: impl Fn(&Route) -> bool,
+    ) -> Route {
+        let deadline = Instant::now() + limit;
         loop {
             tokio::time::sleep(START_POLL).await;
             let route = self.routes.route(target.namespace, target.name);
-            if !matches!(route, Route::Starting { .. }) || Instant::now() >= deadline {
+            if !waiting(&route) || Instant::now() >= deadline {
                 return route;
             }
         }
@@ -179,7 +198,9 @@ impl Proxy {
         let deadline = Instant::now() + EXIT_WAIT;
         loop {
             match self.routes.route(target.namespace, target.name) {
-                Route::Unavailable { reason } | Route::Starting { reason } => {
+                Route::Unavailable { reason }
+                | Route::Starting { reason }
+                | Route::NoCode { reason } => {
                     return InvokeError::Unreachable {
                         name,
                         detail: format!("{detail}; {reason}"),
@@ -279,6 +300,12 @@ impl Proxy {
     }
 
     fn record(&self, target: &Target<'_>, method: &Method, status: StatusCode, started: Instant) {
+        metrics().call(
+            target.namespace,
+            target.name,
+            status.as_u16(),
+            started.elapsed(),
+        );
         self.invocations.record(
             target.namespace,
             target.name,
@@ -299,6 +326,7 @@ impl Proxy {
         method: &Method,
         status: StatusCode,
         started: Instant,
+        in_flight: InFlight,
     ) -> impl FnOnce(Option<CallError>) + Send + 'static {
         let proxy = self.clone();
         let namespace = target.namespace.to_owned();
@@ -311,6 +339,8 @@ impl Proxy {
                 Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
                 None => status,
             };
+            drop(in_flight);
+            metrics().call(&namespace, &name, status.as_u16(), started.elapsed());
             proxy.invocations.record(
                 &namespace,
                 &name,

@@ -30,9 +30,13 @@ pub enum Route {
     Unknown,
     /// It exists but cannot take calls; the reason is for the caller.
     Unavailable { reason: String },
-    /// An instance is being started (e.g. a trigger was just started): calls wait up to
-    /// [`ProxyConfig::start_wait`] for it instead of failing at once.
+    /// An instance is being started (e.g. a trigger was just started) or its first
+    /// version built: calls wait up to [`ProxyConfig::start_wait`] for it instead of
+    /// failing at once.
     Starting { reason: String },
+    /// Exposed but without code yet. An upload may have just been stored and not seen
+    /// by the runner: calls wait [`ProxyConfig::upload_wait`] for that before the 503.
+    NoCode { reason: String },
     Ready {
         kind: Kind,
         /// `host:port` of the instance.
@@ -66,6 +70,8 @@ pub struct ProxyConfig {
     pub timeout_margin: Duration,
     /// How long a call waits for a [`Route::Starting`] function before it gets 503.
     pub start_wait: Duration,
+    /// How long a call waits for a [`Route::NoCode`] function to get its upload.
+    pub upload_wait: Duration,
     /// The console's session cookie, when the console shares the host: never forwarded
     /// to a function, never set by one.
     pub console_cookie: Option<String>,
@@ -77,6 +83,7 @@ impl Default for ProxyConfig {
             max_body_bytes: 256 * 1024 * 1024,
             timeout_margin: Duration::from_secs(2),
             start_wait: Duration::from_secs(10),
+            upload_wait: Duration::from_secs(2),
             console_cookie: None,
         }
     }

@@ -508,8 +508,17 @@ where
         >,
     >,
 {
+    use kube::runtime::controller::Error as ControllerError;
     stream
         .for_each(|result| async move {
+            let error = match &result {
+                Ok(_) => None,
+                Err(ControllerError::ReconcilerFailed(e, _)) => Some(e.metric_label()),
+                Err(ControllerError::ObjectNotFound(_)) => Some("ObjectNotFound"),
+                Err(ControllerError::QueueError(_)) => Some("QueueError"),
+                Err(_) => Some("ControllerError"),
+            };
+            crate::metrics::metrics().reconcile(name, error);
             if let Err(e) = result {
                 tracing::debug!(controller = name, error = %e, "reconcile error");
             }

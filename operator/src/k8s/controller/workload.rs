@@ -178,6 +178,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
             }
             BuildState::Failed { message } => {
                 tracing::info!(kind = %K::KIND, %namespace, %name, "build failed");
+                crate::metrics::metrics().build(&namespace, &name, false, None);
                 ctx.event(object, true, "BuildFailed", &message).await;
                 status.phase = Phase::Failed;
                 status.message = Some(message);
@@ -197,6 +198,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 return Ok(Action::await_change());
             }
             BuildState::Succeeded => {
+                crate::metrics::metrics().build(&namespace, &name, true, None);
                 ctx.event(object, false, "BuildSucceeded", &format!("built {image}"))
                     .await;
                 status.last_built_at = Some(now());

@@ -1,0 +1,261 @@
+//! Prometheus metrics of the whole process, served at `GET /metrics` (OpenMetrics text).
+//! One registry per process: the proxy, the runners and the controllers all count into
+//! [`metrics()`], so nothing has to be threaded through their constructors.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Workload {
+    namespace: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Call {
+    namespace: String,
+    name: String,
+    /// `2xx`, `4xx`, `5xx`, ...
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Build {
+    namespace: String,
+    name: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildResult {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Trigger {
+    namespace: String,
+    trigger: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reconcile {
+    kind: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileError {
+    kind: String,
+    error: String,
+}
+
+/// 1 ms to ~65 s.
+fn call_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// 0.1 s to ~27 min.
+fn build_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.1, 2.0, 15))
+}
+
+type HistogramFamily<S> = Family<S, Histogram>;
+
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<Call, Counter>,
+    call_seconds: HistogramFamily<Workload>,
+    in_flight: Family<Workload, Gauge>,
+    builds: Family<Build, Counter>,
+    build_seconds: HistogramFamily<BuildResult>,
+    restarts: Family<Workload, Counter>,
+    cron_fires: Family<Trigger, Counter>,
+    reconciles: Family<Reconcile, Counter>,
+    reconcile_errors: Family<ReconcileError, Counter>,
+}
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("sless");
+        let calls = Family::default();
+        registry.register(
+            "calls",
+            "Calls through /fn by function or service and status class",
+            calls.clone(),
+        );
+        let call_seconds: HistogramFamily<Workload> = Family::new_with_constructor(call_histogram);
+        registry.register(
+            "call_duration_seconds",
+            "Duration of calls through /fn, head to end of body",
+            call_seconds.clone(),
+        );
+        let in_flight = Family::default();
+        registry.register(
+            "calls_in_flight",
+            "Calls through /fn not answered yet",
+            in_flight.clone(),
+        );
+        let builds = Family::default();
+        registry.register(
+            "builds",
+            "Builds of uploads by result (succeeded, failed)",
+            builds.clone(),
+        );
+        let build_seconds: HistogramFamily<BuildResult> =
+            Family::new_with_constructor(build_histogram);
+        registry.register(
+            "build_duration_seconds",
+            "Duration of builds by result (embedded mode)",
+            build_seconds.clone(),
+        );
+        let restarts = Family::default();
+        registry.register(
+            "instance_restarts",
+            "Instances restarted after they exited (embedded mode)",
+            restarts.clone(),
+        );
+        let cron_fires = Family::default();
+        registry.register(
+            "cron_fires",
+            "Calls made by cron triggers (embedded mode; on Kubernetes, CronJobs)",
+            cron_fires.clone(),
+        );
+        let reconciles = Family::default();
+        registry.register(
+            "reconciles",
+            "Controller reconciles by kind and result (Kubernetes mode)",
+            reconciles.clone(),
+        );
+        let reconcile_errors = Family::default();
+        registry.register(
+            "reconcile_errors",
+            "Controller reconcile errors by kind and error",
+            reconcile_errors.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            call_seconds,
+            in_flight,
+            builds,
+            build_seconds,
+            restarts,
+            cron_fires,
+            reconciles,
+            reconcile_errors,
+        }
+    }
+
+    /// The OpenMetrics text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    pub fn call(&self, namespace: &str, name: &str, status: u16, took: Duration) {
+        self.calls
+            .get_or_create(&Call {
+                namespace: namespace.into(),
+                name: name.into(),
+                class: format!("{}xx", status / 100),
+            })
+            .inc();
+        self.call_seconds
+            .get_or_create(&workload(namespace, name))
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a call in flight until the guard is dropped.
+    pub fn in_flight(&self, namespace: &str, name: &str) -> InFlight {
+        let gauge = self
+            .in_flight
+            .get_or_create(&workload(namespace, name))
+            .clone();
+        gauge.inc();
+        InFlight(gauge)
+    }
+
+    /// A finished build; its duration where the runner timed it (embedded mode).
+    pub fn build(&self, namespace: &str, name: &str, succeeded: bool, took: Option<Duration>) {
+        let result = if succeeded { "succeeded" } else { "failed" };
+        self.builds
+            .get_or_create(&Build {
+                namespace: namespace.into(),
+                name: name.into(),
+                result: result.into(),
+            })
+            .inc();
+        if let Some(took) = took {
+            self.build_seconds
+                .get_or_create(&BuildResult {
+                    result: result.into(),
+                })
+                .observe(took.as_secs_f64());
+        }
+    }
+
+    pub fn restart(&self, namespace: &str, name: &str) {
+        self.restarts
+            .get_or_create(&workload(namespace, name))
+            .inc();
+    }
+
+    pub fn cron_fire(&self, namespace: &str, trigger: &str) {
+        self.cron_fires
+            .get_or_create(&Trigger {
+                namespace: namespace.into(),
+                trigger: trigger.into(),
+            })
+            .inc();
+    }
+
+    /// A reconcile's outcome; `error` is a short, bounded label (the error's kind).
+    pub fn reconcile(&self, kind: &str, error: Option<&str>) {
+        let result = if error.is_some() { "error" } else { "ok" };
+        self.reconciles
+            .get_or_create(&Reconcile {
+                kind: kind.into(),
+                result: result.into(),
+            })
+            .inc();
+        if let Some(error) = error {
+            self.reconcile_errors
+                .get_or_create(&ReconcileError {
+                    kind: kind.into(),
+                    error: error.into(),
+                })
+                .inc();
+        }
+    }
+}
+
+fn workload(namespace: &str, name: &str) -> Workload {
+    Workload {
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+/// Decrements the in-flight gauge when the call ends, however it ends.
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
