@@ -18,8 +18,14 @@ async fn a_scraper_reads_metrics_on_its_own_address() {
         .await
         .unwrap();
     assert_eq!(scraped.status(), 200);
-    let content_type = scraped.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    let content_type = scraped.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
     // Nothing was called yet: an exposition with no series.
     let text = scraped.text().await.unwrap();
     assert!(text.trim_end().ends_with("# EOF"), "{text}");

@@ -128,6 +128,31 @@ impl SqliteStore {
             })
     }
 
+    /// Runs an `UPDATE ... WHERE kind, namespace, name, resource_version ... RETURNING *`
+    /// whose SET values are bound already: the updated object, or why none matched.
+    async fn conditional_update<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        object: &'q RawObject,
+    ) -> Result<RawObject> {
+        let row = query
+            .bind(object.kind.as_str())
+            .bind(&object.meta.namespace)
+            .bind(&object.meta.name)
+            .bind(Self::expected_version(object)?)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        match row {
+            Some(row) => {
+                let updated = row_to_object(&row)?;
+                self.announce(object.kind, &object.meta.namespace, &object.meta.name);
+                Ok(updated)
+            }
+            None => Err(self.missed_update(object).await),
+        }
+    }
+
     /// An update matched no row: tell a missing object from a stale version.
     async fn missed_update(&self, object: &RawObject) -> StoreError {
         match self
@@ -245,50 +270,22 @@ impl Store for SqliteStore {
     async fn update(&self, object: &RawObject) -> Result<RawObject> {
         let annotations = serde_json::to_string(&object.meta.annotations)
             .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let row = sqlx::query(
+        let query = sqlx::query(
             "UPDATE objects SET spec = ?, annotations = ?, resource_version = resource_version + 1 \
              WHERE kind = ? AND namespace = ? AND name = ? AND resource_version = ? RETURNING *",
         )
         .bind(object.spec.to_string())
-        .bind(annotations)
-        .bind(object.kind.as_str())
-        .bind(&object.meta.namespace)
-        .bind(&object.meta.name)
-        .bind(Self::expected_version(object)?)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend)?;
-        match row {
-            Some(row) => {
-                let updated = row_to_object(&row)?;
-                self.announce(object.kind, &object.meta.namespace, &object.meta.name);
-                Ok(updated)
-            }
-            None => Err(self.missed_update(object).await),
-        }
+        .bind(annotations);
+        self.conditional_update(query, object).await
     }
 
     async fn update_status(&self, object: &RawObject) -> Result<RawObject> {
-        let row = sqlx::query(
+        let query = sqlx::query(
             "UPDATE objects SET status = ?, resource_version = resource_version + 1 \
              WHERE kind = ? AND namespace = ? AND name = ? AND resource_version = ? RETURNING *",
         )
-        .bind(object.status.to_string())
-        .bind(object.kind.as_str())
-        .bind(&object.meta.namespace)
-        .bind(&object.meta.name)
-        .bind(Self::expected_version(object)?)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(backend)?;
-        match row {
-            Some(row) => {
-                let updated = row_to_object(&row)?;
-                self.announce(object.kind, &object.meta.namespace, &object.meta.name);
-                Ok(updated)
-            }
-            None => Err(self.missed_update(object).await),
-        }
+        .bind(object.status.to_string());
+        self.conditional_update(query, object).await
     }
 
     /// One IMMEDIATE transaction: the write lock is taken before the read, so no other
