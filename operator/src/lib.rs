@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod apitypes;
+pub mod archive;
 pub mod auth;
 pub mod client;
 pub mod data_dir;

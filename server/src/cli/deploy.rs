@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use operator::apitypes::{TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
+use operator::archive;
 use operator::client::{Client, Collection};
 
-use super::{Connection, POLL_INTERVAL, archive, is_not_found, noun};
+use super::{Connection, POLL_INTERVAL, is_not_found, noun};
 
 /// How long a new trigger may take to become active before deploy stops waiting for it.
 const TRIGGER_WAIT: Duration = Duration::from_secs(60);
