@@ -74,6 +74,10 @@ resource "sless_job" "report" {
   run_id     = var.report_run_id
 }
 
+data "sless_function" "hello" {
+  name = sless_function.hello.name
+}
+
 data "sless_functions" "all" {
   depends_on = [sless_function.hello, sless_function.greeter, sless_service.clock]
 }
@@ -84,6 +88,10 @@ output "hello_url" {
 
 output "greeter_url" {
   value = sless_trigger.greeter_http.url
+}
+
+output "hello_runtime" {
+  value = data.sless_function.hello.runtime
 }
 
 output "clock_url" {

@@ -98,7 +98,12 @@ pub fn zip_folder(dir: &Path) -> anyhow::Result<Archive> {
         );
     }
     let zip = writer.finish()?.into_inner();
-    let digest = content_digest(files.iter().map(String::as_str).zip(contents.iter().map(Vec::as_slice)));
+    let digest = content_digest(
+        files
+            .iter()
+            .map(String::as_str)
+            .zip(contents.iter().map(Vec::as_slice)),
+    );
     Ok(Archive { zip, files, digest })
 }
 

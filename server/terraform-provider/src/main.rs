@@ -8,7 +8,15 @@ mod provider;
 mod trigger;
 mod workload;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tf_provider::serve("sless", provider::SlessProvider::default()).await
+fn main() -> anyhow::Result<()> {
+    // tf-provider appends a backtrace to every diagnostic when backtraces are on (a
+    // developer's RUST_BACKTRACE=1): keep them for panics only. Set before any thread
+    // starts, so nothing reads the environment concurrently.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+    tokio::runtime::Runtime::new()?.block_on(tf_provider::serve(
+        "sless",
+        provider::SlessProvider::default(),
+    ))
 }

@@ -143,18 +143,17 @@ impl WorkloadResource {
                 return;
             }
             if ours && workload.phase == "Failed" {
+                // The message holds the build's output; its last line is the reason.
+                let message = workload.message.unwrap_or_default();
+                let reason = tail(&message, 1);
                 let log = client
                     .build_log(self.collection, name)
                     .await
-                    .unwrap_or_default();
-                let log = tail(&log, 20);
-                let message = workload.message.unwrap_or_default();
-                let detail = if log.is_empty() {
-                    message
-                } else {
-                    format!("{message}\n\nend of the build log:\n{log}")
-                };
-                diags.root_error(format!("{noun} {name} failed to build"), detail);
+                    .unwrap_or(message);
+                diags.root_error(
+                    format!("{noun} {name} failed to build: {reason}"),
+                    format!("end of the build log:\n{}", tail(&log, 20)),
+                );
                 return;
             }
             if Instant::now() >= deadline {
@@ -436,7 +435,7 @@ impl Resource for WorkloadResource {
             proposed.entrypoint = prior.entrypoint.clone();
         }
         if proposed.memory_mb.is_null() {
-            proposed.memory_mb = prior.memory_mb.clone();
+            proposed.memory_mb = prior.memory_mb;
         }
         let code_changed = proposed.source_hash != prior.source_hash;
         if code_changed || Self::spec_changed(&prior, &proposed) {

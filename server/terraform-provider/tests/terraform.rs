@@ -33,9 +33,14 @@ fn sless_binary() -> PathBuf {
     // Cargo gives this test its package's variables; build scripts (ring's) rerun when
     // they differ from a plain build's, and everything above them would be rebuilt.
     for (name, _) in std::env::vars() {
-        let ours = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
+        let ours = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
             || ["OUT_DIR", "CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR"].contains(&name.as_str());
         if ours {
             build.env_remove(name);
@@ -43,7 +48,10 @@ fn sless_binary() -> PathBuf {
     }
     let output = build
         .args(["build", "--locked", "-p", "sless", "--bin", "sless"])
-        .args(["--message-format=json-render-diagnostics", "--manifest-path"])
+        .args([
+            "--message-format=json-render-diagnostics",
+            "--manifest-path",
+        ])
         .arg(manifest)
         .stderr(Stdio::inherit())
         .output()
@@ -68,7 +76,10 @@ fn start_sless(binary: &Path, data_dir: &Path) -> Sless {
         .expect("start sless up");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let base = loop {
-        let line = lines.next().expect("sless exited before it was up").unwrap();
+        let line = lines
+            .next()
+            .expect("sless exited before it was up")
+            .unwrap();
         if let Some(rest) = line.strip_prefix("sless is up on ") {
             break rest.trim().to_string();
         }
@@ -78,7 +89,7 @@ fn start_sless(binary: &Path, data_dir: &Path) -> Sless {
     Sless { child, base }
 }
 
-fn token(binary: &Path, data_dir: &Path, sub: &str) -> String {
+fn mint_token(binary: &Path, data_dir: &Path, sub: &str) -> String {
     let output = Command::new(binary)
         .args(["token", "--sub", sub, "--data-dir"])
         .arg(data_dir)
@@ -98,7 +109,11 @@ fn copy_dir(from: &Path, to: &Path) {
             if entry.file_name() != ".terraform" {
                 copy_dir(&entry.path(), &target);
             }
-        } else if !entry.file_name().to_string_lossy().starts_with("terraform.tfstate") {
+        } else if !entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("terraform.tfstate")
+        {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
@@ -119,7 +134,11 @@ struct Run {
 
 impl Run {
     fn ok(self, what: &str) -> Self {
-        assert_eq!(self.code, 0, "{what} failed\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "{what} failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
         eprintln!("{what}: {:.1} s", self.took.as_secs_f64());
         self
     }
@@ -193,14 +212,17 @@ fn url_of(outputs: &Value, name: &str) -> String {
 fn terraform_deploys_changes_and_destroys_the_example() {
     let started = Instant::now();
     assert!(
-        Command::new("terraform").arg("version").output().is_ok_and(|o| o.status.success()),
+        Command::new("terraform")
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
         "terraform is not installed: this test needs the terraform CLI (1.x) on PATH"
     );
     let sless = sless_binary();
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("data");
     let server = start_sless(&sless, &data_dir);
-    let token = token(&sless, &data_dir, "terraform-test");
+    let token = mint_token(&sless, &data_dir, "terraform-test");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let client = Client::new(&server.base, &token).unwrap();
 
@@ -218,11 +240,16 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         ("TF_CLI_CONFIG_FILE", cli_config.display().to_string()),
         ("TF_IN_AUTOMATION", "1".into()),
         ("CHECKPOINT_DISABLE", "1".into()),
+        // Diagnostics must stay free of backtraces even for a developer who sets this.
+        ("RUST_BACKTRACE", "1".into()),
         ("SLESS_ENDPOINT", server.base.clone()),
         ("SLESS_API_TOKEN", token.clone()),
     ];
     let examples = work.path().join("examples");
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples"), &examples);
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples"),
+        &examples,
+    );
     let tf = Terraform {
         dir: examples.join("terraform"),
         env: env.clone(),
@@ -235,33 +262,65 @@ fn terraform_deploys_changes_and_destroys_the_example() {
     let (status, body) = call(&runtime, &format!("{hello}?name=tf"));
     assert_eq!((status, body.contains("hello, tf!")), (200, true), "{body}");
     let (status, body) = call(&runtime, &url_of(&outputs, "greeter_url"));
-    assert_eq!((status, body.contains("hi from node")), (200, true), "{body}");
+    assert_eq!(
+        (status, body.contains("hi from node")),
+        (200, true),
+        "{body}"
+    );
     let (status, body) = call(&runtime, &url_of(&outputs, "clock_url"));
     assert_eq!((status, body.contains("served")), (200, true), "{body}");
     let report: Value = serde_json::from_str(outputs["report"]["value"].as_str().unwrap()).unwrap();
     assert_eq!(report["sum"], 6, "{report}");
+    assert_eq!(outputs["hello_runtime"]["value"], "python3.11");
     let deployed = outputs["deployed"]["value"].to_string();
-    assert!(deployed.contains("service clock-service: Ready"), "{deployed}");
+    assert!(
+        deployed.contains("service clock-service: Ready"),
+        "{deployed}"
+    );
     let hello_state = tf.resource("sless_function.hello");
-    assert_eq!(hello_state["timeout_sec"], Value::Null, "unset timeout_sec must stay null");
+    assert_eq!(
+        hello_state["timeout_sec"],
+        Value::Null,
+        "unset timeout_sec must stay null"
+    );
     assert_eq!(hello_state["phase"], "Ready");
     assert_eq!(tf.resource("sless_function.greeter")["timeout_sec"], 30);
 
     // Right after apply there is nothing to do.
     let plan = tf.plan(&[]);
-    assert_eq!(plan.code, 0, "second plan is not empty:\n{}{}", plan.stdout, plan.stderr);
+    assert_eq!(
+        plan.code, 0,
+        "second plan is not empty:\n{}{}",
+        plan.stdout, plan.stderr
+    );
 
     // One changed file: one update, a rebuild, the new answer.
     let handler = examples.join("hello-python/handler.py");
     let code = std::fs::read_to_string(&handler).unwrap();
-    std::fs::write(&handler, code.replace("hello, {name}!", "hi again, {name}!")).unwrap();
+    std::fs::write(
+        &handler,
+        code.replace("hello, {name}!", "hi again, {name}!"),
+    )
+    .unwrap();
     let plan = tf.plan(&[]);
     assert_eq!(plan.code, 2, "{}{}", plan.stdout, plan.stderr);
-    assert!(plan.stdout.contains("0 to add, 1 to change, 0 to destroy"), "{}", plan.stdout);
-    assert!(plan.stdout.contains("sless_function.hello will be updated"), "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains("0 to add, 1 to change, 0 to destroy"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout.contains("sless_function.hello will be updated"),
+        "{}",
+        plan.stdout
+    );
     tf.apply(&[], "apply of a changed handler");
     let (status, body) = call(&runtime, &format!("{hello}?name=tf"));
-    assert_eq!((status, body.contains("hi again, tf!")), (200, true), "{body}");
+    assert_eq!(
+        (status, body.contains("hi again, tf!")),
+        (200, true),
+        "{body}"
+    );
 
     // A stopped trigger: /fn answers 503; the other functions still answer.
     let greeter_off = "greeter_enabled=false";
@@ -274,18 +333,36 @@ fn terraform_deploys_changes_and_destroys_the_example() {
     assert_eq!(first_run.run_id, 1);
     tf.apply(&[greeter_off, "report_run_id=2"], "apply of run_id 2");
     let second_run = runtime.block_on(client.get_job("report-job")).unwrap();
-    assert_eq!((second_run.run_id, second_run.phase.as_str()), (2, "Succeeded"));
-    assert_ne!(second_run.completion_time, first_run.completion_time, "the job did not run again");
+    assert_eq!(
+        (second_run.run_id, second_run.phase.as_str()),
+        (2, "Succeeded")
+    );
+    assert_ne!(
+        second_run.completion_time, first_run.completion_time,
+        "the job did not run again"
+    );
     assert_eq!(tf.resource("sless_job.report")["run_id"], 2);
 
     // Drift: a function deleted behind Terraform's back (its trigger left) is re-created.
-    runtime.block_on(client.delete(Collection::Functions, "hello-python")).unwrap();
+    runtime
+        .block_on(client.delete(Collection::Functions, "hello-python"))
+        .unwrap();
     let plan = tf.plan(&[greeter_off, "report_run_id=2"]);
     assert_eq!(plan.code, 2, "{}{}", plan.stdout, plan.stderr);
-    assert!(plan.stdout.contains("sless_function.hello will be created"), "{}", plan.stdout);
-    assert!(plan.stdout.contains("1 to add, 0 to change, 0 to destroy"), "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains("sless_function.hello will be created"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout.contains("1 to add, 0 to change, 0 to destroy"),
+        "{}",
+        plan.stdout
+    );
     // A setting changed through the API shows up too.
-    let mut greeter = runtime.block_on(client.get_workload(Collection::Functions, "greeter-node")).unwrap();
+    let mut greeter = runtime
+        .block_on(client.get_workload(Collection::Functions, "greeter-node"))
+        .unwrap();
     greeter.memory_mb = 512;
     let request = WorkloadRequest {
         runtime: Some(greeter.runtime.clone()),
@@ -299,11 +376,21 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         .block_on(client.replace_workload(Collection::Functions, "greeter-node", &request))
         .unwrap();
     let plan = tf.plan(&[greeter_off, "report_run_id=2"]);
-    assert!(plan.stdout.contains("~ memory_mb") && plan.stdout.contains("512 -> 256"), "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains("~ memory_mb") && plan.stdout.contains("512 -> 256"),
+        "{}",
+        plan.stdout
+    );
     tf.apply(&[greeter_off, "report_run_id=2"], "apply after drift");
     let (status, body) = call(&runtime, &format!("{hello}?name=tf"));
-    assert_eq!((status, body.contains("hi again, tf!")), (200, true), "{body}");
-    let greeter = runtime.block_on(client.get_workload(Collection::Functions, "greeter-node")).unwrap();
+    assert_eq!(
+        (status, body.contains("hi again, tf!")),
+        (200, true),
+        "{body}"
+    );
+    let greeter = runtime
+        .block_on(client.get_workload(Collection::Functions, "greeter-node"))
+        .unwrap();
     assert_eq!(greeter.memory_mb, 256);
 
     // Import of a function made through the API, code and all: nothing to do after.
@@ -315,9 +402,13 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         runtime: Some("python3.11".into()),
         ..Default::default()
     };
-    runtime.block_on(client.create_workload(Collection::Functions, &request)).unwrap();
+    runtime
+        .block_on(client.create_workload(Collection::Functions, &request))
+        .unwrap();
     let packed = zip_folder(&source).unwrap();
-    runtime.block_on(client.upload(Collection::Functions, "adopted", packed.zip)).unwrap();
+    runtime
+        .block_on(client.upload(Collection::Functions, "adopted", packed.zip))
+        .unwrap();
     std::fs::write(
         adopt.join("main.tf"),
         format!(
@@ -327,12 +418,41 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         ),
     )
     .unwrap();
-    let adopted = Terraform { dir: adopt, env: env.clone() };
+    let adopted = Terraform {
+        dir: adopt,
+        env: env.clone(),
+    };
     let id = format!("adopted,{}", source.display());
-    adopted.run(&["import", "-input=false", "-no-color", "sless_function.adopted", &id]).ok("terraform import");
+    adopted
+        .run(&[
+            "import",
+            "-input=false",
+            "-no-color",
+            "sless_function.adopted",
+            &id,
+        ])
+        .ok("terraform import");
     let plan = adopted.plan(&[]);
-    assert_eq!(plan.code, 0, "plan after import is not empty:\n{}{}", plan.stdout, plan.stderr);
-    adopted.run(&["destroy", "-input=false", "-no-color", "-auto-approve"]).ok("destroy of the import");
+    assert_eq!(
+        plan.code, 0,
+        "plan after import is not empty:\n{}{}",
+        plan.stdout, plan.stderr
+    );
+    // A job that runs an existing function's code.
+    let mut config = std::fs::read_to_string(adopted.dir.join("main.tf")).unwrap();
+    config.push_str(
+        "\nresource \"sless_job\" \"sum\" {\n  name       = \"sum\"\n  function   = sless_function.adopted.name\n  \
+         event_json = jsonencode({ numbers = [4, 5] })\n  run_id     = 1\n}\n",
+    );
+    std::fs::write(adopted.dir.join("main.tf"), config).unwrap();
+    adopted.apply(&[], "apply of a job of a function");
+    let job = adopted.resource("sless_job.sum");
+    assert_eq!(job["phase"], "Succeeded", "{job}");
+    let result: Value = serde_json::from_str(job["message"].as_str().unwrap()).unwrap();
+    assert_eq!(result["sum"], 9, "{job}");
+    adopted
+        .run(&["destroy", "-input=false", "-no-color", "-auto-approve"])
+        .ok("destroy of the import");
 
     // A bad runtime fails at plan time, naming the attribute, before anything is made.
     let bad = work.path().join("bad");
@@ -343,23 +463,119 @@ fn terraform_deploys_changes_and_destroys_the_example() {
          resource \"sless_function\" \"bad\" {\n  name    = \"bad\"\n  runtime = \"cobol\"\n}\n",
     )
     .unwrap();
-    let plan = Terraform { dir: bad, env: env.clone() }.plan(&[]);
+    let bad = Terraform {
+        dir: bad,
+        env: env.clone(),
+    };
+    let plan = bad.plan(&[]);
     assert_eq!(plan.code, 1, "{}{}", plan.stdout, plan.stderr);
     assert!(
-        plan.stderr.contains("runtime: unsupported runtime \"cobol\"") && plan.stderr.contains("runtime = \"cobol\""),
+        plan.stderr
+            .contains("runtime: unsupported runtime \"cobol\"")
+            && plan.stderr.contains("runtime = \"cobol\""),
         "{}",
         plan.stderr
     );
 
+    // A failed build fails the apply with the end of the build log.
+    let broken = bad.dir.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(
+        broken.join("handler.js"),
+        "exports.handle = async () => ({});\n",
+    )
+    .unwrap();
+    std::fs::write(broken.join("package.json"), "{\n").unwrap();
+    std::fs::write(
+        bad.dir.join("main.tf"),
+        "terraform {\n  required_providers {\n    sless = { source = \"kube5s/sless\" }\n  }\n}\n\n\
+         resource \"sless_function\" \"broken\" {\n  name       = \"broken\"\n  runtime    = \"nodejs20\"\n  \
+         source_dir = \"broken\"\n}\n",
+    )
+    .unwrap();
+    let apply = bad.run(&["apply", "-input=false", "-no-color", "-auto-approve"]);
+    assert_eq!(apply.code, 1, "{}{}", apply.stdout, apply.stderr);
+    assert!(
+        apply.stderr.contains("function broken failed to build: ")
+            && apply.stderr.contains("end of the build log:")
+            && apply.stderr.contains("EJSONPARSE")
+            && !apply.stderr.contains("tf_provider::"),
+        "{}",
+        apply.stderr
+    );
+    bad.run(&["destroy", "-input=false", "-no-color", "-auto-approve"])
+        .ok("destroy of the broken function");
+
+    // Provider settings at fault are named: nothing listening, a refused token, a
+    // namespace the token may not act on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let foreign =
+        Client::new(&server.base, &mint_token(&sless, &data_dir, "someone-else")).unwrap();
+    let forged = {
+        let mut parts: Vec<String> = token.split('.').map(String::from).collect();
+        parts[2] = parts[2].chars().rev().collect();
+        parts.join(".")
+    };
+    for (variable, value, expected) in [
+        ("SLESS_ENDPOINT", nowhere.as_str(), "cannot reach sless"),
+        ("SLESS_API_TOKEN", forged.as_str(), "the token was refused"),
+        (
+            "TF_VAR_namespace",
+            foreign.namespace(),
+            "the token may not act on this namespace",
+        ),
+    ] {
+        let dir = work.path().join(format!("settings-{variable}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("main.tf"),
+            "terraform {\n  required_providers {\n    sless = { source = \"kube5s/sless\" }\n  }\n}\n\n\
+             variable \"namespace\" {\n  type    = string\n  default = null\n}\n\n\
+             provider \"sless\" {\n  namespace = var.namespace\n}\n\n\
+             data \"sless_functions\" \"all\" {}\n",
+        )
+        .unwrap();
+        let mut env = env.clone();
+        env.retain(|(name, _)| *name != variable);
+        env.push((variable, value.to_string()));
+        let plan = Terraform { dir, env }.plan(&[]);
+        assert_eq!(plan.code, 1, "{variable}: {}{}", plan.stdout, plan.stderr);
+        assert!(
+            plan.stderr.contains(expected),
+            "{variable}: {}",
+            plan.stderr
+        );
+    }
+
     // Destroy leaves nothing in the namespace.
-    tf.run(&["destroy", "-input=false", "-no-color", "-auto-approve", "-var", greeter_off, "-var", "report_run_id=2"])
-        .ok("terraform destroy");
+    tf.run(&[
+        "destroy",
+        "-input=false",
+        "-no-color",
+        "-auto-approve",
+        "-var",
+        greeter_off,
+        "-var",
+        "report_run_id=2",
+    ])
+    .ok("terraform destroy");
     for collection in [Collection::Functions, Collection::Services] {
         let left = runtime.block_on(client.list_workloads(collection)).unwrap();
         assert!(left.is_empty(), "{} left: {left:?}", collection.path());
     }
-    assert!(runtime.block_on(client.list_triggers()).unwrap().is_empty(), "triggers left");
-    assert!(runtime.block_on(client.list_jobs()).unwrap().is_empty(), "jobs left");
-    eprintln!("terraform test: {:.1} s in all", started.elapsed().as_secs_f64());
+    assert!(
+        runtime.block_on(client.list_triggers()).unwrap().is_empty(),
+        "triggers left"
+    );
+    assert!(
+        runtime.block_on(client.list_jobs()).unwrap().is_empty(),
+        "jobs left"
+    );
+    eprintln!(
+        "terraform test: {:.1} s in all",
+        started.elapsed().as_secs_f64()
+    );
     drop(server);
 }
