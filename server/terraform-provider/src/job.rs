@@ -2,11 +2,11 @@
 //! raising `run_id` runs it again in place, and apply waits for the result.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use operator::apitypes::{JobPatch, JobRequest, JobResponse};
-use operator::client::{Client, Collection};
+use operator::client::{Client, Collection, RunWait};
 use operator::model::{
     DEFAULT_TIMEOUT_SEC, parse_runtime, validate_entrypoint, validate_env, validate_event_json,
     validate_name, validate_timeout_sec,
@@ -104,8 +104,7 @@ fn fill(state: &mut JobState, job: &JobResponse) {
     state.log_tail = job.log_tail.clone().into();
 }
 
-/// Polls until the run that `started` began is over. The previous run's status stays
-/// until the runner reacts; any status written after `started` belongs to this run.
+/// Waits for the run that `started` began; a failed run is an error with its output.
 async fn wait_for_run(
     diags: &mut Diagnostics,
     client: &Client,
@@ -113,31 +112,19 @@ async fn wait_for_run(
     limit: Duration,
 ) -> JobResponse {
     let name = started.name.clone();
-    let deadline = Instant::now() + limit;
-    loop {
-        let job = match client.get_job(&name).await {
-            Ok(job) => job,
-            Err(e) => {
-                report(diags, format!("waiting for job {name}"), &e);
-                return started;
-            }
-        };
-        let fresh = job.resource_version != started.resource_version;
-        if fresh && job.phase == "Failed" {
-            let mut detail = job
-                .message
-                .clone()
-                .unwrap_or_else(|| "no reason given".into());
-            if let Some(tail) = job.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
-                detail.push_str(&format!("\n\noutput:\n{tail}"));
-            }
-            diags.root_error(format!("job {name} failed (run {})", job.run_id), detail);
+    let job = match client
+        .wait_for_run(&started, limit, POLL_INTERVAL, |_| {})
+        .await
+    {
+        Ok(RunWait::Finished(job)) => job,
+        Ok(RunWait::Superseded(job)) => {
+            diags.root_error_short(format!(
+                "job {name} was started again (run {}) while apply waited for run {}",
+                job.run_id, started.run_id
+            ));
             return job;
         }
-        if fresh && job.phase == "Succeeded" {
-            return job;
-        }
-        if Instant::now() >= deadline {
+        Ok(RunWait::TimedOut(job)) => {
             diags.root_error(
                 format!(
                     "job {name} is still {} after {} s",
@@ -148,8 +135,22 @@ async fn wait_for_run(
             );
             return job;
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        Err(e) => {
+            report(diags, format!("waiting for job {name}"), &e);
+            return started;
+        }
+    };
+    if job.phase == "Failed" {
+        let mut detail = job
+            .message
+            .clone()
+            .unwrap_or_else(|| "no reason given".into());
+        if let Some(tail) = job.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
+            detail.push_str(&format!("\n\noutput:\n{tail}"));
+        }
+        diags.root_error(format!("job {name} failed (run {})", job.run_id), detail);
     }
+    job
 }
 
 impl JobResource {

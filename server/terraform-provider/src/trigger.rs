@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use operator::apitypes::{TriggerRequest, TriggerResponse};
-use operator::client::{Client, Collection};
+use operator::client::{Client, Collection, TriggerWait};
 use operator::model::{parse_trigger_type, validate_name, validate_schedule};
 use serde::{Deserialize, Serialize};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
@@ -71,32 +71,25 @@ fn fill(state: &mut TriggerState, trigger: &TriggerResponse) {
 /// Waits until the platform has acted on `enabled` (the function started or stopped),
 /// so the next call sees the new state; answers the trigger as it then is.
 async fn settle(diags: &mut Diagnostics, client: &Client, name: &str) -> Option<TriggerResponse> {
-    let deadline = Instant::now() + SETTLE_WAIT;
-    loop {
-        let trigger = match client.get_trigger(name).await {
-            Ok(trigger) => trigger,
-            Err(e) => {
-                report(diags, format!("reading trigger {name}"), &e);
-                return None;
-            }
-        };
-        if trigger.active == trigger.enabled || Instant::now() >= deadline {
-            return Some(trigger);
+    match client
+        .wait_for_trigger(name, SETTLE_WAIT, POLL_INTERVAL)
+        .await
+    {
+        Ok(TriggerWait::Settled(trigger) | TriggerWait::NotBuilt(trigger, _)) => Some(trigger),
+        Ok(TriggerWait::TimedOut(trigger)) => {
+            diags.root_warning(
+                format!(
+                    "trigger {name} has not settled after {} s",
+                    SETTLE_WAIT.as_secs()
+                ),
+                trigger.message.clone().unwrap_or_default(),
+            );
+            Some(trigger)
         }
-        // A function that is not built cannot start: there is nothing to wait for.
-        if trigger.enabled {
-            let built = match client
-                .get_workload(Collection::Functions, &trigger.function_ref)
-                .await
-            {
-                Ok(workload) => workload.phase == "Ready",
-                Err(_) => false,
-            };
-            if !built {
-                return Some(trigger);
-            }
+        Err(e) => {
+            report(diags, format!("reading trigger {name}"), &e);
+            None
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
