@@ -194,3 +194,32 @@ pub fn text(value: &Value<String>) -> &str {
         .map(String::as_str)
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(path: &Path) -> Value<String> {
+        Value::Value(path.display().to_string())
+    }
+
+    #[test]
+    fn a_folder_and_its_zip_have_one_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(src.join("lib")).unwrap();
+        std::fs::write(src.join("handler.py"), "def handle(e):\n    return e\n").unwrap();
+        std::fs::write(src.join("lib/util.py"), "X = 1\n").unwrap();
+        let folder = load_code(&path(&src), &Value::Null).unwrap().unwrap();
+        let zip = dir.path().join("code.zip");
+        std::fs::write(&zip, &folder.zip).unwrap();
+        let zipped = load_code(&Value::Null, &path(&zip)).unwrap().unwrap();
+        assert_eq!(folder.digest, zipped.digest);
+
+        assert!(load_code(&Value::Null, &Value::Null).unwrap().is_none());
+        let missing = load_code(&path(&dir.path().join("nope")), &Value::Null);
+        assert_eq!(missing.err().unwrap().0, "source_dir");
+        let not_a_zip = load_code(&Value::Null, &path(&src.join("handler.py")));
+        assert_eq!(not_a_zip.err().unwrap().0, "source_zip");
+    }
+}
