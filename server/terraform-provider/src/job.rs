@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use operator::apitypes::{JobPatch, JobRequest, JobResponse};
 use operator::client::{Client, Collection, RunWait};
 use operator::model::{
-    DEFAULT_TIMEOUT_SEC, parse_runtime, validate_entrypoint, validate_env, validate_event_json,
-    validate_name, validate_timeout_sec,
+    DEFAULT_ENTRYPOINT, DEFAULT_TIMEOUT_SEC, parse_runtime, validate_entrypoint, validate_env,
+    validate_event_json, validate_name, validate_timeout_sec,
 };
 use serde::{Deserialize, Serialize};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
@@ -81,6 +81,25 @@ fn request(diags: &mut Diagnostics, state: &JobState, run_id: i64) -> JobRequest
         run_id: Some(run_id),
         timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
         resource_version: None,
+    }
+}
+
+/// Settings left out of the configuration get the server's defaults in the plan (not
+/// the last value, which Terraform proposes for them), so taking one out sets it back.
+fn default_settings(planned: &mut JobState, config: &JobState) {
+    if config.entrypoint.is_null() {
+        // Only a self-contained job has an entrypoint of its own.
+        planned.entrypoint = if config.runtime.is_null() {
+            Value::Null
+        } else {
+            Value::Value(DEFAULT_ENTRYPOINT.into())
+        };
+    }
+    if config.event_json.is_null() {
+        planned.event_json = Value::Value("{}".into());
+    }
+    if config.run_id.is_null() {
+        planned.run_id = Value::Value(0);
     }
 }
 
@@ -401,24 +420,12 @@ impl Resource for JobResource {
         &self,
         diags: &mut Diagnostics,
         mut proposed: Self::State<'a>,
-        _config: Self::State<'a>,
+        config: Self::State<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         proposed.id = proposed.name.clone();
         proposed.source_hash = plan_source_hash(diags, &proposed.source_dir, &proposed.source_zip);
-        if proposed.entrypoint.is_null() {
-            proposed.entrypoint = if proposed.runtime.is_null() {
-                Value::Null
-            } else {
-                Value::Unknown
-            };
-        }
-        if proposed.event_json.is_null() {
-            proposed.event_json = Value::Value("{}".into());
-        }
-        if proposed.run_id.is_null() {
-            proposed.run_id = Value::Value(0);
-        }
+        default_settings(&mut proposed, &config);
         proposed.phase = Value::Unknown;
         proposed.message = Value::Unknown;
         proposed.log_tail = Value::Unknown;
@@ -430,21 +437,13 @@ impl Resource for JobResource {
         diags: &mut Diagnostics,
         prior: Self::State<'a>,
         mut proposed: Self::State<'a>,
-        _config: Self::State<'a>,
+        config: Self::State<'a>,
         private: Self::PrivateState<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
         proposed.id = proposed.name.clone();
         proposed.source_hash = plan_source_hash(diags, &proposed.source_dir, &proposed.source_zip);
-        if proposed.entrypoint.is_null() {
-            proposed.entrypoint = prior.entrypoint.clone();
-        }
-        if proposed.event_json.is_null() {
-            proposed.event_json = Value::Value("{}".into());
-        }
-        if proposed.run_id.is_null() {
-            proposed.run_id = Value::Value(0);
-        }
+        default_settings(&mut proposed, &config);
         if proposed != prior {
             proposed.phase = Value::Unknown;
             proposed.message = Value::Unknown;
@@ -483,10 +482,7 @@ impl Resource for JobResource {
         let name = text(&planned.name).to_string();
         let run_id = planned.run_id();
         let self_contained = planned.source_hash.is_value();
-        let mut body = request(diags, &planned, if self_contained { 0 } else { run_id });
-        if planned.entrypoint.is_unknown() {
-            body.entrypoint = None;
-        }
+        let body = request(diags, &planned, if self_contained { 0 } else { run_id });
         let mut started = match client.create_job(&body).await {
             Ok(job) => job,
             Err(e) => {

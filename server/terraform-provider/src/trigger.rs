@@ -208,11 +208,12 @@ impl Resource for TriggerResource {
         &self,
         _diags: &mut Diagnostics,
         mut proposed: Self::State<'a>,
-        _config: Self::State<'a>,
+        config: Self::State<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         proposed.id = proposed.name.clone();
-        if proposed.enabled.is_null() {
+        // Left out, it is on (Terraform would propose the last value instead).
+        if config.enabled.is_null() {
             proposed.enabled = Value::Value(true);
         }
         proposed.url = Value::Unknown;
@@ -225,12 +226,13 @@ impl Resource for TriggerResource {
         _diags: &mut Diagnostics,
         prior: Self::State<'a>,
         mut proposed: Self::State<'a>,
-        _config: Self::State<'a>,
+        config: Self::State<'a>,
         private: Self::PrivateState<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
         proposed.id = proposed.name.clone();
-        if proposed.enabled.is_null() {
+        // Left out, it is on (Terraform would propose the last value instead).
+        if config.enabled.is_null() {
             proposed.enabled = Value::Value(true);
         }
         let mut replace = Vec::new();

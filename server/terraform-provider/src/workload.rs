@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use operator::apitypes::{WorkloadRequest, WorkloadResponse};
 use operator::client::{Client, Collection};
 use operator::model::{
-    DEFAULT_TIMEOUT_SEC, parse_runtime, validate_entrypoint, validate_env, validate_memory_mb,
-    validate_name, validate_timeout_sec,
+    DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, parse_runtime, validate_entrypoint,
+    validate_env, validate_memory_mb, validate_name, validate_timeout_sec,
 };
 use serde::{Deserialize, Serialize};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
@@ -116,8 +116,7 @@ impl WorkloadResource {
             }
         };
         let key = uploaded["s3_key"].as_str().map(String::from);
-        let wait =
-            Duration::from_secs(state.wait_timeout_sec.unwrap_or(DEFAULT_WAIT_SEC).max(0) as u64);
+        let wait = wait_limit(state);
         self.wait_ready(diags, client, name, key.as_deref(), wait)
             .await;
         key
@@ -205,6 +204,22 @@ impl WorkloadResource {
         }
         state
     }
+}
+
+/// Settings left out of the configuration get the server's defaults in the plan (not
+/// the last value, which Terraform proposes for them), so taking one out sets it back.
+fn default_settings(planned: &mut WorkloadState, config: &WorkloadState) {
+    if config.entrypoint.is_null() {
+        planned.entrypoint = Value::Value(DEFAULT_ENTRYPOINT.into());
+    }
+    if config.memory_mb.is_null() {
+        planned.memory_mb = Value::Value(DEFAULT_MEMORY_MB.into());
+    }
+}
+
+/// How long apply waits for a build.
+fn wait_limit(state: &WorkloadState) -> Duration {
+    Duration::from_secs(state.wait_timeout_sec.unwrap_or(DEFAULT_WAIT_SEC).max(0) as u64)
 }
 
 /// Copies what the server decided into the state. Optional settings left unset stay
@@ -401,17 +416,12 @@ impl Resource for WorkloadResource {
         &self,
         diags: &mut Diagnostics,
         mut proposed: Self::State<'a>,
-        _config: Self::State<'a>,
+        config: Self::State<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         proposed.id = proposed.name.clone();
         proposed.source_hash = plan_source_hash(diags, &proposed.source_dir, &proposed.source_zip);
-        if proposed.entrypoint.is_null() {
-            proposed.entrypoint = Value::Unknown;
-        }
-        if proposed.memory_mb.is_null() {
-            proposed.memory_mb = Value::Unknown;
-        }
+        default_settings(&mut proposed, &config);
         proposed.url = Value::Unknown;
         proposed.phase = Value::Unknown;
         proposed.image_ref = Value::Unknown;
@@ -424,19 +434,13 @@ impl Resource for WorkloadResource {
         diags: &mut Diagnostics,
         prior: Self::State<'a>,
         mut proposed: Self::State<'a>,
-        _config: Self::State<'a>,
+        config: Self::State<'a>,
         private: Self::PrivateState<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
         proposed.id = proposed.name.clone();
         proposed.source_hash = plan_source_hash(diags, &proposed.source_dir, &proposed.source_zip);
-        // Unset optional+computed settings keep what the server holds.
-        if proposed.entrypoint.is_null() {
-            proposed.entrypoint = prior.entrypoint.clone();
-        }
-        if proposed.memory_mb.is_null() {
-            proposed.memory_mb = prior.memory_mb;
-        }
+        default_settings(&mut proposed, &config);
         let code_changed = proposed.source_hash != prior.source_hash;
         if code_changed || Self::spec_changed(&prior, &proposed) {
             proposed.phase = Value::Unknown;
@@ -471,14 +475,7 @@ impl Resource for WorkloadResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = client(&self.client, diags)?;
         let name = text(&planned.name).to_string();
-        let mut request = self.request(diags, &planned);
-        // Unknown in the plan: the server picks its default.
-        if planned.entrypoint.is_unknown() {
-            request.entrypoint = None;
-        }
-        if planned.memory_mb.is_unknown() {
-            request.memory_mb = None;
-        }
+        let request = self.request(diags, &planned);
         if let Err(e) = client.create_workload(self.collection, &request).await {
             let mut summary = format!("creating {} {name}", self.noun());
             if e.status() == Some(409) {
@@ -510,21 +507,36 @@ impl Resource for WorkloadResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = client(&self.client, diags)?;
         let name = text(&planned.name).to_string();
+        let mut private = private;
+        let code_changed = planned.source_hash != prior.source_hash;
         if Self::spec_changed(&prior, &planned) {
             let request = WorkloadRequest {
                 name: None,
                 ..self.request(diags, &planned)
             };
-            if let Err(e) = client
+            let updated = match client
                 .replace_workload(self.collection, &name, &request)
                 .await
             {
-                report(diags, format!("updating {} {name}", self.noun()), &e);
-                return None;
+                Ok(updated) => updated,
+                Err(e) => {
+                    report(diags, format!("updating {} {name}", self.noun()), &e);
+                    return None;
+                }
+            };
+            // A new runtime or entrypoint makes the server rebuild the stored code under a
+            // new key: still ours, so it must not read as an upload by someone else.
+            if !code_changed
+                && updated.s3_key.is_some()
+                && updated.s3_key.as_ref() != private.s3_key.as_ref_option()
+            {
+                let wait = wait_limit(&planned);
+                self.wait_ready(diags, &client, &name, updated.s3_key.as_deref(), wait)
+                    .await;
+                private.s3_key = updated.s3_key.into();
             }
         }
-        let mut private = private;
-        if planned.source_hash != prior.source_hash && planned.source_hash.is_value() {
+        if code_changed && planned.source_hash.is_value() {
             private.s3_key = self.deploy_code(diags, &client, &planned).await.into();
         }
         let state = self.settle(diags, &client, planned).await;

@@ -299,7 +299,8 @@ fn terraform_deploys_changes_and_destroys_the_example() {
     let code = std::fs::read_to_string(&handler).unwrap();
     std::fs::write(
         &handler,
-        code.replace("hello, {name}!", "hi again, {name}!"),
+        code.replace("hello, {name}!", "hi again, {name}!")
+            + "\n\ndef again(event):\n    return {\"entrypoint\": \"again\"}\n",
     )
     .unwrap();
     let plan = tf.plan(&[]);
@@ -315,6 +316,38 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         plan.stdout
     );
     tf.apply(&[], "apply of a changed handler");
+    let (status, body) = call(&runtime, &format!("{hello}?name=tf"));
+    assert_eq!(
+        (status, body.contains("hi again, tf!")),
+        (200, true),
+        "{body}"
+    );
+
+    // A new entrypoint: the server rebuilds the stored code, which is still Terraform's,
+    // so the plan after is empty.
+    let main_tf = examples.join("terraform/main.tf");
+    let config = std::fs::read_to_string(&main_tf).unwrap();
+    let hello_block =
+        "  runtime    = \"python3.11\"\n  source_dir = \"${path.module}/../hello-python\"\n";
+    assert!(config.contains(hello_block), "{config}");
+    let again = format!("{hello_block}  entrypoint = \"handler.again\"\n");
+    std::fs::write(&main_tf, config.replace(hello_block, &again)).unwrap();
+    tf.apply(&[], "apply of a new entrypoint");
+    let (status, body) = call(&runtime, &hello);
+    let answer: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(
+        (status, &answer["entrypoint"]),
+        (200, &Value::from("again")),
+        "{body}"
+    );
+    let plan = tf.plan(&[]);
+    assert_eq!(
+        plan.code, 0,
+        "plan after a new entrypoint:\n{}{}",
+        plan.stdout, plan.stderr
+    );
+    std::fs::write(&main_tf, config).unwrap();
+    tf.apply(&[], "apply of the default entrypoint");
     let (status, body) = call(&runtime, &format!("{hello}?name=tf"));
     assert_eq!(
         (status, body.contains("hi again, tf!")),
