@@ -75,7 +75,17 @@ async fn settle(diags: &mut Diagnostics, client: &Client, name: &str) -> Option<
         .wait_for_trigger(name, SETTLE_WAIT, POLL_INTERVAL)
         .await
     {
-        Ok(TriggerWait::Settled(trigger) | TriggerWait::NotBuilt(trigger, _)) => Some(trigger),
+        Ok(TriggerWait::Settled(trigger)) => Some(trigger),
+        Ok(TriggerWait::NotBuilt(trigger, phase)) => {
+            diags.root_warning(
+                format!(
+                    "trigger {name} is enabled but {} is {phase}",
+                    trigger.function_ref
+                ),
+                "it calls nothing until the function is Ready; its message tells why (sless describe)",
+            );
+            Some(trigger)
+        }
         Ok(TriggerWait::TimedOut(trigger)) => {
             diags.root_warning(
                 format!(

@@ -142,17 +142,25 @@ impl WorkloadResource {
                 return;
             }
             if ours && workload.phase == "Failed" {
-                // The message holds the build's output; its last line is the reason.
+                // The message ends with the reason: a failed build's output, or why the
+                // built version did not start (then with the instance's output).
                 let message = workload.message.unwrap_or_default();
-                let reason = tail(&message, 1);
                 let log = client
                     .build_log(self.collection, name)
                     .await
-                    .unwrap_or(message);
-                diags.root_error(
-                    format!("{noun} {name} failed to build: {reason}"),
-                    format!("end of the build log:\n{}", tail(&log, 20)),
-                );
+                    .unwrap_or_default();
+                let (summary, detail) = if log.contains(message.trim()) {
+                    (
+                        format!("{noun} {name} failed to build: {}", tail(&message, 1)),
+                        format!("end of the build log:\n{}", tail(&log, 20)),
+                    )
+                } else {
+                    (
+                        format!("{noun} {name} failed: {}", first_line(&message)),
+                        tail(&message, 20),
+                    )
+                };
+                diags.root_error(summary, detail);
                 return;
             }
             if Instant::now() >= deadline {
@@ -215,6 +223,13 @@ fn default_settings(planned: &mut WorkloadState, config: &WorkloadState) {
     if config.memory_mb.is_null() {
         planned.memory_mb = Value::Value(DEFAULT_MEMORY_MB.into());
     }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
 }
 
 /// How long apply waits for a build.
@@ -442,15 +457,17 @@ impl Resource for WorkloadResource {
         proposed.source_hash = plan_source_hash(diags, &proposed.source_dir, &proposed.source_zip);
         default_settings(&mut proposed, &config);
         let code_changed = proposed.source_hash != prior.source_hash;
-        if code_changed || Self::spec_changed(&prior, &proposed) {
+        // A change restarts the instances: the URL comes and goes with them (a function
+        // that did not start has none).
+        if code_changed || Self::spec_changed(&prior, &proposed) || proposed.name != prior.name {
             proposed.phase = Value::Unknown;
             proposed.image_ref = Value::Unknown;
             proposed.last_built_at = Value::Unknown;
+            proposed.url = Value::Unknown;
         }
         let mut replace = Vec::new();
         if proposed.name != prior.name {
             replace.push(AttributePath::new("name"));
-            proposed.url = Value::Unknown;
         }
         Some((proposed, private, replace))
     }
