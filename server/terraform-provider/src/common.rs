@@ -98,6 +98,34 @@ pub fn load_code(
     Ok(None)
 }
 
+/// The code to upload at apply, checked against the plan; fills `source_hash` when the
+/// plan could not know it (a source_dir computed by another resource).
+pub fn planned_code(
+    diags: &mut Diagnostics,
+    source_dir: &Value<String>,
+    source_zip: &Value<String>,
+    source_hash: &mut Value<String>,
+) -> Option<Code> {
+    let code = match load_code(source_dir, source_zip) {
+        Ok(code) => code?,
+        Err((attribute, message)) => {
+            diags.error_short(message, AttributePath::new(attribute));
+            return None;
+        }
+    };
+    match source_hash {
+        Value::Value(planned) if *planned != code.digest => {
+            // The state would name other code than the server runs.
+            diags.root_error_short(
+                "the code changed between plan and apply: run terraform apply again",
+            );
+            return None;
+        }
+        _ => *source_hash = Value::Value(code.digest.clone()),
+    }
+    Some(code)
+}
+
 /// The content digest of a zip's files, the same as for a folder of those files.
 fn zip_digest(zip: &[u8]) -> anyhow::Result<String> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip))?;

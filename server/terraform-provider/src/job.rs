@@ -19,7 +19,7 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
     DEFAULT_WAIT_SEC, POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found,
-    load_code, plan_source_hash, report, text, to_u32,
+    plan_source_hash, planned_code, report, text, to_u32,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -199,16 +199,15 @@ impl JobResource {
         &self,
         diags: &mut Diagnostics,
         client: &Client,
-        state: &JobState,
+        state: &mut JobState,
     ) -> Option<()> {
+        let code = planned_code(
+            diags,
+            &state.source_dir,
+            &state.source_zip,
+            &mut state.source_hash,
+        )?;
         let name = text(&state.name);
-        let code = match load_code(&state.source_dir, &state.source_zip) {
-            Ok(code) => code?,
-            Err((attribute, message)) => {
-                diags.error_short(message, AttributePath::new(attribute));
-                return None;
-            }
-        };
         match client.upload(Collection::Jobs, name, code.zip).await {
             Ok(_) => Some(()),
             Err(e) => {
@@ -473,7 +472,7 @@ impl Resource for JobResource {
     async fn create<'a>(
         &self,
         diags: &mut Diagnostics,
-        planned: Self::State<'a>,
+        mut planned: Self::State<'a>,
         _config: Self::State<'a>,
         private: Self::PrivateState<'a>,
         _meta: Self::ProviderMetaState<'a>,
@@ -481,7 +480,7 @@ impl Resource for JobResource {
         let client = client(&self.client, diags)?;
         let name = text(&planned.name).to_string();
         let run_id = planned.run_id();
-        let self_contained = planned.source_hash.is_value();
+        let self_contained = !planned.source_hash.is_null();
         let body = request(diags, &planned, if self_contained { 0 } else { run_id });
         let mut started = match client.create_job(&body).await {
             Ok(job) => job,
@@ -492,7 +491,7 @@ impl Resource for JobResource {
         };
         // Own code goes up before the run that needs it starts.
         if self_contained {
-            self.upload(diags, &client, &planned).await;
+            self.upload(diags, &client, &mut planned).await;
             if run_id > 0 {
                 let patch = JobPatch {
                     run_id: Some(run_id),
@@ -521,8 +520,9 @@ impl Resource for JobResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = client(&self.client, diags)?;
         let name = text(&planned.name).to_string();
-        if planned.source_hash != prior.source_hash && planned.source_hash.is_value() {
-            self.upload(diags, &client, &planned).await?;
+        let mut planned = planned;
+        if planned.source_hash != prior.source_hash && !planned.source_hash.is_null() {
+            self.upload(diags, &client, &mut planned).await?;
         }
         let run_id = planned.run_id();
         let result = if planned.spec() != prior.spec() {

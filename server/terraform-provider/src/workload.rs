@@ -19,7 +19,7 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
     DEFAULT_WAIT_SEC, POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found,
-    load_code, plan_source_hash, remote_digest, report, tail, text, to_u32,
+    plan_source_hash, planned_code, remote_digest, report, tail, text, to_u32,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -94,16 +94,15 @@ impl WorkloadResource {
         &self,
         diags: &mut Diagnostics,
         client: &Client,
-        state: &WorkloadState,
+        state: &mut WorkloadState,
     ) -> Option<String> {
+        let code = planned_code(
+            diags,
+            &state.source_dir,
+            &state.source_zip,
+            &mut state.source_hash,
+        )?;
         let name = text(&state.name);
-        let code = match load_code(&state.source_dir, &state.source_zip) {
-            Ok(code) => code?,
-            Err((attribute, message)) => {
-                diags.error_short(message, AttributePath::new(attribute));
-                return None;
-            }
-        };
         let uploaded = match client.upload(self.collection, name, code.zip).await {
             Ok(uploaded) => uploaded,
             Err(e) => {
@@ -504,10 +503,11 @@ impl Resource for WorkloadResource {
             report(diags, summary, &e);
             return None;
         }
-        let key = if planned.source_hash.is_value() {
-            self.deploy_code(diags, &client, &planned).await
-        } else {
+        let mut planned = planned;
+        let key = if planned.source_hash.is_null() {
             None
+        } else {
+            self.deploy_code(diags, &client, &mut planned).await
         };
         let state = self.settle(diags, &client, planned).await;
         Some((state, Uploaded { s3_key: key.into() }))
@@ -553,8 +553,9 @@ impl Resource for WorkloadResource {
                 private.s3_key = updated.s3_key.into();
             }
         }
-        if code_changed && planned.source_hash.is_value() {
-            private.s3_key = self.deploy_code(diags, &client, &planned).await.into();
+        let mut planned = planned;
+        if code_changed && !planned.source_hash.is_null() {
+            private.s3_key = self.deploy_code(diags, &client, &mut planned).await.into();
         }
         let state = self.settle(diags, &client, planned).await;
         Some((state, private))

@@ -483,6 +483,26 @@ fn terraform_deploys_changes_and_destroys_the_example() {
     assert_eq!(job["phase"], "Succeeded", "{job}");
     let result: Value = serde_json::from_str(job["message"].as_str().unwrap()).unwrap();
     assert_eq!(result["sum"], 9, "{job}");
+
+    // A source_dir known only at apply: the hash is filled then, and nothing is left to do.
+    let mut config = std::fs::read_to_string(adopted.dir.join("main.tf")).unwrap();
+    config.push_str(&format!(
+        "\nresource \"terraform_data\" \"late_dir\" {{\n  input = {:?}\n}}\n\n\
+         resource \"sless_function\" \"late\" {{\n  name       = \"late\"\n  runtime    = \"python3.11\"\n  \
+         source_dir = terraform_data.late_dir.output\n}}\n",
+        source.display()
+    ));
+    std::fs::write(adopted.dir.join("main.tf"), config).unwrap();
+    adopted.apply(&[], "apply of a source_dir known at apply");
+    let late = adopted.resource("sless_function.late");
+    let adopted_hash = adopted.resource("sless_function.adopted")["source_hash"].clone();
+    assert_eq!(
+        (&late["source_hash"], &late["phase"]),
+        (&adopted_hash, &Value::from("Ready"))
+    );
+    let plan = adopted.plan(&[]);
+    assert_eq!(plan.code, 0, "{}{}", plan.stdout, plan.stderr);
+
     adopted
         .run(&["destroy", "-input=false", "-no-color", "-auto-approve"])
         .ok("destroy of the import");
