@@ -559,6 +559,33 @@ fn terraform_deploys_changes_and_destroys_the_example() {
     bad.run(&["destroy", "-input=false", "-no-color", "-auto-approve"])
         .ok("destroy of the broken function");
 
+    // A failed job run fails the apply with the reason and the run's output.
+    let failing = bad.dir.join("failing");
+    std::fs::create_dir_all(&failing).unwrap();
+    std::fs::write(
+        failing.join("handler.py"),
+        "def handle(event):\n    print('checking the numbers')\n    raise ValueError('no numbers given')\n",
+    )
+    .unwrap();
+    std::fs::write(
+        bad.dir.join("main.tf"),
+        "terraform {\n  required_providers {\n    sless = { source = \"kube5s/sless\" }\n  }\n}\n\n\
+         resource \"sless_job\" \"failing\" {\n  name       = \"failing\"\n  runtime    = \"python3.11\"\n  \
+         source_dir = \"failing\"\n  run_id     = 1\n}\n",
+    )
+    .unwrap();
+    let apply = bad.run(&["apply", "-input=false", "-no-color", "-auto-approve"]);
+    assert_eq!(apply.code, 1, "{}{}", apply.stdout, apply.stderr);
+    assert!(
+        apply.stderr.contains("job failing failed (run 1)")
+            && apply.stderr.contains("no numbers given")
+            && apply.stderr.contains("checking the numbers"),
+        "{}",
+        apply.stderr
+    );
+    bad.run(&["destroy", "-input=false", "-no-color", "-auto-approve"])
+        .ok("destroy of the failing job");
+
     // Provider settings at fault are named: nothing listening, a refused token, a
     // namespace the token may not act on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
