@@ -2,6 +2,7 @@
 //! store seam and the runners.
 
 pub mod api;
+pub mod archive;
 pub mod auth;
 pub mod data_dir;
 pub mod error_text;

@@ -55,6 +55,28 @@ impl Collection {
     }
 }
 
+/// How waiting for a job's run ended.
+#[derive(Clone, Debug)]
+pub enum RunWait {
+    /// The run is over: `Succeeded` or `Failed`.
+    Finished(JobResponse),
+    /// Someone started another run meanwhile.
+    Superseded(JobResponse),
+    /// The run was still going when the time was up.
+    TimedOut(JobResponse),
+}
+
+/// How waiting for a trigger's start or stop ended.
+#[derive(Clone, Debug)]
+pub enum TriggerWait {
+    /// The platform has acted: `active` is `enabled`.
+    Settled(TriggerResponse),
+    /// Enabled, but what it calls is not built (its phase, or "missing"): nothing to wait for.
+    NotBuilt(TriggerResponse, String),
+    /// Not settled when the time was up.
+    TimedOut(TriggerResponse),
+}
+
 /// The answer of a call through `/fn`.
 #[derive(Clone, Debug)]
 pub struct Invocation {
@@ -332,6 +354,76 @@ impl Client {
     pub async fn patch_job(&self, name: &str, patch: &JobPatch) -> Result<JobResponse> {
         self.with_body(reqwest::Method::PATCH, &format!("jobs/{name}"), patch)
             .await
+    }
+
+    /// Polls until the platform has acted on a trigger's `enabled` (its function started
+    /// or stopped), so the next call sees the new state.
+    pub async fn wait_for_trigger(
+        &self,
+        name: &str,
+        limit: Duration,
+        interval: Duration,
+    ) -> Result<TriggerWait> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let trigger = self.get_trigger(name).await?;
+            if trigger.active == trigger.enabled {
+                return Ok(TriggerWait::Settled(trigger));
+            }
+            // A function that is not built cannot start: there is nothing to wait for.
+            if trigger.enabled {
+                let phase = self.workload_phase(&trigger.function_ref).await?;
+                if phase != Some(Phase::Ready) {
+                    let phase = phase.map_or_else(|| "missing".into(), |p| p.to_string());
+                    return Ok(TriggerWait::NotBuilt(trigger, phase));
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(TriggerWait::TimedOut(trigger));
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// The phase of the function or service of that name; `None` when there is neither.
+    async fn workload_phase(&self, name: &str) -> Result<Option<Phase>> {
+        for collection in [Collection::Functions, Collection::Services] {
+            match self.get_workload(collection, name).await {
+                Ok(workload) => return Ok(Some(workload.phase)),
+                Err(e) if e.status() == Some(404) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Polls until the run that `started` began is over. The previous run's status stays
+    /// until the runner reacts; any status written after `started` belongs to this run.
+    /// `on_status` sees each status of this run.
+    pub async fn wait_for_run(
+        &self,
+        started: &JobResponse,
+        limit: Duration,
+        interval: Duration,
+        mut on_status: impl FnMut(&JobResponse),
+    ) -> Result<RunWait> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let job = self.get_job(&started.name).await?;
+            if job.run_id != started.run_id {
+                return Ok(RunWait::Superseded(job));
+            }
+            if job.resource_version != started.resource_version {
+                on_status(&job);
+                if job.phase.is_finished() {
+                    return Ok(RunWait::Finished(job));
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(RunWait::TimedOut(job));
+            }
+            tokio::time::sleep(interval).await;
+        }
     }
 
     /// Calls `/fn/{ns}/{name}{path}` (no token: the proxy is public).

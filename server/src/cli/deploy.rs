@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
+use operator::archive;
 use sless_client::apitypes::{
     Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse,
 };
 use sless_client::client::{Client, Collection};
 
-use super::{Connection, POLL_INTERVAL, archive, is_not_found, noun};
+use super::{Connection, POLL_INTERVAL, is_not_found, noun};
 
 /// How long a new trigger may take to become active before deploy stops waiting for it.
 const TRIGGER_WAIT: Duration = Duration::from_secs(60);

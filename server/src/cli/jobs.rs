@@ -1,11 +1,12 @@
 //! `sless job run NAME --function F --event JSON`: run a function once with an event and
 //! print its result.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use sless_client::apitypes::{JobPatch, JobPhase, JobRequest, JobResponse};
+use sless_client::client::RunWait;
 
 use super::{Connection, POLL_INTERVAL, is_not_found};
 
@@ -130,41 +131,35 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
     );
 }
 
-/// Polls until the run that `started` began is over. The status of the previous run stays
-/// until the runner reacts; any status written after `started` belongs to this run.
+/// Waits for the run that `started` began, printing its phases as they change.
 async fn wait(
     client: &sless_client::client::Client,
     started: &JobResponse,
     limit: Duration,
 ) -> anyhow::Result<JobResponse> {
-    let deadline = Instant::now() + limit;
     let mut shown = None;
-    loop {
-        let job = client.get_job(&started.name).await?;
-        if job.run_id != started.run_id {
-            bail!(
-                "job {:?} was started again (run {}) while waiting for run {}",
-                job.name,
-                job.run_id,
-                started.run_id
-            );
-        }
-        let fresh = job.resource_version != started.resource_version;
-        if fresh && Some(job.phase) != shown {
+    let print_phase = |job: &JobResponse| {
+        if Some(job.phase) != shown {
             eprintln!("job {}: {}", job.name, job.phase);
             shown = Some(job.phase);
         }
-        if fresh && job.phase.is_finished() {
-            return Ok(job);
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "job {:?} is still {} after the wait timeout{}",
-                job.name,
-                job.phase,
-                job.message.map(|m| format!(" ({m})")).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
+    };
+    match client
+        .wait_for_run(started, limit, POLL_INTERVAL, print_phase)
+        .await?
+    {
+        RunWait::Finished(job) => Ok(job),
+        RunWait::Superseded(job) => bail!(
+            "job {:?} was started again (run {}) while waiting for run {}",
+            job.name,
+            job.run_id,
+            started.run_id
+        ),
+        RunWait::TimedOut(job) => bail!(
+            "job {:?} is still {} after the wait timeout{}",
+            job.name,
+            job.phase,
+            job.message.map(|m| format!(" ({m})")).unwrap_or_default()
+        ),
     }
 }

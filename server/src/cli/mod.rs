@@ -2,7 +2,6 @@
 //! logs, remove, start/stop triggers, run jobs. Every API call goes through
 //! [`sless_client::client::Client`]; progress goes to stderr, results to stdout.
 
-mod archive;
 mod connection;
 mod deploy;
 mod invoke;

@@ -1,13 +1,12 @@
 //! `sless trigger enable|disable NAME`: start or stop a trigger in place.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use sless_client::apitypes::Phase;
-use sless_client::client::Client;
+use sless_client::client::{Client, TriggerWait};
 
-use super::{Connection, POLL_INTERVAL, find_workload, is_not_found};
+use super::{Connection, POLL_INTERVAL, is_not_found};
 
 /// How long the command waits for the platform to act on the change.
 const SETTLE_WAIT: Duration = Duration::from_secs(60);
@@ -49,35 +48,23 @@ pub async fn run(args: TriggerArgs) -> anyhow::Result<()> {
     let verb = if enabled { "enabled" } else { "disabled" };
     // The runner starts or stops the function after the change: wait until it has, so
     // the next command sees the new state.
-    let deadline = Instant::now() + SETTLE_WAIT;
-    loop {
-        let trigger = client.get_trigger(name).await?;
-        if trigger.active == enabled {
-            break;
-        }
-        // A function that is not built cannot start: there is nothing to wait for.
-        if enabled
-            && let Some((_, workload)) = find_workload(&client, &trigger.function_ref).await?
-            && workload.phase != Phase::Ready
-        {
-            eprintln!(
-                "warning: trigger {name} is enabled but {} is {}",
-                workload.name, workload.phase
-            );
-            break;
-        }
-        if Instant::now() >= deadline {
-            eprintln!(
-                "warning: trigger {name} is {verb} but not yet {}{}",
-                if enabled { "active" } else { "inactive" },
-                trigger
-                    .message
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
-            );
-            break;
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
+    match client
+        .wait_for_trigger(name, SETTLE_WAIT, POLL_INTERVAL)
+        .await?
+    {
+        TriggerWait::Settled(_) => {}
+        TriggerWait::NotBuilt(trigger, phase) => eprintln!(
+            "warning: trigger {name} is enabled but {} is {phase}",
+            trigger.function_ref
+        ),
+        TriggerWait::TimedOut(trigger) => eprintln!(
+            "warning: trigger {name} is {verb} but not yet {}{}",
+            if enabled { "active" } else { "inactive" },
+            trigger
+                .message
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        ),
     }
     eprintln!("trigger {name} {verb}");
     Ok(())

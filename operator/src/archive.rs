@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
 
 /// Folders skipped at any depth.
 pub const SKIPPED_DIRS: [&str; 4] = [".git", "node_modules", "__pycache__", ".deps"];
@@ -13,6 +14,24 @@ pub const IGNORE_FILE: &str = ".slessignore";
 pub struct Archive {
     pub zip: Vec<u8>,
     pub files: Vec<String>,
+    /// [`content_digest`] of the packed files: what changes when the code does.
+    pub digest: String,
+}
+
+/// Hex SHA-256 over each file's path and content, by path. Zip bytes carry timestamps
+/// and compression details; this does not, so the same code always gives the same
+/// digest, packed here or listed by the server.
+pub fn content_digest<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
+    let mut files: Vec<_> = files.into_iter().collect();
+    files.sort_by_key(|(path, _)| *path);
+    let mut hasher = Sha256::new();
+    for (path, content) in files {
+        hasher.update((path.len() as u64).to_be_bytes());
+        hasher.update(path.as_bytes());
+        hasher.update((content.len() as u64).to_be_bytes());
+        hasher.update(content);
+    }
+    hex::encode(hasher.finalize())
 }
 
 pub fn zip_folder(dir: &Path) -> anyhow::Result<Archive> {
@@ -38,6 +57,7 @@ pub fn zip_folder(dir: &Path) -> anyhow::Result<Archive> {
 
     let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let mut files = Vec::new();
+    let mut contents = Vec::new();
     for entry in walk.build() {
         let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
         if !entry.file_type().is_some_and(|t| t.is_file()) {
@@ -69,6 +89,7 @@ pub fn zip_folder(dir: &Path) -> anyhow::Result<Archive> {
         writer.start_file(name.as_str(), options)?;
         writer.write_all(&content)?;
         files.push(name);
+        contents.push(content);
     }
     if files.is_empty() {
         bail!(
@@ -77,7 +98,13 @@ pub fn zip_folder(dir: &Path) -> anyhow::Result<Archive> {
         );
     }
     let zip = writer.finish()?.into_inner();
-    Ok(Archive { zip, files })
+    let digest = content_digest(
+        files
+            .iter()
+            .map(String::as_str)
+            .zip(contents.iter().map(Vec::as_slice)),
+    );
+    Ok(Archive { zip, files, digest })
 }
 
 #[cfg(test)]
@@ -117,6 +144,14 @@ mod tests {
             ["data/keep.txt", "handler.py", "lib/util.py"]
         );
         assert_eq!(names(&archive.zip), archive.files);
+
+        // Same files, same digest; one changed byte, another.
+        assert_eq!(zip_folder(root).unwrap().digest, archive.digest);
+        std::fs::write(root.join("lib/util.py"), "y").unwrap();
+        assert_ne!(zip_folder(root).unwrap().digest, archive.digest);
+        std::fs::write(root.join("secret.env"), "changed").unwrap();
+        std::fs::write(root.join("lib/util.py"), "x").unwrap();
+        assert_eq!(zip_folder(root).unwrap().digest, archive.digest);
     }
 
     #[test]
