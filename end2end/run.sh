@@ -21,12 +21,15 @@ if [ "$locked" != "$installed" ]; then
   npm ci --no-audit --no-fund
 fi
 
-# The path cargo reports, wherever CARGO_TARGET_DIR or .cargo/config put it.
+# The path cargo reports, wherever CARGO_TARGET_DIR or .cargo/config put it. The binary
+# `cargo test` builds (the same features as after the Rust tests: nothing to recompile).
 if [ -z "${SLESS_BIN:-}" ]; then
-  SLESS_BIN=$(cargo build --locked -p sless --bin sless --message-format=json-render-diagnostics |
-    node -e 'let last = ""; require("readline").createInterface({ input: process.stdin })
-      .on("line", (l) => { const m = JSON.parse(l); if (m.reason === "compiler-artifact" && m.executable) last = m.executable; })
-      .on("close", () => console.log(last));')
+  SLESS_BIN=$(cargo test --locked --workspace --no-run --message-format=json-render-diagnostics |
+    node -e 'let bin = ""; require("readline").createInterface({ input: process.stdin })
+      .on("line", (l) => { const m = JSON.parse(l);
+        if (m.reason === "compiler-artifact" && m.executable && m.target.kind.includes("bin")
+            && m.target.name === "sless" && !m.profile.test) bin = m.executable; })
+      .on("close", () => console.log(bin));')
 fi
 [ -x "$SLESS_BIN" ] || { echo "end2end: no sless binary at '$SLESS_BIN'" >&2; exit 1; }
 export SLESS_BIN
