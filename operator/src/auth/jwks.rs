@@ -165,22 +165,34 @@ impl JwksCache {
         &self.url
     }
 
+    /// What a fresh cached set answers without a fetch: the key, or an unknown kid whose
+    /// set was fetched too recently to fetch again. `None`: fetch.
+    fn cached_answer(
+        &self,
+        state: &State,
+        now: Instant,
+        kid: Option<&str>,
+        alg: Algorithm,
+    ) -> Option<Result<JwksKey, AuthError>> {
+        if !state.is_fresh(now, &self.policy) {
+            return None;
+        }
+        match state.find(kid, alg) {
+            Lookup::Found(key) => Some(Ok(key)),
+            Lookup::Unknown(e) if state.attempted_within(now, self.policy.min_refresh_interval) => {
+                Some(Err(e))
+            }
+            Lookup::Unknown(_) => None,
+        }
+    }
+
     /// The key for a token's `kid`, fetching the set when it is missing, too old, or
     /// lacks the kid (rate-limited).
     pub async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<JwksKey, AuthError> {
         {
             let state = self.state.read().await;
-            let now = Instant::now();
-            if state.is_fresh(now, &self.policy) {
-                match state.find(kid, alg) {
-                    Lookup::Found(key) => return Ok(key),
-                    Lookup::Unknown(e)
-                        if state.attempted_within(now, self.policy.min_refresh_interval) =>
-                    {
-                        return Err(e);
-                    }
-                    Lookup::Unknown(_) => {}
-                }
+            if let Some(answer) = self.cached_answer(&state, Instant::now(), kid, alg) {
+                return answer;
             }
         }
 
@@ -189,17 +201,11 @@ impl JwksCache {
         {
             // Another request may have refreshed while this one waited.
             let state = self.state.read().await;
-            if state.is_fresh(now, &self.policy) {
-                match state.find(kid, alg) {
-                    Lookup::Found(key) => return Ok(key),
-                    Lookup::Unknown(e)
-                        if state.attempted_within(now, self.policy.min_refresh_interval) =>
-                    {
-                        return Err(e);
-                    }
-                    Lookup::Unknown(_) => {}
-                }
-            } else if state.last_failed()
+            if let Some(answer) = self.cached_answer(&state, now, kid, alg) {
+                return answer;
+            }
+            if !state.is_fresh(now, &self.policy)
+                && state.last_failed()
                 && state.attempted_within(now, self.policy.retry_after_failure)
             {
                 return self.fall_back_to_stale(&state, now, kid, alg);
