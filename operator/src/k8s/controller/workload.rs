@@ -184,17 +184,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.message = Some(message);
                 status.url = url;
                 write_status(&api, object, &status).await?;
-                // Status first: if this patch is lost, the next pass reads the same
-                // failed Job again instead of building twice.
-                annotate(
-                    &api,
-                    &name,
-                    &[
-                        (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
-                        (ANNOTATION_BUILD_JOB, None),
-                    ],
-                )
-                .await?;
+                mark_built(&api, &name, key).await?;
                 return Ok(Action::await_change());
             }
             BuildState::Succeeded => {
@@ -206,15 +196,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.phase = Phase::Ready;
                 status.message = None;
                 write_status(&api, object, &status).await?;
-                annotate(
-                    &api,
-                    &name,
-                    &[
-                        (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
-                        (ANNOTATION_BUILD_JOB, None),
-                    ],
-                )
-                .await?;
+                mark_built(&api, &name, key).await?;
             }
         }
     } else if current.phase == Phase::Failed {
@@ -344,4 +326,19 @@ async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Res
     }
     tracing::info!(kind = %K::KIND, %namespace, %name, "cleaned up");
     Ok(Action::await_change())
+}
+
+/// Records that `key` was built (or failed to), so it is not built again, and forgets the
+/// build Job. Written after the status: if it is lost, the next pass reads the same
+/// finished Job again instead of building twice.
+async fn mark_built<K: WorkloadResource>(api: &Api<K>, name: &str, key: &str) -> Result<()> {
+    annotate(
+        api,
+        name,
+        &[
+            (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
+            (ANNOTATION_BUILD_JOB, None),
+        ],
+    )
+    .await
 }
