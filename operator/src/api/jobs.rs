@@ -166,11 +166,7 @@ pub async fn upload(
             object.spec.function_ref.as_deref().unwrap_or_default()
         )));
     };
-    let entrypoint = object
-        .spec
-        .entrypoint
-        .clone()
-        .unwrap_or_else(|| crate::model::DEFAULT_ENTRYPOINT.to_string());
+    let entrypoint = object.spec.entrypoint_or_default();
     let zip = read_code_field(
         &headers,
         multipart,

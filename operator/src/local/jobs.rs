@@ -16,9 +16,7 @@ use super::Shared;
 use super::build::{tail, version_of};
 use super::process::die_with_parent;
 use super::sandbox::Confinement;
-use crate::model::{
-    DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime,
-};
+use crate::model::{DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
 use crate::store::{StoreError, StoreExt, modify_status};
 
 /// While a job waits for its function's build, it looks again this often.
@@ -214,10 +212,7 @@ async fn reconcile(
                 Ok(dir) => Plan {
                     dir,
                     runtime,
-                    entrypoint: spec
-                        .entrypoint
-                        .clone()
-                        .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string()),
+                    entrypoint: spec.entrypoint_or_default(),
                     env: spec.env.clone(),
                     memory_mb: DEFAULT_MEMORY_MB,
                     scratch: shared.scratch(Kind::FunctionJob, ns, name),

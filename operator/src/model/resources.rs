@@ -326,6 +326,15 @@ pub struct FunctionJobSpec {
     pub timeout_sec: u32,
 }
 
+impl FunctionJobSpec {
+    /// The handler a self-contained job calls: its own, or the default.
+    pub fn entrypoint_or_default(&self) -> String {
+        self.entrypoint
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string())
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = with_ready_condition)]

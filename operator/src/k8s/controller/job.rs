@@ -23,9 +23,8 @@ use crate::k8s::names::{
 };
 use crate::k8s::store::is_already_exists;
 use crate::model::{
-    ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB,
-    Function, FunctionJob, FunctionJobStatus, JobPhase, Kind, Phase, build_namespace,
-    deploy_namespace, workload_image,
+    ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_MEMORY_MB, Function, FunctionJob,
+    FunctionJobStatus, JobPhase, Kind, Phase, build_namespace, deploy_namespace, workload_image,
 };
 
 /// Output kept in `logTail`.
@@ -358,10 +357,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
     }
     Ok(Planned::Ready(Plan {
         image,
-        entrypoint: spec
-            .entrypoint
-            .clone()
-            .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string()),
+        entrypoint: spec.entrypoint_or_default(),
         env: spec.env.clone(),
         memory_mb: DEFAULT_MEMORY_MB,
         read_only_root: read_only_root(runtime),
