@@ -221,6 +221,22 @@ fn plain(text: &str) -> String {
     html_escape::encode_text(text).into_owned()
 }
 
+/// A JSON text (a response body, a job's result) highlighted, pretty-printed when it
+/// parses; `name` is the caption shown above it.
+pub fn render_json_text(name: &str, text: &str) -> RenderedFile {
+    let pretty = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok());
+    let content = pretty.unwrap_or_else(|| text.to_string());
+    render_file(&SourceFileResponse {
+        name: format!("{name}.json"),
+        size: content.len() as u64,
+        content: Some(content),
+        binary: false,
+        truncated: false,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

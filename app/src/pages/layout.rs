@@ -11,6 +11,8 @@ pub struct PageContext {
     pub csrf: Option<String>,
     pub user: Option<UserBadge>,
     pub flash: Option<Flash>,
+    /// Reload the page every this many seconds (a build being followed).
+    pub refresh: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,10 +29,13 @@ pub enum FlashKind {
 }
 
 /// A one-time message shown after a redirect (kept in the session).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Flash {
     pub kind: FlashKind,
     pub text: String,
+    /// The answer of the invoke form, shown on the function page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<crate::function::InvokeOutcome>,
 }
 
 impl Flash {
@@ -38,6 +43,7 @@ impl Flash {
         Flash {
             kind: FlashKind::Ok,
             text: text.into(),
+            invocation: None,
         }
     }
 
@@ -45,6 +51,7 @@ impl Flash {
         Flash {
             kind: FlashKind::Error,
             text: text.into(),
+            invocation: None,
         }
     }
 }
@@ -59,26 +66,29 @@ fn flash_view(flash: Option<Flash>) -> impl IntoView {
     })
 }
 
-pub(super) fn csrf_field(csrf: &Option<String>) -> impl IntoView + use<> {
-    let value = csrf.clone().unwrap_or_default();
-    view! { <input type="hidden" name="csrf_token" value=value/> }
+/// The session's CSRF token, checked once for every action by the server.
+#[component]
+pub fn CsrfField(csrf: Option<String>) -> impl IntoView {
+    view! { <input type="hidden" name="csrf_token" value=csrf.unwrap_or_default()/> }
 }
 
 fn header_bar(ctx: &PageContext) -> impl IntoView + use<> {
     let user = ctx.user.clone().map(|user| {
         let home = format!("/funcs/{}", user.namespace);
-        let csrf = csrf_field(&ctx.csrf);
+        let csrf = ctx.csrf.clone();
+        let jobs = format!("/funcs/{}/jobs", user.namespace);
         let admin = user
             .admin
             .then(|| view! { <span class="badge badge-admin">admin</span> });
         view! {
             <div class="user">
-                <a class="user-ns" href=home title="Your namespace">{user.namespace}</a>
+                <a class="user-ns" href=home title="Your functions and services">{user.namespace}</a>
+                <a href=jobs>"Jobs"</a>
                 {admin}
-                <form method="post" action="/logout" class="logout">
-                    {csrf}
+                <ActionForm action={ServerAction::<crate::actions::Logout>::new()} attr:class="logout">
+                    <CsrfField csrf=csrf/>
                     <button type="submit" class="button-quiet">"Log out"</button>
-                </form>
+                </ActionForm>
             </div>
         }
     });
@@ -102,6 +112,7 @@ pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) ->
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light dark"/>
+                {ctx.refresh.map(|s| view! { <meta http-equiv="refresh" content=s.to_string()/> })}
                 <title>{title}</title>
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
                 <link rel="stylesheet" href="/style/console.css"/>

@@ -4,10 +4,13 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 
-use super::layout::{PageContext, csrf_field, document};
+use super::layout::{PageContext, document};
 use super::source::files_view;
 use super::splice::{PageBody, Splicer};
-use super::{limits, phase_class, short_time, source_href};
+use super::{
+    KindBadge, TriggerToggle, WorkloadUrl, function_href, limits, phase_class, short_time,
+    source_href,
+};
 use crate::listing::{
     Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, TriggerView, WorkloadKind,
 };
@@ -28,7 +31,6 @@ pub struct ListPage<'a> {
 struct Forms {
     namespace: String,
     csrf: Option<String>,
-    back: String,
 }
 
 fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
@@ -36,28 +38,8 @@ fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
     let (state_class, state_text) = if trigger.enabled {
         ("state state-on", "on")
     } else {
-        ("state state-off", "off")
+        ("state state-off", "stopped")
     };
-    let form = forms.csrf.as_ref().map(|_| {
-        let (target, button, verb) = if trigger.enabled {
-            ("false", "■ Stop", "Stop")
-        } else {
-            ("true", "▶ Start", "Start")
-        };
-        let action = format!("/funcs/{}/triggers", forms.namespace);
-        let aria = format!("{verb} trigger {}", trigger.name);
-        view! {
-            <form method="post" action=action class="toggle">
-                {csrf_field(&forms.csrf)}
-                <input type="hidden" name="trigger" value=trigger.name.clone()/>
-                <input type="hidden" name="enabled" value=target/>
-                <input type="hidden" name="back" value=forms.back.clone()/>
-                <button type="submit" class=format!("button-{}", verb.to_lowercase()) aria-label=aria>
-                    {button}
-                </button>
-            </form>
-        }
-    });
     let note = trigger
         .message
         .clone()
@@ -68,7 +50,7 @@ fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
             <span class="trigger-name">{trigger.name.clone()}</span>
             <span class=state_class>{state_text}</span>
             {note}
-            {form}
+            <TriggerToggle namespace=forms.namespace.clone() trigger=trigger.name.clone() enabled=trigger.enabled csrf=forms.csrf.clone()/>
         </li>
     }
 }
@@ -120,10 +102,6 @@ fn entry_view(
     splicer: &Splicer,
 ) -> impl IntoView + use<> {
     let (memory, timeout) = limits(entry.memory_mb, entry.timeout_sec);
-    let badge_class = match entry.kind {
-        WorkloadKind::Function => "badge badge-job",
-        WorkloadKind::Service => "badge badge-always-on",
-    };
     let failed = entry.phase == Phase::Failed;
     let message = entry.message.clone().map(|m| {
         if failed {
@@ -139,12 +117,9 @@ fn entry_view(
         }
     });
     let url = entry.display_url().map(|url| {
-        let aria = format!("URL of {}", entry.name);
         view! {
             <dt>"URL"</dt>
-            <dd class="url-cell">
-                <input class="url" type="text" readonly=true value=url.to_string() aria-label=aria/>
-            </dd>
+            <dd class="url-cell"><WorkloadUrl url=url.to_string() stopped=entry.stopped()/></dd>
         }
     });
     let built = match &entry.last_built_at {
@@ -165,9 +140,9 @@ fn entry_view(
         <li class="entry" id=format!("entry-{}", entry.name)>
             <div class="entry-head">
                 <h2 class="entry-name">
-                    <a href=source_href(&forms.namespace, entry.kind, &entry.name)>{entry.name.clone()}</a>
+                    <a href=function_href(&forms.namespace, entry.kind, &entry.name)>{entry.name.clone()}</a>
                 </h2>
-                <span class=badge_class title=entry.kind.as_str()>{entry.badge}</span>
+                <KindBadge kind=entry.kind.as_str()/>
                 <span class="runtime">{entry.runtime.clone()}</span>
                 <span class=phase_class(entry.phase) title=entry.message.clone()>{entry.phase.as_str()}</span>
             </div>
@@ -202,12 +177,12 @@ fn counts_view(counts: &Counts) -> impl IntoView + use<> {
     view! {
         <ul class="counts" aria-label="Counts">
             <li class="count-kind">
-                <span class="badge badge-job">"job"</span>
+                <KindBadge kind="function"/>
                 " "
                 {plural(counts.functions, "function", "functions")}
             </li>
             <li class="count-kind">
-                <span class="badge badge-always-on">"always-on"</span>
+                <KindBadge kind="service"/>
                 " "
                 {plural(counts.services, "service", "services")}
             </li>
@@ -219,8 +194,8 @@ fn counts_view(counts: &Counts) -> impl IntoView + use<> {
 fn filters_view(selection: &Selection, namespace: &str) -> impl IntoView + use<> {
     let kind_options: Vec<_> = [
         ("", "All kinds"),
-        ("function", "job (Function)"),
-        ("service", "always-on (Service)"),
+        ("function", "function"),
+        ("service", "service"),
     ]
     .into_iter()
     .map(|(value, label)| {
@@ -301,67 +276,69 @@ fn empty_view(namespace: &str, public_url: &str) -> impl IntoView + use<> {
 
 /// The whole list page.
 pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
-    let splicer = Splicer::new(&ctx.nonce);
-    let namespace = page.listing.namespace.clone();
-    let counts = Counts::of(page.listing);
-    let forms = Forms {
-        namespace: namespace.clone(),
-        csrf: ctx.csrf.clone(),
-        back: page.selection.to_query_string(),
-    };
-    let body = if page.listing.entries.is_empty() {
-        empty_view(&namespace, page.public_url).into_any()
-    } else {
-        let shown = if page.selection.is_filtered() {
-            format!("Showing {} of {}.", page.entries.len(), counts.total)
-        } else {
-            format!(
-                "{} entr{}.",
-                counts.total,
-                if counts.total == 1 { "y" } else { "ies" }
-            )
+    // Actions (ServerAction) live in a reactive owner, even on the server.
+    Owner::new().with(|| {
+        let splicer = Splicer::new(&ctx.nonce);
+        let namespace = page.listing.namespace.clone();
+        let counts = Counts::of(page.listing);
+        let forms = Forms {
+            namespace: namespace.clone(),
+            csrf: ctx.csrf.clone(),
         };
-        let items: Vec<_> = page
-            .entries
-            .iter()
-            .map(|e| entry_view(e, &forms, page.sources, &splicer))
-            .collect();
-        let list = if items.is_empty() {
-            view! { <p class="muted">"Nothing matches the filter."</p> }.into_any()
+        let body = if page.listing.entries.is_empty() {
+            empty_view(&namespace, page.public_url).into_any()
         } else {
-            view! { <ul class="entries">{items}</ul> }.into_any()
-        };
-        let orphans = (!page.listing.orphan_triggers.is_empty()).then(|| {
+            let shown = if page.selection.is_filtered() {
+                format!("Showing {} of {}.", page.entries.len(), counts.total)
+            } else {
+                format!(
+                    "{} entr{}.",
+                    counts.total,
+                    if counts.total == 1 { "y" } else { "ies" }
+                )
+            };
             let items: Vec<_> = page
-                .listing
-                .orphan_triggers
+                .entries
                 .iter()
-                .map(|t| {
-                    let target = format!("{} → {} (missing)", t.name, t.function_ref);
-                    view! { <li>{target}</li> }
-                })
+                .map(|e| entry_view(e, &forms, page.sources, &splicer))
                 .collect();
+            let list = if items.is_empty() {
+                view! { <p class="muted">"Nothing matches the filter."</p> }.into_any()
+            } else {
+                view! { <ul class="entries">{items}</ul> }.into_any()
+            };
+            let orphans = (!page.listing.orphan_triggers.is_empty()).then(|| {
+                let items: Vec<_> = page
+                    .listing
+                    .orphan_triggers
+                    .iter()
+                    .map(|t| {
+                        let target = format!("{} → {} (missing)", t.name, t.function_ref);
+                        view! { <li>{target}</li> }
+                    })
+                    .collect();
+                view! {
+                    <section class="orphans">
+                        <h2>"Triggers without a function"</h2>
+                        <ul>{items}</ul>
+                    </section>
+                }
+            });
             view! {
-                <section class="orphans">
-                    <h2>"Triggers without a function"</h2>
-                    <ul>{items}</ul>
-                </section>
+                {filters_view(page.selection, &namespace)}
+                <p class="showing" role="status">{shown}</p>
+                {list}
+                {orphans}
             }
-        });
-        view! {
-            {filters_view(page.selection, &namespace)}
-            <p class="showing" role="status">{shown}</p>
-            {list}
-            {orphans}
-        }
-        .into_any()
-    };
-    let head = view! {
-        <div class="page-head">
-            <h1>"Functions " <span class="ns">{namespace.clone()}</span></h1>
-            {counts_view(&counts)}
-        </div>
-        {body}
-    };
-    splicer.finish(document(format!("{namespace} · sless"), ctx, head))
+            .into_any()
+        };
+        let head = view! {
+            <div class="page-head">
+                <h1>"Functions " <span class="ns">{namespace.clone()}</span></h1>
+                {counts_view(&counts)}
+            </div>
+            {body}
+        };
+        splicer.finish(document(format!("{namespace} · sless"), ctx, head))
+    })
 }

@@ -1,6 +1,9 @@
-//! The console's pages: Leptos views rendered to HTML strings on the server. There is no
-//! client bundle; every action is a plain form and `<details>` expands entries.
+//! The console's pages: Leptos components rendered to HTML on the server. There is no
+//! client bundle; every action is an `<ActionForm>` (a plain form post) and `<details>`
+//! expands entries.
 
+mod function;
+mod jobs;
 mod layout;
 mod list;
 mod login;
@@ -8,6 +11,10 @@ mod message;
 mod source;
 mod splice;
 
+use leptos::prelude::*;
+
+pub use function::{FunctionPage, function_href, render_function};
+pub use jobs::{job_href, jobs_text, render_job, render_jobs};
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};
 pub use list::{ListPage, render_list};
 pub use login::{LoginPage, render_login};
@@ -41,6 +48,55 @@ fn short_time(rfc3339: &str) -> String {
 /// The CSS classes of a phase badge.
 fn phase_class(phase: crate::listing::Phase) -> String {
     format!("phase phase-{}", phase.as_str().to_ascii_lowercase())
+}
+
+/// The kind as one word, the same as `sless ls` and the JSON `kind`.
+#[component]
+pub fn KindBadge(kind: &'static str) -> impl IntoView {
+    view! { <span class=format!("badge badge-{kind}")>{kind}</span> }
+}
+
+#[component]
+pub fn PhaseBadge(phase: crate::listing::Phase) -> impl IntoView {
+    view! { <span class=phase_class(phase)>{phase.as_str()}</span> }
+}
+
+/// Start ▶ / stop ■ of one trigger: a server function posted by a plain form.
+#[component]
+pub fn TriggerToggle(namespace: String, trigger: String, enabled: bool, csrf: Option<String>) -> impl IntoView {
+    let (target, button, verb) = if enabled {
+        ("false", "■ Stop", "stop")
+    } else {
+        ("true", "▶ Start", "start")
+    };
+    let aria = format!("{verb} trigger {trigger}");
+    csrf.map(|csrf| {
+        view! {
+            <ActionForm action={ServerAction::<crate::actions::SetTrigger>::new()} attr:class="toggle">
+                <layout::CsrfField csrf=Some(csrf)/>
+                <input type="hidden" name="namespace" value=namespace/>
+                <input type="hidden" name="trigger" value=trigger/>
+                <input type="hidden" name="enabled" value=target/>
+                <button type="submit" class=format!("button-{verb}") aria-label=aria>{button}</button>
+            </ActionForm>
+        }
+    })
+}
+
+/// The address `/fn` serves it at: wraps on narrow screens rather than being cut, and is
+/// greyed with a "stopped" note when its http trigger is stopped.
+#[component]
+pub fn WorkloadUrl(url: String, stopped: bool) -> impl IntoView {
+    let class = if stopped { "url url-stopped" } else { "url" };
+    let note = stopped.then(|| view! { <span class="state state-off">"stopped: calls get 503"</span> });
+    view! { <code class=class>{url}</code> {note} }
+}
+
+/// A timestamp shown short, in UTC, with the exact one in `datetime`.
+#[component]
+pub fn Time(at: String) -> impl IntoView {
+    let shown = short_time(&at);
+    view! { <time datetime=at>{shown}</time> }
 }
 
 /// The source page of an entry.
@@ -102,10 +158,8 @@ mod tests {
                 namespace: "sless-0123456789abcdef".into(),
                 admin: false,
             }),
-            flash: Some(Flash {
-                kind: FlashKind::Error,
-                text: "<script>alert(3)</script>".into(),
-            }),
+            flash: Some(Flash::error("<script>alert(3)</script>")),
+            refresh: None,
         }
     }
 
@@ -179,7 +233,8 @@ mod tests {
         );
         assert!(html.contains("name=\"enabled\" value=\"false\""), "{html}");
         assert!(html.contains("■ Stop"), "{html}");
-        assert!(html.contains(">always-on<"), "{html}");
+        assert!(html.contains(">service<"), "{html}");
+        assert!(html.contains("action=\"/console/set-trigger\""), "{html}");
         assert!(html.contains("class=\"hl-"), "{html}");
         println!("{html}");
     }

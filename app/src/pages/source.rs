@@ -4,7 +4,7 @@ use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
 use super::splice::{PageBody, Splicer};
-use super::{phase_class, short_time};
+use super::{KindBadge, phase_class, short_time};
 use crate::highlight::{FileBody, RenderedFile};
 use crate::listing::WorkloadKind;
 use crate::source_cache::RenderedSource;
@@ -20,7 +20,7 @@ pub struct SourcePage<'a> {
     pub files: Option<&'a RenderedSource>,
 }
 
-fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoView + use<> {
+pub(super) fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoView + use<> {
     let notices: Vec<_> = file
         .notices
         .iter()
@@ -83,52 +83,51 @@ pub(super) fn files_view(
 }
 
 pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
-    let splicer = Splicer::new(&ctx.nonce);
-    let back = format!("/funcs/{}", page.namespace);
-    let badge_class = match page.kind {
-        WorkloadKind::Function => "badge badge-job",
-        WorkloadKind::Service => "badge badge-always-on",
-    };
-    let built = page
-        .last_built_at
-        .map(|at| view! { <span class="muted">"built " {short_time(at)}</span> });
-    let body = match page.files {
-        None => view! {
-            <p class="muted">"No code uploaded yet: upload a zip to "
-                <code>{format!("/v1/namespaces/{}/{}s/{}/upload", page.namespace, page.kind.as_str(), page.name)}</code>
-                "."
-            </p>
-        }
-        .into_any(),
-        Some(files) => {
-            let toc = (files.len() > 1).then(|| {
-                let items: Vec<_> = files
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| {
-                        let href = format!("#file-{i}");
-                        view! { <li><a href=href>{f.name.clone()}</a></li> }
-                    })
-                    .collect();
-                view! { <nav class="toc" aria-label="Files"><ul>{items}</ul></nav> }
-            });
-            view! { {toc} {files_view(files, "", &splicer)} }.into_any()
-        }
-    };
-    let view = view! {
-        <p class="crumbs"><a href=back>"← " {page.namespace.to_string()}</a></p>
-        <div class="page-head">
-            <h1>{page.name.to_string()}</h1>
-            <span class=badge_class>{crate::listing::badge(page.kind)}</span>
-            <span class="runtime">{page.runtime.to_string()}</span>
-            <span class=phase_class(page.phase)>{page.phase.as_str()}</span>
-            {built}
-        </div>
-        {body}
-    };
-    splicer.finish(document(
-        format!("{} · source · sless", page.name),
-        ctx,
-        view,
-    ))
+    // Actions (ServerAction) live in a reactive owner, even on the server.
+    Owner::new().with(|| {
+        let splicer = Splicer::new(&ctx.nonce);
+        let back = format!("/funcs/{}", page.namespace);
+        let built = page
+            .last_built_at
+            .map(|at| view! { <span class="muted">"built " {short_time(at)}</span> });
+        let body = match page.files {
+            None => view! {
+                <p class="muted">"No code uploaded yet: upload a zip to "
+                    <code>{format!("/v1/namespaces/{}/{}s/{}/upload", page.namespace, page.kind.as_str(), page.name)}</code>
+                    "."
+                </p>
+            }
+            .into_any(),
+            Some(files) => {
+                let toc = (files.len() > 1).then(|| {
+                    let items: Vec<_> = files
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| {
+                            let href = format!("#file-{i}");
+                            view! { <li><a href=href>{f.name.clone()}</a></li> }
+                        })
+                        .collect();
+                    view! { <nav class="toc" aria-label="Files"><ul>{items}</ul></nav> }
+                });
+                view! { {toc} {files_view(files, "", &splicer)} }.into_any()
+            }
+        };
+        let view = view! {
+            <p class="crumbs"><a href=back>"← " {page.namespace.to_string()}</a></p>
+            <div class="page-head">
+                <h1>{page.name.to_string()}</h1>
+                <KindBadge kind=page.kind.as_str()/>
+                <span class="runtime">{page.runtime.to_string()}</span>
+                <span class=phase_class(page.phase)>{page.phase.as_str()}</span>
+                {built}
+            </div>
+            {body}
+        };
+        splicer.finish(document(
+            format!("{} · source · sless", page.name),
+            ctx,
+            view,
+        ))
+    })
 }
