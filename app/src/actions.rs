@@ -183,7 +183,14 @@ pub async fn set_trigger(
         let message = ctx.console.set_trigger(&client, &trigger, enabled).await?;
         Ok(ok(message))
     }
-    .await;
+    .await
+    .map_err(|failure: ActionFailure| {
+        let verb = if enabled { "start" } else { "stop" };
+        ActionFailure {
+            message: format!("Could not {verb} trigger {trigger}: {}", failure.message),
+            ..failure
+        }
+    });
     ctx.finish(&back, result)
 }
 

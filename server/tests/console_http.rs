@@ -19,6 +19,9 @@ const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=
 const SESSION_COOKIE: &str = "sless_session";
 const LOGIN_COOKIE: &str = "sless_login_csrf";
 const USER: &str = "alice";
+/// The actions (Leptos server functions).
+const LOGOUT: &str = "/console/logout";
+const SET_TRIGGER: &str = "/console/set-trigger";
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -406,6 +409,7 @@ impl Fixture {
             fixture: self,
             cookie: None,
             login_cookie: None,
+            page: None,
         }
     }
 }
@@ -416,6 +420,8 @@ struct Browser<'a> {
     fixture: &'a Fixture,
     cookie: Option<String>,
     login_cookie: Option<String>,
+    /// The last page it got: the Referer of its next form post.
+    page: Option<String>,
 }
 
 impl Browser<'_> {
@@ -443,11 +449,18 @@ impl Browser<'_> {
 
     async fn get(&mut self, path: &str) -> Reply {
         let request = self.fixture.http.get(self.fixture.url(path));
-        self.send(request).await
+        let reply = self.send(request).await;
+        if reply.status.is_success() {
+            self.page = Some(self.fixture.url(path));
+        }
+        reply
     }
 
     async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Reply {
-        let request = self.fixture.http.post(self.fixture.url(path)).form(form);
+        let mut request = self.fixture.http.post(self.fixture.url(path)).form(form);
+        if let Some(page) = &self.page {
+            request = request.header(header::REFERER, page);
+        }
         self.send(request).await
     }
 
@@ -507,14 +520,18 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
         let line = lines.iter().find(|l| l.starts_with(name)).unwrap();
         line.split_whitespace().map(String::from).collect()
     };
-    assert_eq!(cells("a-ready")[1..5], ["job", "python3.11", "Ready", "-"]);
+    // One word per kind, the same as `sless ls` and the JSON `kind`.
+    assert_eq!(
+        cells("a-ready")[1..5],
+        ["function", "python3.11", "Ready", "-"]
+    );
     assert_eq!(
         cells("b-pending")[1..5],
-        ["job", "nodejs20", "Pending", "http"]
+        ["function", "nodejs20", "Pending", "http"]
     );
     assert_eq!(
         cells("c-svc")[1..5],
-        ["always-on", "python3.11", "Pending", "-"]
+        ["service", "python3.11", "Pending", "-"]
     );
 
     // curl's `Accept: */*` is not a browser either.
@@ -541,12 +558,9 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
     assert_eq!(listing["counts"]["functions"], 2, "{listing}");
     assert_eq!(listing["counts"]["services"], 1, "{listing}");
     let b = &listing["entries"][1];
-    assert_eq!(
-        (&b["kind"], &b["badge"]),
-        (&json!("function"), &json!("job"))
-    );
+    assert_eq!(b["kind"], "function");
     assert_eq!(b["triggers"][0]["name"], "b-http", "{listing}");
-    assert_eq!(listing["entries"][2]["badge"], "always-on");
+    assert_eq!(listing["entries"][2]["kind"], "service");
 
     // `?format=json` wins even over a browser's Accept.
     let by_query = f
@@ -897,24 +911,29 @@ async fn logout_needs_the_csrf_token_and_ends_the_session() {
     let cookie = browser.cookie.clone();
 
     browser
-        .post("/logout", &[])
+        .post(LOGOUT, &[])
         .await
         .expect(403, "logout without csrf_token");
     browser
-        .post("/logout", &[("csrf_token", "forged")])
+        .post(LOGOUT, &[("csrf_token", "forged")])
         .await
         .expect(403, "logout with a wrong csrf_token");
     browser.get(&f.list_path()).await.expect(200, "still in");
 
-    let out = browser.post("/logout", &[("csrf_token", &csrf)]).await;
-    assert_eq!(out.redirect("logout"), "/login");
+    let out = browser.post(LOGOUT, &[("csrf_token", &csrf)]).await;
+    let login = out.redirect("logout").to_string();
+    assert_eq!(login, "/login?bye=1");
     let removal = out.session_set_cookie().expect("the cookie is removed");
     assert_eq!(cookie_value(removal), None, "{removal}");
+    let said = browser.get(&login).await.expect(200, "the login page");
+    let flash = enclosing(&said.body, "You are logged out.", "<p", "</p>");
+    assert!(flash.contains("flash-ok"), "{flash}");
     // The old cookie is worth nothing now: the session is gone on the server.
     let mut replay = Browser {
         fixture: &f,
         cookie,
         login_cookie: None,
+        page: None,
     };
     let list = replay.get(&f.list_path()).await;
     assert!(list.redirect("old cookie").starts_with("/login"));
@@ -934,24 +953,29 @@ async fn trigger_toggle_checks_csrf_and_returns_to_the_list() {
     assert!(item.contains("■ Stop"), "{item}");
     assert_eq!(hidden(item, "enabled"), Some("false"), "{item}");
     let csrf = csrf_of(item);
-    let action = format!("{}/triggers", f.list_path());
+    let action = SET_TRIGGER;
     assert!(item.contains(&format!("action=\"{action}\"")), "{item}");
+    assert_eq!(hidden(item, "namespace"), Some(f.ns.as_str()), "{item}");
+    // Posted from the filtered list, the answer goes back there.
+    let filtered = format!("{}?q=hel&kind=function", f.list_path());
+    browser.get(&filtered).await.expect(200, "filtered list");
 
+    let ns = f.ns.clone();
     let stop = |csrf: Option<&'static str>| {
         let mut form = vec![
+            ("namespace", ns.as_str()),
             ("trigger", "hello-http"),
             ("enabled", "false"),
-            ("back", "q=hel&kind=function"),
         ];
         form.extend(csrf.map(|c| ("csrf_token", c)));
         form
     };
     browser
-        .post(&action, &stop(None))
+        .post(action, &stop(None))
         .await
         .expect(403, "no csrf_token");
     browser
-        .post(&action, &stop(Some("forged")))
+        .post(action, &stop(Some("forged")))
         .await
         .expect(403, "wrong csrf_token");
     assert!(
@@ -961,11 +985,8 @@ async fn trigger_toggle_checks_csrf_and_returns_to_the_list() {
 
     let mut form = stop(None);
     form.push(("csrf_token", &csrf));
-    let done = browser.post(&action, &form).await;
-    assert_eq!(
-        done.redirect("toggle"),
-        format!("{}?q=hel&kind=function#trigger-hello-http", f.list_path())
-    );
+    let done = browser.post(action, &form).await;
+    assert_eq!(done.redirect("toggle"), filtered);
     assert!(
         !f.trigger_enabled("hello-http").await,
         "stopped through the API"
@@ -1000,8 +1021,9 @@ async fn a_failed_toggle_shows_an_inline_message() {
     let csrf = csrf_of(&page.body);
     let failed = browser
         .post(
-            &format!("{}/triggers", f.list_path()),
+            SET_TRIGGER,
             &[
+                ("namespace", &f.ns),
                 ("trigger", "no-such-trigger"),
                 ("enabled", "false"),
                 ("csrf_token", &csrf),
