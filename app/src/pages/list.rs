@@ -105,7 +105,11 @@ fn entry_view(
     let failed = entry.phase == Phase::Failed;
     let message = entry.message.clone().map(|m| {
         if failed {
+            // The error line stays in sight however long the reason is.
+            let error = crate::function::error_line(&m)
+                .map(|line| view! { <p class="error-line">{line.to_string()}</p> });
             view! {
+                {error}
                 <details class="message">
                     <summary>"Why it failed"</summary>
                     <pre>{m}</pre>
