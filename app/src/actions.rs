@@ -64,7 +64,12 @@ pub struct ActionContext {
 }
 
 impl ActionContext {
-    pub fn new(console: Arc<Console>, token: String, namespace: Option<String>, browser: bool) -> Self {
+    pub fn new(
+        console: Arc<Console>,
+        token: String,
+        namespace: Option<String>,
+        browser: bool,
+    ) -> Self {
         ActionContext {
             console,
             token,
@@ -221,7 +226,10 @@ pub async fn invoke(
             .await?;
         Ok(ActionReply {
             ok: true,
-            message: format!("{} {} answered {}.", outcome.method, outcome.path, outcome.status),
+            message: format!(
+                "{} {} answered {}.",
+                outcome.method, outcome.path, outcome.status
+            ),
             invocation: Some(outcome),
         })
     }

@@ -260,7 +260,12 @@ impl Console {
 
     /// Starts (`enabled`) or stops a trigger, then waits until the platform has acted
     /// (a stopped http trigger's `/fn` answers 503 by then); says what happened.
-    pub async fn set_trigger(&self, client: &Client, trigger: &str, enabled: bool) -> Result<String> {
+    pub async fn set_trigger(
+        &self,
+        client: &Client,
+        trigger: &str,
+        enabled: bool,
+    ) -> Result<String> {
         client.set_trigger_enabled(trigger, enabled).await?;
         let wait = client
             .wait_for_trigger(trigger, SETTLE_WAIT, POLL_INTERVAL)
@@ -292,11 +297,14 @@ impl Console {
             .map_err(|_| ActionFailure::bad_request(format!("{method:?} is not an HTTP method")))?;
         let body = body.filter(|b| !b.trim().is_empty() && method != reqwest::Method::GET);
         if let Some(body) = &body {
-            serde_json::from_str::<serde_json::Value>(body).map_err(|e| {
-                ActionFailure::bad_request(format!("the body is not JSON: {e}"))
-            })?;
+            serde_json::from_str::<serde_json::Value>(body)
+                .map_err(|e| ActionFailure::bad_request(format!("the body is not JSON: {e}")))?;
         }
-        let path = if path.starts_with('/') { path.to_string() } else { format!("/{path}") };
+        let path = if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("/{path}")
+        };
         let started = std::time::Instant::now();
         let answer = client
             .invoke(name, method.clone(), &path, body.map(String::into_bytes))
@@ -338,16 +346,18 @@ impl Console {
         event: Option<String>,
     ) -> Result<String, ActionFailure> {
         if let Some(event) = &event {
-            serde_json::from_str::<serde_json::Value>(event).map_err(|e| {
-                ActionFailure::bad_request(format!("the event is not JSON: {e}"))
-            })?;
+            serde_json::from_str::<serde_json::Value>(event)
+                .map_err(|e| ActionFailure::bad_request(format!("the event is not JSON: {e}")))?;
         }
         let job = client.get_job(name).await.map_err(ViewError::from)?;
         let patch = JobPatch {
             run_id: Some(job.run_id + 1),
             event_json: event,
         };
-        let started = client.patch_job(name, &patch).await.map_err(ViewError::from)?;
+        let started = client
+            .patch_job(name, &patch)
+            .await
+            .map_err(ViewError::from)?;
         let wait = client
             .wait_for_run(&started, RUN_WAIT, POLL_INTERVAL, |_| {})
             .await
@@ -355,10 +365,16 @@ impl Console {
         Ok(match wait {
             RunWait::Finished(job) => format!("Run {} of job {name}: {}.", job.run_id, job.phase),
             RunWait::Superseded(job) => {
-                format!("Run {} of job {name} was replaced by run {}.", started.run_id, job.run_id)
+                format!(
+                    "Run {} of job {name} was replaced by run {}.",
+                    started.run_id, job.run_id
+                )
             }
             RunWait::TimedOut(job) => {
-                format!("Run {} of job {name} started; still {}.", job.run_id, job.phase)
+                format!(
+                    "Run {} of job {name} started; still {}.",
+                    job.run_id, job.phase
+                )
             }
         })
     }

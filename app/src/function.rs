@@ -204,14 +204,22 @@ pub fn render_text(view: &FunctionView) -> String {
     let w = &view.workload;
     let mut out = String::new();
     let state = if view.stopped() { " (stopped)" } else { "" };
-    let _ = writeln!(out, "{} {}  {}  {}{state}", w.kind, w.name, w.runtime, w.phase);
+    let _ = writeln!(
+        out,
+        "{} {}  {}  {}{state}",
+        w.kind, w.name, w.runtime, w.phase
+    );
     let _ = writeln!(out, "url:         {}", or_dash(view.url()));
     let _ = writeln!(out, "entrypoint:  {}", w.entrypoint);
     let _ = writeln!(out, "memory:      {} MB", w.memory_mb);
     let _ = writeln!(out, "timeout:     {} s", w.timeout_sec);
     let env: Vec<&str> = w.env_vars.keys().map(String::as_str).collect();
     let env = env.join(",");
-    let _ = writeln!(out, "env:         {}", or_dash(Some(env.as_str()).filter(|s| !s.is_empty())));
+    let _ = writeln!(
+        out,
+        "env:         {}",
+        or_dash(Some(env.as_str()).filter(|s| !s.is_empty()))
+    );
     let _ = writeln!(out, "last built:  {}", or_dash(w.last_built_at.as_deref()));
     if let Some(message) = &w.message {
         let _ = writeln!(out, "message:     {message}");
@@ -231,7 +239,9 @@ pub fn render_text(view: &FunctionView) -> String {
         out.push('\n');
     }
     let c = &view.calls;
-    let rate = c.error_rate.map_or_else(|| "-".into(), |r| format!("{r:.1}%"));
+    let rate = c
+        .error_rate
+        .map_or_else(|| "-".into(), |r| format!("{r:.1}%"));
     let _ = writeln!(
         out,
         "\ncalls: {} total, {} errors ({rate}); last hour: {} calls, p50 {}, p95 {}",
@@ -250,7 +260,11 @@ pub fn render_text(view: &FunctionView) -> String {
     }
     let _ = writeln!(out, "\nlogs (last {}):", view.logs.len());
     for line in &view.logs {
-        let _ = writeln!(out, "  {} {} [{}] {}", line.time, line.stream, line.version, line.line);
+        let _ = writeln!(
+            out,
+            "  {} {} [{}] {}",
+            line.time, line.stream, line.version, line.line
+        );
     }
     if let Some(log) = &view.build_log {
         let _ = writeln!(out, "\nbuild log:\n{log}");
@@ -306,12 +320,21 @@ mod tests {
         assert_eq!(s.p50_ms, Some(51.0));
         assert_eq!(s.p95_ms, Some(96.0));
         assert_eq!(s.per_minute.len(), 60);
-        assert_eq!(s.per_minute[59], Minute { calls: 100, errors: 10 });
+        assert_eq!(
+            s.per_minute[59],
+            Minute {
+                calls: 100,
+                errors: 10
+            }
+        );
         assert_eq!(s.per_minute[54].calls, 1);
         assert_eq!(s.recent.len(), SHOWN_CALLS);
         let rate = s.error_rate.unwrap();
         assert!((rate - 9.8).abs() < 0.01, "{rate}");
-        assert_eq!(CallSummary::of(CallTotals::default(), vec![], now).p50_ms, None);
+        assert_eq!(
+            CallSummary::of(CallTotals::default(), vec![], now).p50_ms,
+            None
+        );
     }
 
     #[test]

@@ -77,7 +77,11 @@ fn Calls(calls: CallSummary) -> impl IntoView {
         .recent
         .iter()
         .map(|c| {
-            let class = if c.status >= 500 { "status status-bad" } else { "status" };
+            let class = if c.status >= 500 {
+                "status status-bad"
+            } else {
+                "status"
+            };
             view! {
                 <tr>
                     <td><Time at=c.time.clone()/></td>
@@ -148,13 +152,20 @@ fn InvokeForm(
 }
 
 fn invocation_view(outcome: &InvokeOutcome, splicer: &Splicer) -> impl IntoView + use<> {
-    let class = if outcome.status >= 500 { "status status-bad" } else { "status" };
+    let class = if outcome.status >= 500 {
+        "status status-bad"
+    } else {
+        "status"
+    };
     let headers: Vec<_> = outcome
         .headers
         .iter()
         .map(|(k, v)| view! { <li><code>{format!("{k}: {v}")}</code></li> })
         .collect();
-    let body = match outcome.json.then(|| render_json_text("response body", &outcome.body)) {
+    let body = match outcome
+        .json
+        .then(|| render_json_text("response body", &outcome.body))
+    {
         Some(file) => file_view(&file, "invoke-body-hl".into(), splicer).into_any(),
         None => view! { <pre class="output">{outcome.body.clone()}</pre> }.into_any(),
     };
@@ -209,7 +220,10 @@ fn BuildLog(log: Option<String>, failed: bool) -> impl IntoView {
         .into_any();
     };
     let error = failed
-        .then(|| error_line(&log).map(|line| view! { <p class="error-line" role="alert">{line.to_string()}</p> }))
+        .then(|| {
+            error_line(&log)
+                .map(|line| view! { <p class="error-line" role="alert">{line.to_string()}</p> })
+        })
         .flatten();
     view! {
         <section class="panel" id="build" aria-labelledby="build-title">
@@ -225,11 +239,7 @@ fn BuildLog(log: Option<String>, failed: bool) -> impl IntoView {
 }
 
 #[component]
-fn TriggerRow(
-    trigger: TriggerRuns,
-    namespace: String,
-    csrf: Option<String>,
-) -> impl IntoView {
+fn TriggerRow(trigger: TriggerRuns, namespace: String, csrf: Option<String>) -> impl IntoView {
     let t = trigger.trigger;
     let (state_class, state_text) = if t.enabled {
         ("state state-on", "on")
@@ -237,11 +247,20 @@ fn TriggerRow(
         ("state state-off", "stopped")
     };
     let runs = (t.trigger_type == "cron").then(|| {
-        let last = t.last_run.clone().map_or_else(|| view! { <span>"never"</span> }.into_any(), |at| view! { <Time at=at/> }.into_any());
-        let next = trigger.next_run.clone().map_or_else(|| view! { <span>"–"</span> }.into_any(), |at| view! { <Time at=at/> }.into_any());
+        let last = t.last_run.clone().map_or_else(
+            || view! { <span>"never"</span> }.into_any(),
+            |at| view! { <Time at=at/> }.into_any(),
+        );
+        let next = trigger.next_run.clone().map_or_else(
+            || view! { <span>"–"</span> }.into_any(),
+            |at| view! { <Time at=at/> }.into_any(),
+        );
         view! { <span class="runs">"last " {last} ", next " {next}</span> }
     });
-    let note = t.message.clone().map(|m| view! { <span class="trigger-note">{m}</span> });
+    let note = t
+        .message
+        .clone()
+        .map(|m| view! { <span class="trigger-note">{m}</span> });
     view! {
         <li class="trigger" id=format!("trigger-{}", t.name)>
             <span class="trigger-label">{t.label()}</span>

@@ -63,7 +63,12 @@ pub fn PhaseBadge(phase: crate::listing::Phase) -> impl IntoView {
 
 /// Start ▶ / stop ■ of one trigger: a server function posted by a plain form.
 #[component]
-pub fn TriggerToggle(namespace: String, trigger: String, enabled: bool, csrf: Option<String>) -> impl IntoView {
+pub fn TriggerToggle(
+    namespace: String,
+    trigger: String,
+    enabled: bool,
+    csrf: Option<String>,
+) -> impl IntoView {
     let (target, button, verb) = if enabled {
         ("false", "■ Stop", "stop")
     } else {
@@ -88,7 +93,8 @@ pub fn TriggerToggle(namespace: String, trigger: String, enabled: bool, csrf: Op
 #[component]
 pub fn WorkloadUrl(url: String, stopped: bool) -> impl IntoView {
     let class = if stopped { "url url-stopped" } else { "url" };
-    let note = stopped.then(|| view! { <span class="state state-off">"stopped: calls get 503"</span> });
+    let note =
+        stopped.then(|| view! { <span class="state state-off">"stopped: calls get 503"</span> });
     view! { <code class=class>{url}</code> {note} }
 }
 

@@ -20,7 +20,11 @@ pub struct SourcePage<'a> {
     pub files: Option<&'a RenderedSource>,
 }
 
-pub(super) fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoView + use<> {
+pub(super) fn file_view(
+    file: &RenderedFile,
+    id: String,
+    splicer: &Splicer,
+) -> impl IntoView + use<> {
     let notices: Vec<_> = file
         .notices
         .iter()

@@ -72,7 +72,11 @@ pub async fn handle(
             session::log_out(&session).await?;
         } else if let Some(reply) = ctx.take_reply() {
             let flash = Flash {
-                kind: if reply.ok { FlashKind::Ok } else { FlashKind::Error },
+                kind: if reply.ok {
+                    FlashKind::Ok
+                } else {
+                    FlashKind::Error
+                },
                 text: reply.message,
                 invocation: reply.invocation,
             };

@@ -196,7 +196,11 @@ pub struct FunctionQuery {
 }
 
 /// A text or JSON answer (pages are built by their handlers).
-fn data_response(format: Format, text: impl FnOnce() -> String, json: impl FnOnce() -> String) -> Response {
+fn data_response(
+    format: Format,
+    text: impl FnOnce() -> String,
+    json: impl FnOnce() -> String,
+) -> Response {
     let (content_type, body) = match format {
         Format::Json => ("application/json", json()),
         _ => ("text/plain; charset=utf-8", text()),
@@ -315,7 +319,9 @@ pub async fn job(
         ));
     }
     let ctx = page_context(&caller, &nonce).await?;
-    Ok(html_response(app::pages::render_job(&namespace, &job, &ctx)))
+    Ok(html_response(app::pages::render_job(
+        &namespace, &job, &ctx,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -469,7 +475,10 @@ pub async fn login_page(
         let home = format!("/funcs/{}", caller.principal.namespace);
         return Ok(Redirect::to(next.unwrap_or(&home)).into_response());
     }
-    let bye = login_query.bye.is_some().then(|| Flash::ok("You are logged out."));
+    let bye = login_query
+        .bye
+        .is_some()
+        .then(|| Flash::ok("You are logged out."));
     login_form(
         &state,
         &headers,
