@@ -183,13 +183,19 @@ impl FunctionView {
     }
 }
 
-/// The line of a build log that says why it failed: the last one naming an error.
-pub fn error_line(log: &str) -> Option<&str> {
-    log.lines()
-        .rev()
-        .find(|line| line.to_ascii_lowercase().contains("error"))
+/// The lines of a build log that say why it failed: the first few naming an error
+/// (pip's `ERROR: ...`, npm's `npm error ...`), joined; None when no line does.
+pub fn error_lines(log: &str) -> Option<String> {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.to_ascii_lowercase().contains("error"))
         .map(str::trim)
+        .take(ERROR_LINES)
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
+
+const ERROR_LINES: usize = 3;
 
 fn or_dash(value: Option<&str>) -> &str {
     value.unwrap_or("-")
@@ -338,9 +344,11 @@ mod tests {
     }
 
     #[test]
-    fn the_error_line_is_the_last_one_naming_an_error() {
+    fn the_error_lines_are_the_first_ones_naming_an_error() {
         let log = "step 1\nERROR: no matching distribution\nstep 2 done\n";
-        assert_eq!(error_line(log), Some("ERROR: no matching distribution"));
-        assert_eq!(error_line("all good"), None);
+        assert_eq!(error_lines(log).unwrap(), "ERROR: no matching distribution");
+        let npm = "$ npm install\nnpm error code E\nnpm error parse\nnpm error bad\nnpm error log\n";
+        assert_eq!(error_lines(npm).unwrap(), "npm error code E\nnpm error parse\nnpm error bad");
+        assert_eq!(error_lines("all good"), None);
     }
 }

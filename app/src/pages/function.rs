@@ -8,7 +8,7 @@ use super::source::file_view;
 use super::splice::{PageBody, Splicer};
 use super::{KindBadge, PhaseBadge, Time, TriggerToggle, WorkloadUrl, limits, source_href};
 use crate::actions::Invoke;
-use crate::function::{CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_line};
+use crate::function::{CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines};
 use crate::highlight::render_json_text;
 use crate::listing::{Phase, url_encode};
 
@@ -219,16 +219,9 @@ fn BuildLog(log: Option<String>, failed: bool) -> impl IntoView {
         }
         .into_any();
     };
-    let error = failed
-        .then(|| {
-            error_line(&log)
-                .map(|line| view! { <p class="error-line" role="alert">{line.to_string()}</p> })
-        })
-        .flatten();
     view! {
         <section class="panel" id="build" aria-labelledby="build-title">
             <h2 id="build-title">"Build log"</h2>
-            {error}
             <details class="build-log" open=failed>
                 <summary>{format!("Whole log ({} lines)", log.lines().count())}</summary>
                 <pre class="output">{log}</pre>
@@ -319,9 +312,14 @@ pub fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> PageBody {
             .url()
             .map(|url| view! { <p class="url-line"><WorkloadUrl url=url.to_string() stopped=stopped/></p> });
         let failed = w.phase == Phase::Failed;
-        let message = w.message.clone().map(|m| {
-            let class = if failed { "message message-failed" } else { "message muted" };
-            view! { <pre class=class>{m}</pre> }
+        // A failure shows its error lines first, in sight on a phone; the whole log is below.
+        let message = w.message.as_deref().map(|m| match error_lines(m).filter(|_| failed) {
+            Some(lines) => view! {
+                <p class="error-line" role="alert">{lines}</p>
+                <p class="panel-links"><a href="#build">"The whole build log"</a></p>
+            }
+            .into_any(),
+            None => view! { <pre class="message muted">{m.to_string()}</pre> }.into_any(),
         });
         let invocation = page.invocation.map(|o| invocation_view(o, &splicer));
         let body = view! {

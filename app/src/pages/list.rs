@@ -106,8 +106,8 @@ fn entry_view(
     let message = entry.message.clone().map(|m| {
         if failed {
             // The error line stays in sight however long the reason is.
-            let error = crate::function::error_line(&m)
-                .map(|line| view! { <p class="error-line">{line.to_string()}</p> });
+            let error = crate::function::error_lines(&m)
+                .map(|lines| view! { <p class="error-line">{lines}</p> });
             view! {
                 {error}
                 <details class="message">
