@@ -79,6 +79,7 @@ pub struct Console {
 impl Console {
     pub fn new(options: ConsoleOptions) -> Result<Self> {
         crate::highlight::warm_up();
+        crate::pages::init_executor();
         Ok(Console {
             cache: SourceCache::new(options.source_cache_bytes),
             api: Client::for_namespace(&options.api_endpoint, "", "")?,

@@ -347,8 +347,12 @@ mod tests {
     fn the_error_lines_are_the_first_ones_naming_an_error() {
         let log = "step 1\nERROR: no matching distribution\nstep 2 done\n";
         assert_eq!(error_lines(log).unwrap(), "ERROR: no matching distribution");
-        let npm = "$ npm install\nnpm error code E\nnpm error parse\nnpm error bad\nnpm error log\n";
-        assert_eq!(error_lines(npm).unwrap(), "npm error code E\nnpm error parse\nnpm error bad");
+        let npm =
+            "$ npm install\nnpm error code E\nnpm error parse\nnpm error bad\nnpm error log\n";
+        assert_eq!(
+            error_lines(npm).unwrap(),
+            "npm error code E\nnpm error parse\nnpm error bad"
+        );
         assert_eq!(error_lines("all good"), None);
     }
 }

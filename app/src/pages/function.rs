@@ -300,9 +300,9 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
     }
 }
 
-pub fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> PageBody {
+pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
-    Owner::new().with(|| {
+    let (doc, splicer) = Owner::new().with(|| {
         let splicer = Splicer::new(&ctx.nonce);
         let view = page.view;
         let w = &view.workload;
@@ -348,6 +348,7 @@ pub fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> PageBody {
         if page.follow && w.phase == Phase::Building {
             ctx.refresh = Some(3);
         }
-        splicer.finish(document(format!("{} · sless", w.name), &ctx, body))
-    })
+        (document(format!("{} · sless", w.name), &ctx, body), splicer)
+    });
+    splicer.finish(doc.into_html().await)
 }

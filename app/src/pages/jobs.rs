@@ -53,9 +53,9 @@ fn JobRow(job: JobResponse, namespace: String) -> impl IntoView {
     }
 }
 
-pub fn render_jobs(namespace: &str, jobs: &[JobResponse], ctx: &PageContext) -> String {
+pub async fn render_jobs(namespace: &str, jobs: &[JobResponse], ctx: &PageContext) -> String {
     // Actions (ServerAction) live in a reactive owner, even on the server.
-    Owner::new().with(|| {
+    let doc = Owner::new().with(|| {
         let body = if jobs.is_empty() {
             view! {
                 <p class="muted">"No jobs yet. " <code>"sless job run <name> --function <fn>"</code> " starts one."</p>
@@ -82,12 +82,13 @@ pub fn render_jobs(namespace: &str, jobs: &[JobResponse], ctx: &PageContext) -> 
             {body}
         };
         document(format!("Jobs · {namespace} · sless"), ctx, view)
-    })
+    });
+    doc.into_html().await
 }
 
-pub fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -> PageBody {
+pub async fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
-    Owner::new().with(|| {
+    let (doc, splicer) = Owner::new().with(|| {
         let splicer = Splicer::new(&ctx.nonce);
         let result = job.message.as_deref().map(|message| {
             if serde_json::from_str::<serde_json::Value>(message).is_ok() {
@@ -131,8 +132,9 @@ pub fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -> Page
             <section class="panel" id="job-log"><h2>"Log tail"</h2>{log}</section>
             <section class="panel" id="run"><h2>"Run again"</h2>{form}</section>
         };
-        splicer.finish(document(format!("{} · job · sless", job.name), ctx, view))
-    })
+        (document(format!("{} · job · sless", job.name), ctx, view), splicer)
+    });
+    splicer.finish(doc.into_html().await)
 }
 
 /// The jobs as text for curl: one line each.

@@ -1,6 +1,8 @@
 //! The document around every page: head, header bar with the user and logout, flash.
 
+use futures::StreamExt;
 use leptos::prelude::*;
+use leptos_meta::{ServerMetaContext, ServerMetaContextOutput, Title, provide_meta_context};
 
 /// Per-request facts every page needs.
 #[derive(Clone, Debug, Default)]
@@ -103,8 +105,30 @@ fn header_bar(ctx: &PageContext) -> impl IntoView + use<> {
     }
 }
 
-/// A whole HTML document around `body`.
-pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) -> String {
+/// A rendered document whose `<title>` (set with leptos_meta's `<Title>`) still has to
+/// go into its head: [`Document::into_html`].
+pub(super) struct Document {
+    html: String,
+    meta: ServerMetaContextOutput,
+}
+
+impl Document {
+    pub(super) async fn into_html(self) -> String {
+        let Document { html, meta } = self;
+        let chunks: Vec<String> = meta
+            .inject_meta_context(futures::stream::iter([html]))
+            .await
+            .collect()
+            .await;
+        chunks.concat()
+    }
+}
+
+/// A whole HTML document around `body`. Call it inside the page's reactive owner.
+pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) -> Document {
+    let (meta, output) = ServerMetaContext::new();
+    provide_context(meta);
+    provide_meta_context();
     let nonce = ctx.nonce.clone();
     let page = view! {
         <html lang="en">
@@ -113,7 +137,7 @@ pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) ->
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light dark"/>
                 {ctx.refresh.map(|s| view! { <meta http-equiv="refresh" content=s.to_string()/> })}
-                <title>{title}</title>
+                <Title text=title/>
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
                 <link rel="stylesheet" href="/style/console.css"/>
                 <link rel="stylesheet" href="/style/highlight.css"/>
@@ -128,5 +152,5 @@ pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) ->
     };
     let mut html = String::from("<!DOCTYPE html>");
     html.push_str(&page.to_html());
-    html
+    Document { html, meta: output }
 }

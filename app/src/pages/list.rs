@@ -279,9 +279,9 @@ fn empty_view(namespace: &str, public_url: &str) -> impl IntoView + use<> {
 }
 
 /// The whole list page.
-pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
+pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
-    Owner::new().with(|| {
+    let (doc, splicer) = Owner::new().with(|| {
         let splicer = Splicer::new(&ctx.nonce);
         let namespace = page.listing.namespace.clone();
         let counts = Counts::of(page.listing);
@@ -343,6 +343,7 @@ pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
             </div>
             {body}
         };
-        splicer.finish(document(format!("{namespace} · sless"), ctx, head))
-    })
+        (document(format!("{namespace} · sless"), ctx, head), splicer)
+    });
+    splicer.finish(doc.into_html().await)
 }

@@ -11,9 +11,9 @@ pub struct LoginPage<'a> {
     pub error: Option<&'a str>,
 }
 
-pub fn render_login(page: &LoginPage<'_>, ctx: &PageContext) -> String {
+pub async fn render_login(page: &LoginPage<'_>, ctx: &PageContext) -> String {
     // Actions (ServerAction) live in a reactive owner, even on the server.
-    Owner::new().with(|| {
+    let doc = Owner::new().with(|| {
         let error = page
             .error
             .map(|e| view! { <p class="flash flash-error" role="alert" id="login-error">{e.to_string()}</p> });
@@ -48,5 +48,6 @@ pub fn render_login(page: &LoginPage<'_>, ctx: &PageContext) -> String {
             </section>
         };
         document("Log in · sless".to_string(), ctx, body)
-    })
+    });
+    doc.into_html().await
 }

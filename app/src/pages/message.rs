@@ -4,9 +4,9 @@ use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
 
-pub fn render_message(status: u16, title: &str, text: &str, ctx: &PageContext) -> String {
+pub async fn render_message(status: u16, title: &str, text: &str, ctx: &PageContext) -> String {
     // Actions (ServerAction) live in a reactive owner, even on the server.
-    Owner::new().with(|| {
+    let doc = Owner::new().with(|| {
         let home = ctx
             .user
             .as_ref()
@@ -26,5 +26,6 @@ pub fn render_message(status: u16, title: &str, text: &str, ctx: &PageContext) -
             </section>
         };
         document(format!("{title} · sless"), ctx, body)
-    })
+    });
+    doc.into_html().await
 }

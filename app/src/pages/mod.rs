@@ -22,6 +22,12 @@ pub use message::render_message;
 pub use source::{SourcePage, render_source};
 pub use splice::PageBody;
 
+/// leptos_meta puts each page's `<title>` in place on the async runtime (tokio): once
+/// per process, before the first page (a second call changes nothing).
+pub fn init_executor() {
+    let _ = any_spawner::Executor::init_tokio();
+}
+
 /// `128 MB`, and the timeout as people say it.
 fn limits(memory_mb: u32, timeout_sec: u32) -> (String, String) {
     let timeout = if timeout_sec == 0 {
@@ -169,8 +175,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn list_page_escapes_everything_and_has_forms() {
+    #[tokio::test]
+    async fn list_page_escapes_everything_and_has_forms() {
+        init_executor();
         let listing = Listing::from_api(
             "sless-0123456789abcdef",
             vec![workload("hello", WorkloadKind::Function)],
@@ -212,6 +219,7 @@ mod tests {
             },
             &ctx(),
         )
+        .await
         .into_string();
         assert!(
             html.starts_with("<!DOCTYPE html><html lang=\"en\">"),
@@ -245,8 +253,9 @@ mod tests {
         println!("{html}");
     }
 
-    #[test]
-    fn empty_namespace_shows_how_to_deploy() {
+    #[tokio::test]
+    async fn empty_namespace_shows_how_to_deploy() {
+        init_executor();
         let listing = Listing::from_api("sless-0123456789abcdef", vec![], vec![], vec![]);
         let selection = Selection::default();
         let html = render_list(
@@ -259,6 +268,7 @@ mod tests {
             },
             &PageContext::default(),
         )
+        .await
         .into_string();
         assert!(html.contains("Nothing deployed yet"));
         assert!(html.contains("/v1/namespaces/sless-0123456789abcdef"));

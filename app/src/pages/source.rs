@@ -86,9 +86,9 @@ pub(super) fn files_view(
     view! { <div class="files">{sections}</div> }.into_any()
 }
 
-pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
+pub async fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
-    Owner::new().with(|| {
+    let (doc, splicer) = Owner::new().with(|| {
         let splicer = Splicer::new(&ctx.nonce);
         let back = format!("/funcs/{}", page.namespace);
         let built = page
@@ -128,10 +128,11 @@ pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
             </div>
             {body}
         };
-        splicer.finish(document(
+        (document(
             format!("{} · source · sless", page.name),
             ctx,
             view,
-        ))
-    })
+        ), splicer)
+    });
+    splicer.finish(doc.into_html().await)
 }

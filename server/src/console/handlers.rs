@@ -177,7 +177,8 @@ pub async fn list(
                     public_url: &state.public_url,
                 },
                 &ctx,
-            );
+            )
+            .await;
             let render = rendering.elapsed();
             (html_response(html), fetch, render)
         }
@@ -259,7 +260,8 @@ pub async fn function(
             invocation: ctx.flash.as_ref().and_then(|f| f.invocation.as_ref()),
         },
         &ctx,
-    );
+    )
+    .await;
     let render = rendering.elapsed();
     Ok(timed(html_response(html), fetch, render))
 }
@@ -292,7 +294,7 @@ pub async fn jobs(
         ));
     }
     let ctx = page_context(&caller, &nonce).await?;
-    Ok(Html(app::pages::render_jobs(&namespace, &jobs, &ctx)).into_response())
+    Ok(Html(app::pages::render_jobs(&namespace, &jobs, &ctx).await).into_response())
 }
 
 /// `/funcs/<ns>/jobs/<name>`: one job with its result, log tail and "Run again".
@@ -319,9 +321,9 @@ pub async fn job(
         ));
     }
     let ctx = page_context(&caller, &nonce).await?;
-    Ok(html_response(app::pages::render_job(
-        &namespace, &job, &ctx,
-    )))
+    Ok(html_response(
+        app::pages::render_job(&namespace, &job, &ctx).await,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -368,7 +370,8 @@ pub async fn source(
             files: files.as_ref(),
         },
         &ctx,
-    );
+    )
+    .await;
     let render = rendering.elapsed();
     Ok(timed(html_response(html), fetch, render))
 }
@@ -451,7 +454,8 @@ async fn login_form(
             error,
         },
         &ctx,
-    );
+    )
+    .await;
     let mut response = (status, Html(html)).into_response();
     if new && let Some(cookie) = csrf::login_cookie(Some(&token), state.secure_cookies) {
         response.headers_mut().append(header::SET_COOKIE, cookie);
