@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use super::layout::{CsrfField, PageContext, document};
 use super::source::file_view;
 use super::splice::{PageBody, Splicer};
-use super::{KindBadge, PhaseBadge, Time, TriggerToggle, WorkloadUrl, limits, source_href};
+use super::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, limits, source_href};
 use crate::actions::Invoke;
 use crate::function::{CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines};
 use crate::highlight::render_json_text;
@@ -234,11 +234,6 @@ fn BuildLog(log: Option<String>, failed: bool) -> impl IntoView {
 #[component]
 fn TriggerRow(trigger: TriggerRuns, namespace: String, csrf: Option<String>) -> impl IntoView {
     let t = trigger.trigger;
-    let (state_class, state_text) = if t.enabled {
-        ("state state-on", "on")
-    } else {
-        ("state state-off", "stopped")
-    };
     let runs = (t.trigger_type == "cron").then(|| {
         let last = t.last_run.clone().map_or_else(
             || view! { <span>"never"</span> }.into_any(),
@@ -250,19 +245,10 @@ fn TriggerRow(trigger: TriggerRuns, namespace: String, csrf: Option<String>) -> 
         );
         view! { <span class="runs">"last " {last} ", next " {next}</span> }
     });
-    let note = t
-        .message
-        .clone()
-        .map(|m| view! { <span class="trigger-note">{m}</span> });
     view! {
-        <li class="trigger" id=format!("trigger-{}", t.name)>
-            <span class="trigger-label">{t.label()}</span>
-            <span class="trigger-name">{t.name.clone()}</span>
-            <span class=state_class>{state_text}</span>
+        <TriggerItem trigger=t namespace=namespace csrf=csrf>
             {runs}
-            {note}
-            <TriggerToggle namespace=namespace trigger=t.name.clone() enabled=t.enabled csrf=csrf/>
-        </li>
+        </TriggerItem>
     }
 }
 

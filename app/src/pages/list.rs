@@ -8,7 +8,7 @@ use super::layout::{PageContext, document};
 use super::source::files_view;
 use super::splice::{PageBody, Splicer};
 use super::{
-    KindBadge, TriggerToggle, WorkloadUrl, function_href, limits, phase_class, short_time,
+    KindBadge, TriggerItem, WorkloadUrl, function_href, limits, phase_class, short_time,
     source_href,
 };
 use crate::listing::{
@@ -34,24 +34,8 @@ struct Forms {
 }
 
 fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
-    let label = trigger.label();
-    let (state_class, state_text) = if trigger.enabled {
-        ("state state-on", "on")
-    } else {
-        ("state state-off", "stopped")
-    };
-    let note = trigger
-        .message
-        .clone()
-        .map(|m| view! { <span class="trigger-note">{m}</span> });
     view! {
-        <li class="trigger" id=format!("trigger-{}", trigger.name)>
-            <span class="trigger-label" title=trigger.name.clone()>{label}</span>
-            <span class="trigger-name">{trigger.name.clone()}</span>
-            <span class=state_class>{state_text}</span>
-            {note}
-            <TriggerToggle namespace=forms.namespace.clone() trigger=trigger.name.clone() enabled=trigger.enabled csrf=forms.csrf.clone()/>
-        </li>
+        <TriggerItem trigger=trigger.clone() namespace=forms.namespace.clone() csrf=forms.csrf.clone()/>
     }
 }
 

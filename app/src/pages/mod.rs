@@ -94,6 +94,36 @@ pub fn TriggerToggle(
     })
 }
 
+/// One trigger: its label, name, state, anything the page adds (`children`), its note
+/// and the start/stop button.
+#[component]
+pub fn TriggerItem(
+    trigger: crate::listing::TriggerView,
+    namespace: String,
+    csrf: Option<String>,
+    #[prop(optional)] children: Option<Children>,
+) -> impl IntoView {
+    let (state_class, state_text) = if trigger.enabled {
+        ("state state-on", "on")
+    } else {
+        ("state state-off", "stopped")
+    };
+    let note = trigger
+        .message
+        .clone()
+        .map(|m| view! { <span class="trigger-note">{m}</span> });
+    view! {
+        <li class="trigger" id=format!("trigger-{}", trigger.name)>
+            <span class="trigger-label" title=trigger.name.clone()>{trigger.label()}</span>
+            <span class="trigger-name">{trigger.name.clone()}</span>
+            <span class=state_class>{state_text}</span>
+            {children.map(|c| c())}
+            {note}
+            <TriggerToggle namespace=namespace trigger=trigger.name.clone() enabled=trigger.enabled csrf=csrf/>
+        </li>
+    }
+}
+
 /// The address `/fn` serves it at: wraps on narrow screens rather than being cut, and is
 /// greyed with a "stopped" note when its http trigger is stopped.
 #[component]

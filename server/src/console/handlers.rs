@@ -13,6 +13,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
+use sless_client::client::Client;
 use tower_sessions::Session;
 
 use super::ConsoleState;
@@ -122,6 +123,21 @@ async fn page_context(caller: &Caller, nonce: &Nonce) -> Result<PageContext, Con
     Ok(ctx)
 }
 
+/// What every namespace view starts with: the namespace checked and the caller allowed
+/// on it, a client acting there as the caller, and the answer's format.
+fn open(
+    state: &ConsoleState,
+    caller: &Caller,
+    namespace: &str,
+    headers: &HeaderMap,
+    format: Option<&str>,
+) -> Result<(Client, Format), ConsoleError> {
+    check_name("namespace", namespace)?;
+    caller.authorize(namespace)?;
+    let client = state.console.client(&caller.token, namespace);
+    Ok((client, Format::negotiate(headers, format)))
+}
+
 pub async fn root() -> Redirect {
     Redirect::to("/funcs")
 }
@@ -140,12 +156,15 @@ pub async fn list(
     headers: HeaderMap,
     caller: Caller,
 ) -> Result<Response, ConsoleError> {
-    check_name("namespace", &namespace)?;
-    caller.authorize(&namespace)?;
     let list_query: ListQuery = query(&uri)?;
-    let format = Format::negotiate(&headers, list_query.format.as_deref());
+    let (client, format) = open(
+        &state,
+        &caller,
+        &namespace,
+        &headers,
+        list_query.format.as_deref(),
+    )?;
     let selection = Selection::from_query(&list_query);
-    let client = state.console.client(&caller.token, &namespace);
 
     let started = Instant::now();
     let listing = state.console.listing(&client).await?;
@@ -222,8 +241,14 @@ pub async fn function(
     headers: HeaderMap,
     caller: Caller,
 ) -> Result<Response, ConsoleError> {
-    check_name("namespace", &namespace)?;
-    caller.authorize(&namespace)?;
+    let function_query: FunctionQuery = query(&uri)?;
+    let (client, format) = open(
+        &state,
+        &caller,
+        &namespace,
+        &headers,
+        function_query.format.as_deref(),
+    )?;
     let kind = match kind.as_str() {
         "function" => WorkloadKind::Function,
         "service" => WorkloadKind::Service,
@@ -234,9 +259,6 @@ pub async fn function(
         }
     };
     check_name("name", &name)?;
-    let function_query: FunctionQuery = query(&uri)?;
-    let format = Format::negotiate(&headers, function_query.format.as_deref());
-    let client = state.console.client(&caller.token, &namespace);
     let started = Instant::now();
     let view = state
         .console
@@ -280,11 +302,14 @@ pub async fn jobs(
     headers: HeaderMap,
     caller: Caller,
 ) -> Result<Response, ConsoleError> {
-    check_name("namespace", &namespace)?;
-    caller.authorize(&namespace)?;
     let format_query: FormatQuery = query(&uri)?;
-    let format = Format::negotiate(&headers, format_query.format.as_deref());
-    let client = state.console.client(&caller.token, &namespace);
+    let (client, format) = open(
+        &state,
+        &caller,
+        &namespace,
+        &headers,
+        format_query.format.as_deref(),
+    )?;
     let jobs = state.console.jobs(&client).await?;
     if format != Format::Html {
         return Ok(data_response(
@@ -306,12 +331,15 @@ pub async fn job(
     headers: HeaderMap,
     caller: Caller,
 ) -> Result<Response, ConsoleError> {
-    check_name("namespace", &namespace)?;
-    caller.authorize(&namespace)?;
-    check_name("name", &name)?;
     let format_query: FormatQuery = query(&uri)?;
-    let format = Format::negotiate(&headers, format_query.format.as_deref());
-    let client = state.console.client(&caller.token, &namespace);
+    let (client, format) = open(
+        &state,
+        &caller,
+        &namespace,
+        &headers,
+        format_query.format.as_deref(),
+    )?;
+    check_name("name", &name)?;
     let job = state.console.job(&client, &name).await?;
     if format != Format::Html {
         return Ok(data_response(
