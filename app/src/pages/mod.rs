@@ -304,4 +304,84 @@ mod tests {
         assert!(html.contains("/v1/namespaces/sless-0123456789abcdef"));
         assert!(html.contains("-F code=@hello.zip"));
     }
+
+    #[tokio::test]
+    async fn a_failed_function_page_leads_with_its_error_and_escapes_everything() {
+        init_executor();
+        let mut failed = workload("hello", WorkloadKind::Function);
+        failed.message = Some("step\nERROR: no <b>pkg</b>\nmore".into());
+        failed.phase = crate::listing::Phase::Building;
+        let stopped = TriggerResponse {
+            namespace: "sless-0123456789abcdef".into(),
+            name: "hello-http".into(),
+            trigger_type: "http".into(),
+            function_ref: "hello".into(),
+            schedule: None,
+            queue: None,
+            enabled: false,
+            active: false,
+            url: None,
+            last_schedule_time: None,
+            message: None,
+            resource_version: "1".into(),
+            created_at: "x".into(),
+        };
+        let view = crate::function::FunctionView {
+            workload: failed,
+            triggers: vec![crate::function::TriggerRuns::of(
+                crate::listing::TriggerView::from_api(stopped),
+                chrono::Utc::now(),
+            )],
+            calls: crate::function::CallSummary::default(),
+            logs: vec![sless_client::apitypes::LogLineResponse {
+                time: "t".into(),
+                stream: "stdout".into(),
+                version: "1".into(),
+                line: "<script>alert(4)</script>".into(),
+            }],
+            build_log: Some("ERROR: no <b>pkg</b>".into()),
+        };
+        let page = |follow| FunctionPage {
+            namespace: "sless-0123456789abcdef",
+            view: &view,
+            follow,
+            invocation: None,
+        };
+        let html = render_function(&page(true), &ctx()).await.into_string();
+        assert!(
+            html.contains("<meta http-equiv=\"refresh\" content=\"3\">"),
+            "{html}"
+        );
+        assert!(html.contains("<title>hello · sless</title>"), "{html}");
+        assert!(
+            !html.contains("<script>alert(4)") && !html.contains("<b>pkg"),
+            "{html}"
+        );
+        assert!(html.contains("class=\"url url-stopped\""), "{html}");
+        let quiet = render_function(&page(false), &ctx()).await.into_string();
+        assert!(!quiet.contains("http-equiv"), "no refresh unless followed");
+
+        let mut view = view.clone();
+        view.workload.phase = crate::listing::Phase::Failed;
+        let page = FunctionPage {
+            namespace: "sless-0123456789abcdef",
+            view: &view,
+            follow: true,
+            invocation: None,
+        };
+        let html = render_function(&page, &ctx()).await.into_string();
+        let error = html.find("class=\"error-line\"").expect("the error line");
+        assert!(
+            error < html.find("id=\"calls\"").unwrap(),
+            "before everything else"
+        );
+        assert!(
+            html.contains("<details open class=\"build-log\">"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("http-equiv"),
+            "nothing to follow once failed"
+        );
+    }
 }
