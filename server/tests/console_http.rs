@@ -1527,6 +1527,21 @@ async fn stop_answers_once_fn_says_503_and_the_page_shows_it_stopped() {
     let csrf = csrf_of(&page.body);
     let item = trigger_item(&page.body, "echo-http");
     assert!(item.contains("■ Stop"), "{item}");
+    // The session's token is right, the namespace is not its own.
+    let other = operator::model::namespace_for_sub("bob");
+    browser
+        .post(
+            SET_TRIGGER,
+            &[
+                ("namespace", &other),
+                ("trigger", "echo-http"),
+                ("enabled", "false"),
+                ("csrf_token", &csrf),
+            ],
+        )
+        .await
+        .expect(403, "another namespace");
+    assert!(f.trigger_enabled("echo-http").await);
 
     let done = browser
         .post(
