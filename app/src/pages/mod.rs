@@ -192,6 +192,25 @@ mod tests {
         }
     }
 
+    /// `hello-http`, the http trigger of `hello`.
+    fn http_trigger(enabled: bool) -> TriggerResponse {
+        TriggerResponse {
+            namespace: "sless-0123456789abcdef".into(),
+            name: "hello-http".into(),
+            trigger_type: "http".into(),
+            function_ref: "hello".into(),
+            schedule: None,
+            queue: None,
+            enabled,
+            active: enabled,
+            url: None,
+            last_schedule_time: None,
+            message: None,
+            resource_version: "1".into(),
+            created_at: "x".into(),
+        }
+    }
+
     fn ctx() -> PageContext {
         PageContext {
             nonce: "n0nce".into(),
@@ -212,21 +231,7 @@ mod tests {
             "sless-0123456789abcdef",
             vec![workload("hello", WorkloadKind::Function)],
             vec![workload("svc", WorkloadKind::Service)],
-            vec![TriggerResponse {
-                namespace: "sless-0123456789abcdef".into(),
-                name: "hello-http".into(),
-                trigger_type: "http".into(),
-                function_ref: "hello".into(),
-                schedule: None,
-                queue: None,
-                enabled: true,
-                active: true,
-                url: None,
-                last_schedule_time: None,
-                message: None,
-                resource_version: "1".into(),
-                created_at: "x".into(),
-            }],
+            vec![http_trigger(true)],
         );
         let selection = Selection::default();
         let entries = selection.apply(&listing);
@@ -311,21 +316,7 @@ mod tests {
         let mut failed = workload("hello", WorkloadKind::Function);
         failed.message = Some("step\nERROR: no <b>pkg</b>\nmore".into());
         failed.phase = crate::listing::Phase::Building;
-        let stopped = TriggerResponse {
-            namespace: "sless-0123456789abcdef".into(),
-            name: "hello-http".into(),
-            trigger_type: "http".into(),
-            function_ref: "hello".into(),
-            schedule: None,
-            queue: None,
-            enabled: false,
-            active: false,
-            url: None,
-            last_schedule_time: None,
-            message: None,
-            resource_version: "1".into(),
-            created_at: "x".into(),
-        };
+        let stopped = http_trigger(false);
         let view = crate::function::FunctionView {
             workload: failed,
             triggers: vec![crate::function::TriggerRuns::of(

@@ -1,5 +1,6 @@
 //! Thin handlers: parse the request, call the `app` crate's actions and pages, answer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -123,19 +124,62 @@ async fn page_context(caller: &Caller, nonce: &Nonce) -> Result<PageContext, Con
     Ok(ctx)
 }
 
-/// What every namespace view starts with: the namespace checked and the caller allowed
-/// on it, a client acting there as the caller, and the answer's format.
-fn open(
-    state: &ConsoleState,
-    caller: &Caller,
-    namespace: &str,
-    headers: &HeaderMap,
-    format: Option<&str>,
-) -> Result<(Client, Format), ConsoleError> {
-    check_name("namespace", namespace)?;
-    caller.authorize(namespace)?;
-    let client = state.console.client(&caller.token, namespace);
-    Ok((client, Format::negotiate(headers, format)))
+/// Query strings that may ask for a format (`?format=json|text|html`).
+pub trait AsksFormat {
+    fn format(&self) -> Option<&str>;
+}
+
+impl AsksFormat for ListQuery {
+    fn format(&self) -> Option<&str> {
+        self.format.as_deref()
+    }
+}
+
+/// What every namespace view starts with: the caller, allowed on the checked namespace
+/// (`{ns}` of the route), the parsed query, a client acting there as the caller, the
+/// answer's format and the response's nonce.
+pub struct NamespaceView<Q> {
+    namespace: String,
+    query: Q,
+    format: Format,
+    client: Client,
+    caller: Caller,
+    nonce: Nonce,
+}
+
+impl<Q> FromRequestParts<Arc<ConsoleState>> for NamespaceView<Q>
+where
+    Q: serde::de::DeserializeOwned + AsksFormat + Send,
+{
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ConsoleState>,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ConsoleError::NotFound(e.body_text()))?;
+        let namespace = params.get("ns").cloned().unwrap_or_default();
+        check_name("namespace", &namespace)?;
+        caller.authorize(&namespace)?;
+        let query: Q = query(&parts.uri)?;
+        let format = Format::negotiate(&parts.headers, query.format());
+        let nonce = parts
+            .extensions
+            .get::<Nonce>()
+            .cloned()
+            .ok_or_else(|| ConsoleError::Internal("no CSP nonce for this response".into()))?;
+        Ok(NamespaceView {
+            client: state.console.client(&caller.token, &namespace),
+            namespace,
+            query,
+            format,
+            caller,
+            nonce,
+        })
+    }
 }
 
 pub async fn root() -> Redirect {
@@ -150,20 +194,16 @@ pub async fn home(caller: Caller) -> Redirect {
 /// `/funcs/<ns>`: the list, as a page, JSON or text.
 pub async fn list(
     State(state): Shared,
-    Path(namespace): Path<String>,
-    Extension(nonce): Extension<Nonce>,
-    uri: Uri,
-    headers: HeaderMap,
-    caller: Caller,
+    view: NamespaceView<ListQuery>,
 ) -> Result<Response, ConsoleError> {
-    let list_query: ListQuery = query(&uri)?;
-    let (client, format) = open(
-        &state,
-        &caller,
-        &namespace,
-        &headers,
-        list_query.format.as_deref(),
-    )?;
+    let NamespaceView {
+        query: list_query,
+        format,
+        client,
+        caller,
+        nonce,
+        ..
+    } = view;
     let selection = Selection::from_query(&list_query);
 
     let started = Instant::now();
@@ -215,6 +255,12 @@ pub struct FunctionQuery {
     follow: Option<String>,
 }
 
+impl AsksFormat for FunctionQuery {
+    fn format(&self) -> Option<&str> {
+        self.format.as_deref()
+    }
+}
+
 /// A text or JSON answer (pages are built by their handlers).
 fn data_response(
     format: Format,
@@ -235,20 +281,17 @@ fn data_response(
 /// `/funcs/<ns>/<kind>/<name>`: one Function or Service, as a page, JSON or text.
 pub async fn function(
     State(state): Shared,
-    Path((namespace, kind, name)): Path<(String, String, String)>,
-    Extension(nonce): Extension<Nonce>,
-    uri: Uri,
-    headers: HeaderMap,
-    caller: Caller,
+    Path((_, kind, name)): Path<(String, String, String)>,
+    view: NamespaceView<FunctionQuery>,
 ) -> Result<Response, ConsoleError> {
-    let function_query: FunctionQuery = query(&uri)?;
-    let (client, format) = open(
-        &state,
-        &caller,
-        &namespace,
-        &headers,
-        function_query.format.as_deref(),
-    )?;
+    let NamespaceView {
+        namespace,
+        query: function_query,
+        format,
+        client,
+        caller,
+        nonce,
+    } = view;
     let kind = match kind.as_str() {
         "function" => WorkloadKind::Function,
         "service" => WorkloadKind::Service,
@@ -293,23 +336,25 @@ pub struct FormatQuery {
     format: Option<String>,
 }
 
+impl AsksFormat for FormatQuery {
+    fn format(&self) -> Option<&str> {
+        self.format.as_deref()
+    }
+}
+
 /// `/funcs/<ns>/jobs`: the jobs, as a page, JSON or text.
 pub async fn jobs(
     State(state): Shared,
-    Path(namespace): Path<String>,
-    Extension(nonce): Extension<Nonce>,
-    uri: Uri,
-    headers: HeaderMap,
-    caller: Caller,
+    view: NamespaceView<FormatQuery>,
 ) -> Result<Response, ConsoleError> {
-    let format_query: FormatQuery = query(&uri)?;
-    let (client, format) = open(
-        &state,
-        &caller,
-        &namespace,
-        &headers,
-        format_query.format.as_deref(),
-    )?;
+    let NamespaceView {
+        namespace,
+        format,
+        client,
+        caller,
+        nonce,
+        ..
+    } = view;
     let jobs = state.console.jobs(&client).await?;
     if format != Format::Html {
         return Ok(data_response(
@@ -325,20 +370,17 @@ pub async fn jobs(
 /// `/funcs/<ns>/jobs/<name>`: one job with its result, log tail and "Run again".
 pub async fn job(
     State(state): Shared,
-    Path((namespace, name)): Path<(String, String)>,
-    Extension(nonce): Extension<Nonce>,
-    uri: Uri,
-    headers: HeaderMap,
-    caller: Caller,
+    Path((_, name)): Path<(String, String)>,
+    view: NamespaceView<FormatQuery>,
 ) -> Result<Response, ConsoleError> {
-    let format_query: FormatQuery = query(&uri)?;
-    let (client, format) = open(
-        &state,
-        &caller,
-        &namespace,
-        &headers,
-        format_query.format.as_deref(),
-    )?;
+    let NamespaceView {
+        namespace,
+        format,
+        client,
+        caller,
+        nonce,
+        ..
+    } = view;
     check_name("name", &name)?;
     let job = state.console.job(&client, &name).await?;
     if format != Format::Html {
