@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use percent_encoding::percent_decode_str;
 use sless_client::apitypes::{JobPatch, JobResponse, WorkloadResponse};
 use sless_client::client::{Client, ClientError, Collection, RunWait, TriggerWait};
 
@@ -300,6 +301,13 @@ impl Console {
         if let Some(body) = &body {
             serde_json::from_str::<serde_json::Value>(body)
                 .map_err(|e| ActionFailure::bad_request(format!("the body is not JSON: {e}")))?;
+        }
+        // The call stays below the function's own URL (URLs resolve `..` and `%2e%2e`).
+        let dot_dot = |segment: &str| percent_decode_str(segment).decode_utf8_lossy() == "..";
+        if path.split(['/', '?', '#']).any(dot_dot) || path.contains('\\') {
+            return Err(ActionFailure::bad_request(format!(
+                "{path:?}: the path may not contain \"..\" segments or backslashes"
+            )));
         }
         let path = if path.starts_with('/') {
             path.to_string()

@@ -1478,6 +1478,38 @@ async fn invoke_goes_through_fn_and_the_call_shows_up_escaped() {
     let flash = enclosing(&page.body, "the body is not JSON", "<p", "</p>");
     assert!(flash.contains("flash-error"), "{flash}");
 
+    // The call stays below the function's URL; names are names.
+    for path in ["/../../v1/namespaces", "/a/%2e%2e/%2E%2E/x", "\\..\\x"] {
+        let mut escape = form(None, "{}");
+        escape[4].1 = path.to_string();
+        let refused = f
+            .send(
+                f.http
+                    .post(f.url(INVOKE))
+                    .bearer_auth(&f.token)
+                    .form(&pairs(&escape)),
+            )
+            .await
+            .expect(400, path);
+        assert!(refused.body.contains("may not contain"), "{}", refused.body);
+    }
+    let mut bad_name = form(None, "{}");
+    bad_name[2].1 = "../echo".to_string();
+    let refused = f
+        .send(
+            f.http
+                .post(f.url(INVOKE))
+                .bearer_auth(&f.token)
+                .form(&pairs(&bad_name)),
+        )
+        .await
+        .expect(400, "a name with a slash");
+    assert!(
+        refused.body.contains("not a valid name"),
+        "{}",
+        refused.body
+    );
+
     // Scripts post with their token and get JSON; only their own namespace.
     let scripted = f
         .send(

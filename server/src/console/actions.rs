@@ -22,11 +22,14 @@ use super::session;
 /// Forms are small; an invoke body is the largest field.
 const FORM_LIMIT: usize = 1024 * 1024;
 
-/// The fields every action's form shares.
+/// The fields actions' forms share; every name among them is checked here once.
 #[derive(Deserialize)]
 struct Common {
     csrf_token: Option<String>,
     namespace: Option<String>,
+    name: Option<String>,
+    trigger: Option<String>,
+    job: Option<String>,
 }
 
 pub async fn handle(
@@ -48,9 +51,19 @@ pub async fn handle(
         }
         Via::Bearer => None,
     };
+    let names = [
+        ("namespace", &common.namespace),
+        ("name", &common.name),
+        ("trigger", &common.trigger),
+        ("job", &common.job),
+    ];
+    for (field, value) in names {
+        if let Some(value) = value {
+            operator::model::validate_name(field, value)
+                .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+        }
+    }
     if let Some(namespace) = &common.namespace {
-        operator::model::validate_name("namespace", namespace)
-            .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
         caller.authorize(namespace)?;
     }
     let ctx = ActionContext::new(
