@@ -4,13 +4,14 @@
 use leptos::prelude::*;
 
 use super::layout::{CsrfField, PageContext, document};
-use super::source::file_view;
+use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use super::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, limits, source_href};
 use crate::actions::Invoke;
 use crate::function::{CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines};
 use crate::highlight::render_json_text;
 use crate::listing::{Phase, url_encode};
+use std::sync::Arc;
 
 pub struct FunctionPage<'a> {
     pub namespace: &'a str,
@@ -151,7 +152,8 @@ fn InvokeForm(
     }
 }
 
-fn invocation_view(outcome: &InvokeOutcome, splicer: &Splicer) -> impl IntoView + use<> {
+#[component]
+fn Invocation(outcome: InvokeOutcome) -> impl IntoView {
     let class = if outcome.status >= 500 {
         "status status-bad"
     } else {
@@ -166,7 +168,9 @@ fn invocation_view(outcome: &InvokeOutcome, splicer: &Splicer) -> impl IntoView 
         .json
         .then(|| render_json_text("response body", &outcome.body))
     {
-        Some(file) => file_view(&file, "invoke-body-hl".into(), splicer).into_any(),
+        Some(file) => {
+            view! { <SourceFile file=Arc::new(file) id="invoke-body-hl".to_string()/> }.into_any()
+        }
         None => view! { <pre class="output">{outcome.body.clone()}</pre> }.into_any(),
     };
     view! {
@@ -289,7 +293,7 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
 pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
     let (doc, splicer) = Owner::new().with(|| {
-        let splicer = Splicer::new(&ctx.nonce);
+        let splicer = Splicer::provide(&ctx.nonce);
         let view = page.view;
         let w = &view.workload;
         let href = function_href(page.namespace, w.kind, &w.name);
@@ -307,7 +311,9 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
             .into_any(),
             None => view! { <pre class="message muted">{m.to_string()}</pre> }.into_any(),
         });
-        let invocation = page.invocation.map(|o| invocation_view(o, &splicer));
+        let invocation = page
+            .invocation
+            .map(|o| view! { <Invocation outcome=o.clone()/> });
         let body = view! {
             <p class="crumbs"><a href=format!("/funcs/{}", url_encode(page.namespace))>"← " {page.namespace.to_string()}</a></p>
             <div class="page-head">

@@ -1,11 +1,13 @@
 //! `/funcs/<ns>/jobs` and `/funcs/<ns>/jobs/<name>`: jobs (they run once per `run_id`),
 //! with their phase, last run, result and log tail, and "Run again".
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use sless_client::apitypes::{JobPhase, JobResponse};
 
 use super::layout::{CsrfField, PageContext, document};
-use super::source::file_view;
+use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use super::{KindBadge, Time};
 use crate::actions::RunJob;
@@ -89,10 +91,10 @@ pub async fn render_jobs(namespace: &str, jobs: &[JobResponse], ctx: &PageContex
 pub async fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
     let (doc, splicer) = Owner::new().with(|| {
-        let splicer = Splicer::new(&ctx.nonce);
+        let splicer = Splicer::provide(&ctx.nonce);
         let result = job.message.as_deref().map(|message| {
             if serde_json::from_str::<serde_json::Value>(message).is_ok() {
-                file_view(&render_json_text("result", message), "job-result".into(), &splicer).into_any()
+                view! { <SourceFile file=Arc::new(render_json_text("result", message)) id="job-result".to_string()/> }.into_any()
             } else {
                 view! { <pre class="output job-message">{message.to_string()}</pre> }.into_any()
             }

@@ -58,7 +58,9 @@ impl Flash {
     }
 }
 
-fn flash_view(flash: Option<Flash>) -> impl IntoView {
+/// The one-time message of the last action, if any.
+#[component]
+fn FlashMessage(flash: Option<Flash>) -> impl IntoView {
     flash.map(|flash| {
         let (class, role) = match flash.kind {
             FlashKind::Ok => ("flash flash-ok", "status"),
@@ -74,10 +76,11 @@ pub fn CsrfField(csrf: Option<String>) -> impl IntoView {
     view! { <input type="hidden" name="csrf_token" value=csrf.unwrap_or_default()/> }
 }
 
-fn header_bar(ctx: &PageContext) -> impl IntoView + use<> {
-    let user = ctx.user.clone().map(|user| {
+/// The bar on top: the console's name, the user's namespace, Jobs and Log out.
+#[component]
+fn HeaderBar(user: Option<UserBadge>, csrf: Option<String>) -> impl IntoView {
+    let user = user.map(|user| {
         let home = format!("/funcs/{}", user.namespace);
-        let csrf = ctx.csrf.clone();
         let jobs = format!("/funcs/{}/jobs", user.namespace);
         let admin = user
             .admin
@@ -145,8 +148,8 @@ pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) ->
             </head>
             <body>
                 <a class="skip" href="#main">"Skip to content"</a>
-                {header_bar(ctx)}
-                <main id="main">{flash_view(ctx.flash.clone())} {body}</main>
+                <HeaderBar user=ctx.user.clone() csrf=ctx.csrf.clone()/>
+                <main id="main"><FlashMessage flash=ctx.flash.clone()/> {body}</main>
             </body>
         </html>
     };

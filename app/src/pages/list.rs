@@ -5,15 +5,12 @@ use std::collections::HashMap;
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
-use super::source::files_view;
+use super::source::SourceFiles;
 use super::splice::{PageBody, Splicer};
 use super::{
-    KindBadge, TriggerItem, WorkloadUrl, function_href, limits, phase_class, short_time,
-    source_href,
+    KindBadge, Time, TriggerItem, WorkloadUrl, function_href, limits, phase_class, source_href,
 };
-use crate::listing::{
-    Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, TriggerView, WorkloadKind,
-};
+use crate::listing::{Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, WorkloadKind};
 use crate::source_cache::RenderedSource;
 
 /// What the list page shows.
@@ -28,45 +25,33 @@ pub struct ListPage<'a> {
     pub public_url: &'a str,
 }
 
-struct Forms {
-    namespace: String,
-    csrf: Option<String>,
-}
+/// The highlighted source of an entry, when the page inlines it.
+type Source = Option<Result<RenderedSource, String>>;
 
-fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
-    view! {
-        <TriggerItem trigger=trigger.clone() namespace=forms.namespace.clone() csrf=forms.csrf.clone()/>
-    }
-}
-
-fn source_view(
-    entry: &Entry,
-    namespace: &str,
-    sources: &HashMap<String, Result<RenderedSource, String>>,
-    splicer: &Splicer,
-) -> impl IntoView + use<> {
-    let href = source_href(namespace, entry.kind, &entry.name);
-    let body = match (&entry.s3_key, sources.get(&entry.name)) {
-        (None, _) => view! { <p class="muted">"No code uploaded yet."</p> }.into_any(),
-        (Some(_), Some(Ok(files))) => {
-            files_view(files, &format!("{}-", entry.name), splicer).into_any()
-        }
-        (Some(_), Some(Err(e))) => view! {
-            <p class="flash flash-error">"Could not load the source: " {e.clone()}</p>
-        }
-        .into_any(),
-        (Some(_), None) => view! {
-            <p class="muted">"Open the source page to see the files of the latest upload."</p>
-        }
-        .into_any(),
-    };
-    let summary = match sources.get(&entry.name) {
+#[component]
+fn SourceDetails(entry: Entry, namespace: String, source: Source) -> impl IntoView {
+    let href = source_href(&namespace, entry.kind, &entry.name);
+    let summary = match &source {
         Some(Ok(files)) => format!(
             "Source ({} file{})",
             files.len(),
             if files.len() == 1 { "" } else { "s" }
         ),
         _ => "Source".to_string(),
+    };
+    let body = match (&entry.s3_key, source) {
+        (None, _) => view! { <p class="muted">"No code uploaded yet."</p> }.into_any(),
+        (Some(_), Some(Ok(files))) => {
+            view! { <SourceFiles files=files id_prefix=format!("{}-", entry.name)/> }.into_any()
+        }
+        (Some(_), Some(Err(e))) => view! {
+            <p class="flash flash-error">"Could not load the source: " {e}</p>
+        }
+        .into_any(),
+        (Some(_), None) => view! {
+            <p class="muted">"Open the source page to see the files of the latest upload."</p>
+        }
+        .into_any(),
     };
     view! {
         <details class="source">
@@ -79,12 +64,14 @@ fn source_view(
     }
 }
 
-fn entry_view(
-    entry: &Entry,
-    forms: &Forms,
-    sources: &HashMap<String, Result<RenderedSource, String>>,
-    splicer: &Splicer,
-) -> impl IntoView + use<> {
+/// One Function or Service of the list.
+#[component]
+fn EntryCard(
+    entry: Entry,
+    namespace: String,
+    csrf: Option<String>,
+    source: Source,
+) -> impl IntoView {
     let (memory, timeout) = limits(entry.memory_mb, entry.timeout_sec);
     let failed = entry.phase == Phase::Failed;
     let message = entry.message.clone().map(|m| {
@@ -111,7 +98,7 @@ fn entry_view(
         }
     });
     let built = match &entry.last_built_at {
-        Some(at) => view! { <time datetime=at.clone()>{short_time(at)}</time> }.into_any(),
+        Some(at) => view! { <Time at=at.clone()/> }.into_any(),
         None => view! { <span class="muted">"never"</span> }.into_any(),
     };
     let triggers = if entry.triggers.is_empty() {
@@ -120,7 +107,9 @@ fn entry_view(
         let items: Vec<_> = entry
             .triggers
             .iter()
-            .map(|t| trigger_view(t, forms))
+            .map(|t| {
+                view! { <TriggerItem trigger=t.clone() namespace=namespace.clone() csrf=csrf.clone()/> }
+            })
             .collect();
         view! { <ul class="triggers" aria-label="Triggers">{items}</ul> }.into_any()
     };
@@ -128,7 +117,7 @@ fn entry_view(
         <li class="entry" id=format!("entry-{}", entry.name)>
             <div class="entry-head">
                 <h2 class="entry-name">
-                    <a href=function_href(&forms.namespace, entry.kind, &entry.name)>{entry.name.clone()}</a>
+                    <a href=function_href(&namespace, entry.kind, &entry.name)>{entry.name.clone()}</a>
                 </h2>
                 <KindBadge kind=entry.kind.as_str()/>
                 <span class="runtime">{entry.runtime.clone()}</span>
@@ -145,12 +134,13 @@ fn entry_view(
                 <dd>{timeout}</dd>
             </dl>
             {triggers}
-            {source_view(entry, &forms.namespace, sources, splicer)}
+            <SourceDetails entry=entry.clone() namespace=namespace.clone() source=source/>
         </li>
     }
 }
 
-fn counts_view(counts: &Counts) -> impl IntoView + use<> {
+#[component]
+fn KindCounts(counts: Counts) -> impl IntoView {
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let phases: Vec<_> = counts
@@ -179,7 +169,8 @@ fn counts_view(counts: &Counts) -> impl IntoView + use<> {
     }
 }
 
-fn filters_view(selection: &Selection, namespace: &str) -> impl IntoView + use<> {
+#[component]
+fn Filters(selection: Selection, namespace: String) -> impl IntoView {
     let kind_options: Vec<_> = [
         ("", "All kinds"),
         ("function", "function"),
@@ -237,7 +228,8 @@ fn filters_view(selection: &Selection, namespace: &str) -> impl IntoView + use<>
     }
 }
 
-fn empty_view(namespace: &str, public_url: &str) -> impl IntoView + use<> {
+#[component]
+fn EmptyState(namespace: String, public_url: String) -> impl IntoView {
     let example = format!(
         "API={public_url}/v1/namespaces/{namespace}\n\
          AUTH=\"Authorization: Bearer $TOKEN\"   # your token (sless token --sub <you>)\n\
@@ -266,15 +258,12 @@ fn empty_view(namespace: &str, public_url: &str) -> impl IntoView + use<> {
 pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
     let (doc, splicer) = Owner::new().with(|| {
-        let splicer = Splicer::new(&ctx.nonce);
+        let splicer = Splicer::provide(&ctx.nonce);
         let namespace = page.listing.namespace.clone();
         let counts = Counts::of(page.listing);
-        let forms = Forms {
-            namespace: namespace.clone(),
-            csrf: ctx.csrf.clone(),
-        };
         let body = if page.listing.entries.is_empty() {
-            empty_view(&namespace, page.public_url).into_any()
+            view! { <EmptyState namespace=namespace.clone() public_url=page.public_url.to_string()/> }
+                .into_any()
         } else {
             let shown = if page.selection.is_filtered() {
                 format!("Showing {} of {}.", page.entries.len(), counts.total)
@@ -288,7 +277,16 @@ pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
             let items: Vec<_> = page
                 .entries
                 .iter()
-                .map(|e| entry_view(e, &forms, page.sources, &splicer))
+                .map(|e| {
+                    view! {
+                        <EntryCard
+                            entry=(*e).clone()
+                            namespace=namespace.clone()
+                            csrf=ctx.csrf.clone()
+                            source=page.sources.get(&e.name).cloned()
+                        />
+                    }
+                })
                 .collect();
             let list = if items.is_empty() {
                 view! { <p class="muted">"Nothing matches the filter."</p> }.into_any()
@@ -313,7 +311,7 @@ pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
                 }
             });
             view! {
-                {filters_view(page.selection, &namespace)}
+                <Filters selection=page.selection.clone() namespace=namespace.clone()/>
                 <p class="showing" role="status">{shown}</p>
                 {list}
                 {orphans}
@@ -323,7 +321,7 @@ pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
         let head = view! {
             <div class="page-head">
                 <h1>"Functions " <span class="ns">{namespace.clone()}</span></h1>
-                {counts_view(&counts)}
+                <KindCounts counts=counts/>
             </div>
             {body}
         };

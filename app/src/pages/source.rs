@@ -1,5 +1,7 @@
 //! `/funcs/<ns>/source/<name>`: the files of the latest upload, highlighted.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
@@ -20,11 +22,9 @@ pub struct SourcePage<'a> {
     pub files: Option<&'a RenderedSource>,
 }
 
-pub(super) fn file_view(
-    file: &RenderedFile,
-    id: String,
-    splicer: &Splicer,
-) -> impl IntoView + use<> {
+/// One highlighted file; its HTML is spliced in from the cache, not copied.
+#[component]
+pub(super) fn SourceFile(file: Arc<RenderedFile>, id: String) -> impl IntoView {
     let notices: Vec<_> = file
         .notices
         .iter()
@@ -48,7 +48,7 @@ pub(super) fn file_view(
             view! {
                 <div class="code-wrap">
                     <pre class="gutter" aria-hidden="true">{gutter.clone()}</pre>
-                    <pre class="hl-code"><code inner_html=splicer.marker(html)></code></pre>
+                    <pre class="hl-code"><code inner_html=Splicer::current().marker(html)></code></pre>
                 </div>
             }
             .into_any(),
@@ -70,18 +70,15 @@ pub(super) fn file_view(
 }
 
 /// One section per file; `id_prefix` keeps ids unique when several entries share a page.
-pub(super) fn files_view(
-    files: &RenderedSource,
-    id_prefix: &str,
-    splicer: &Splicer,
-) -> impl IntoView + use<> {
+#[component]
+pub(super) fn SourceFiles(files: RenderedSource, id_prefix: String) -> impl IntoView {
     if files.is_empty() {
         return view! { <p class="muted">"The upload holds no files."</p> }.into_any();
     }
     let sections: Vec<_> = files
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, f)| file_view(f, format!("{id_prefix}file-{i}"), splicer))
+        .map(|(i, file)| view! { <SourceFile file=file id=format!("{id_prefix}file-{i}")/> })
         .collect();
     view! { <div class="files">{sections}</div> }.into_any()
 }
@@ -89,7 +86,7 @@ pub(super) fn files_view(
 pub async fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
     // Actions (ServerAction) live in a reactive owner, even on the server.
     let (doc, splicer) = Owner::new().with(|| {
-        let splicer = Splicer::new(&ctx.nonce);
+        let splicer = Splicer::provide(&ctx.nonce);
         let back = format!("/funcs/{}", page.namespace);
         let built = page
             .last_built_at
@@ -114,7 +111,7 @@ pub async fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody
                         .collect();
                     view! { <nav class="toc" aria-label="Files"><ul>{items}</ul></nav> }
                 });
-                view! { {toc} {files_view(files, "", &splicer)} }.into_any()
+                view! { {toc} <SourceFiles files=files.clone() id_prefix=String::new()/> }.into_any()
             }
         };
         let view = view! {
