@@ -109,6 +109,17 @@ fn timed(mut response: Response, fetch: Duration, render: Duration) -> Response 
     response
 }
 
+/// A page from `render` (a future: nothing runs before it is awaited), with the fetch
+/// time before it and its render time in `Server-Timing`.
+async fn timed_page(
+    fetch: Duration,
+    render: impl Future<Output = app::pages::PageBody>,
+) -> Response {
+    let rendering = Instant::now();
+    let html = render.await;
+    timed(html_response(html), fetch, rendering.elapsed())
+}
+
 async fn page_context(caller: &Caller, nonce: &Nonce) -> Result<PageContext, ConsoleError> {
     let mut ctx = PageContext {
         nonce: nonce.0.clone(),
@@ -315,20 +326,14 @@ pub async fn function(
         ));
     }
     let ctx = page_context(&caller, &nonce).await?;
+    let page = FunctionPage {
+        namespace: &namespace,
+        view: &view,
+        follow: function_query.follow.is_some(),
+        invocation: ctx.flash.as_ref().and_then(|f| f.invocation.as_ref()),
+    };
     let fetch = started.elapsed();
-    let rendering = Instant::now();
-    let html = app::pages::render_function(
-        &FunctionPage {
-            namespace: &namespace,
-            view: &view,
-            follow: function_query.follow.is_some(),
-            invocation: ctx.flash.as_ref().and_then(|f| f.invocation.as_ref()),
-        },
-        &ctx,
-    )
-    .await;
-    let render = rendering.elapsed();
-    Ok(timed(html_response(html), fetch, render))
+    Ok(timed_page(fetch, app::pages::render_function(&page, &ctx)).await)
 }
 
 #[derive(Deserialize)]
@@ -427,23 +432,17 @@ pub async fn source(
         None => None,
     };
     let ctx = page_context(&caller, &nonce).await?;
+    let page = SourcePage {
+        namespace: &namespace,
+        name: &name,
+        kind,
+        runtime: &workload.runtime,
+        phase: workload.phase,
+        last_built_at: workload.last_built_at.as_deref(),
+        files: files.as_ref(),
+    };
     let fetch = started.elapsed();
-    let rendering = Instant::now();
-    let html = app::pages::render_source(
-        &SourcePage {
-            namespace: &namespace,
-            name: &name,
-            kind,
-            runtime: &workload.runtime,
-            phase: workload.phase,
-            last_built_at: workload.last_built_at.as_deref(),
-            files: files.as_ref(),
-        },
-        &ctx,
-    )
-    .await;
-    let render = rendering.elapsed();
-    Ok(timed(html_response(html), fetch, render))
+    Ok(timed_page(fetch, app::pages::render_source(&page, &ctx)).await)
 }
 
 #[derive(Deserialize)]
