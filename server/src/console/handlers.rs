@@ -352,24 +352,16 @@ pub async fn jobs(
     State(state): Shared,
     view: NamespaceView<FormatQuery>,
 ) -> Result<Response, ConsoleError> {
-    let NamespaceView {
-        namespace,
-        format,
-        client,
-        caller,
-        nonce,
-        ..
-    } = view;
-    let jobs = state.console.jobs(&client).await?;
-    if format != Format::Html {
+    let jobs = state.console.jobs(&view.client).await?;
+    if view.format != Format::Html {
         return Ok(data_response(
-            format,
+            view.format,
             || app::pages::jobs_text(&jobs),
             || serde_json::to_string_pretty(&jobs).unwrap_or_default(),
         ));
     }
-    let ctx = page_context(&caller, &nonce).await?;
-    Ok(Html(app::pages::render_jobs(&namespace, &jobs, &ctx).await).into_response())
+    let ctx = page_context(&view.caller, &view.nonce).await?;
+    Ok(Html(app::pages::render_jobs(&view.namespace, &jobs, &ctx).await).into_response())
 }
 
 /// `/funcs/<ns>/jobs/<name>`: one job with its result, log tail and "Run again".
@@ -378,26 +370,18 @@ pub async fn job(
     Path((_, name)): Path<(String, String)>,
     view: NamespaceView<FormatQuery>,
 ) -> Result<Response, ConsoleError> {
-    let NamespaceView {
-        namespace,
-        format,
-        client,
-        caller,
-        nonce,
-        ..
-    } = view;
     check_name("name", &name)?;
-    let job = state.console.job(&client, &name).await?;
-    if format != Format::Html {
+    let job = state.console.job(&view.client, &name).await?;
+    if view.format != Format::Html {
         return Ok(data_response(
-            format,
+            view.format,
             || app::pages::jobs_text(std::slice::from_ref(&job)),
             || serde_json::to_string_pretty(&job).unwrap_or_default(),
         ));
     }
-    let ctx = page_context(&caller, &nonce).await?;
+    let ctx = page_context(&view.caller, &view.nonce).await?;
     Ok(html_response(
-        app::pages::render_job(&namespace, &job, &ctx).await,
+        app::pages::render_job(&view.namespace, &job, &ctx).await,
     ))
 }
 
