@@ -577,4 +577,20 @@ mod tests {
         );
         assert_eq!(Selection::default().to_query_string(), "");
     }
+
+    #[test]
+    fn the_kind_filter_takes_the_kind_words_only() {
+        let kind = |value: &str| {
+            let query = ListQuery {
+                kind: Some(value.into()),
+                ..ListQuery::default()
+            };
+            Selection::from_query(&query).kind
+        };
+        assert_eq!(kind("Functions"), Some(WorkloadKind::Function));
+        assert_eq!(kind("service"), Some(WorkloadKind::Service));
+        // Jobs are their own kind: "job" is not a Function.
+        assert_eq!(kind("job"), None);
+        assert_eq!(kind("always-on"), None);
+    }
 }
