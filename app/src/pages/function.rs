@@ -1,6 +1,8 @@
 //! `/funcs/<ns>/<kind>/<name>`: one Function or Service with its calls, logs, build log,
 //! an invoke form and its settings.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 
 use super::layout::{CsrfField, PageContext, document};
@@ -11,7 +13,6 @@ use crate::actions::Invoke;
 use crate::function::{CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines};
 use crate::highlight::render_json_text;
 use crate::listing::{Phase, url_encode};
-use std::sync::Arc;
 
 pub struct FunctionPage<'a> {
     pub namespace: &'a str,
@@ -164,10 +165,11 @@ fn Invocation(outcome: InvokeOutcome) -> impl IntoView {
         .iter()
         .map(|(k, v)| view! { <li><code>{format!("{k}: {v}")}</code></li> })
         .collect();
-    let body = match outcome
+    let highlighted = outcome
         .json
         .then(|| render_json_text("response body", &outcome.body))
-    {
+        .flatten();
+    let body = match highlighted {
         Some(file) => {
             view! { <SourceFile file=Arc::new(file) id="invoke-body-hl".to_string()/> }.into_any()
         }

@@ -92,13 +92,19 @@ pub async fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -
     // Actions (ServerAction) live in a reactive owner, even on the server.
     let (doc, splicer) = Owner::new().with(|| {
         let splicer = Splicer::provide(&ctx.nonce);
-        let result = job.message.as_deref().map(|message| {
-            if serde_json::from_str::<serde_json::Value>(message).is_ok() {
-                view! { <SourceFile file=Arc::new(render_json_text("result", message)) id="job-result".to_string()/> }.into_any()
-            } else {
-                view! { <pre class="output job-message">{message.to_string()}</pre> }.into_any()
-            }
-        });
+        let result = job
+            .message
+            .as_deref()
+            .map(|message| match render_json_text("result", message) {
+                Some(file) => {
+                    let file = Arc::new(file);
+                    view! { <SourceFile file=file id="job-result".to_string()/> }.into_any()
+                }
+                None => {
+                    view! { <pre class="output job-message">{message.to_string()}</pre> }
+                        .into_any()
+                }
+            });
         let log = job.log_tail.clone().map_or_else(
             || view! { <p class="muted">"No output yet."</p> }.into_any(),
             |tail| view! { <pre class="logs">{tail}</pre> }.into_any(),
