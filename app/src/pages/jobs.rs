@@ -109,7 +109,8 @@ pub async fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -
             || view! { <p class="muted">"No output yet."</p> }.into_any(),
             |tail| view! { <pre class="logs">{tail}</pre> }.into_any(),
         );
-        let (ns, name, last_event) = (namespace.to_string(), job.name.clone(), job.event_json.clone());
+        let (ns, name) = (namespace.to_string(), job.name.clone());
+        let last_event = job.event_json.clone();
         let form = ctx.csrf.clone().map(|csrf| {
             view! {
                 <ActionForm action={ServerAction::<RunJob>::new()} attr:class="run-again">
