@@ -1,24 +1,24 @@
 // Optional enhancement of the sless console (everything works without it): a Copy
-// button next to every URL field. Loaded with the page's CSP nonce; no inline code.
+// button next to every URL. Loaded with the page's CSP nonce; no inline code.
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
   if (!navigator.clipboard) return;
-  for (const input of document.querySelectorAll("input.url")) {
+  for (const url of document.querySelectorAll("code.url")) {
     const button = document.createElement("button");
     button.type = "button";
     button.className = "button-quiet copy";
     button.textContent = "Copy";
-    button.setAttribute("aria-label", "Copy " + (input.getAttribute("aria-label") || "URL"));
+    button.setAttribute("aria-label", "Copy the URL " + url.textContent);
     button.addEventListener("click", async () => {
       try {
-        await navigator.clipboard.writeText(input.value);
+        await navigator.clipboard.writeText(url.textContent);
         button.textContent = "Copied";
       } catch {
-        input.select();
+        getSelection().selectAllChildren(url);
         button.textContent = "Press Ctrl+C";
       }
       setTimeout(() => { button.textContent = "Copy"; }, 2000);
     });
-    input.after(button);
+    url.after(button);
   }
 });

@@ -5,11 +5,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
-use sless_client::client::{Client, ClientError, Collection};
+use percent_encoding::percent_decode_str;
+use sless_client::apitypes::{JobPatch, JobResponse, WorkloadResponse};
+use sless_client::client::{Client, ClientError, Collection, RunWait, TriggerWait};
 
+use crate::actions::ActionFailure;
+
+use crate::function::{
+    CallSummary, FETCHED_CALLS, FunctionView, INVOKE_BODY_LIMIT, InvokeOutcome, LOG_LINES,
+    TriggerRuns,
+};
 use crate::highlight::render_file;
-use crate::listing::{Entry, Listing, WorkloadKind};
+use crate::listing::{Entry, Listing, TriggerView, WorkloadKind};
 use crate::source_cache::{RenderedSource, SourceCache};
 
 /// Why a view could not be built: the API refused or failed, or highlighting did.
@@ -19,6 +26,8 @@ pub enum ViewError {
     Api(#[from] ClientError),
     #[error("highlighting failed: {0}")]
     Highlight(String),
+    #[error("{0}")]
+    Data(String),
 }
 
 impl ViewError {
@@ -28,6 +37,7 @@ impl ViewError {
             ViewError::Api(ClientError::Api { status, .. }) => *status,
             ViewError::Api(ClientError::Unreachable { .. } | ClientError::Decode { .. }) => 502,
             ViewError::Api(ClientError::Config(_)) | ViewError::Highlight(_) => 500,
+            ViewError::Data(_) => 502,
         }
     }
 }
@@ -63,15 +73,19 @@ impl Default for ConsoleOptions {
 pub struct Console {
     options: ConsoleOptions,
     cache: SourceCache,
+    /// One connection pool for every user's requests; each acts with its own token.
+    api: Client,
 }
 
 impl Console {
-    pub fn new(options: ConsoleOptions) -> Self {
+    pub fn new(options: ConsoleOptions) -> Result<Self> {
         crate::highlight::warm_up();
-        Console {
+        crate::pages::init_executor();
+        Ok(Console {
             cache: SourceCache::new(options.source_cache_bytes),
+            api: Client::for_namespace(&options.api_endpoint, "", "")?,
             options,
-        }
+        })
     }
 
     pub fn options(&self) -> &ConsoleOptions {
@@ -82,13 +96,9 @@ impl Console {
         &self.cache
     }
 
-    /// A client acting as the caller on `namespace`.
-    pub fn client(&self, token: &str, namespace: &str) -> Result<Client> {
-        Ok(Client::for_namespace(
-            &self.options.api_endpoint,
-            token,
-            namespace,
-        )?)
+    /// A client acting as the caller on `namespace`, on the shared pool.
+    pub fn client(&self, token: &str, namespace: &str) -> Client {
+        self.api.acting_as(token, namespace)
     }
 
     /// Functions, Services and Triggers, fetched concurrently.
@@ -104,6 +114,43 @@ impl Console {
             services,
             triggers,
         ))
+    }
+
+    /// Everything the function page shows, fetched concurrently. A workload never built
+    /// has no build log (the API's 404), which is not an error here.
+    pub async fn function(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        name: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<FunctionView> {
+        let collection = kind.collection();
+        let (workload, triggers, calls, logs, build_log) = tokio::try_join!(
+            client.get_workload(collection, name),
+            client.list_triggers(),
+            client.invocations(collection, name, FETCHED_CALLS),
+            client.logs(collection, name, LOG_LINES),
+            async {
+                match client.build_log(collection, name).await {
+                    Ok(log) => Ok(Some(log)),
+                    Err(e) if e.status() == Some(404) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            },
+        )?;
+        let triggers = triggers
+            .into_iter()
+            .filter(|t| t.function_ref == name)
+            .map(|t| TriggerRuns::of(TriggerView::from_api(t), now))
+            .collect();
+        Ok(FunctionView {
+            workload,
+            triggers,
+            calls: CallSummary::from_api(calls, now).map_err(ViewError::Data)?,
+            logs,
+            build_log,
+        })
     }
 
     pub async fn workload(
@@ -213,13 +260,137 @@ impl Console {
         self.highlight(s3_key, listed).await.map(Some)
     }
 
-    /// Starts (`enabled`) or stops a trigger in place.
+    /// Starts (`enabled`) or stops a trigger, then waits until the platform has acted
+    /// (a stopped http trigger's `/fn` answers 503 by then); says what happened.
     pub async fn set_trigger(
         &self,
         client: &Client,
         trigger: &str,
         enabled: bool,
-    ) -> Result<TriggerResponse> {
-        Ok(client.set_trigger_enabled(trigger, enabled).await?)
+    ) -> Result<String> {
+        client.set_trigger_enabled(trigger, enabled).await?;
+        let wait = client
+            .wait_for_trigger(trigger, SETTLE_WAIT, POLL_INTERVAL)
+            .await?;
+        let verb = if enabled { "Started" } else { "Stopped" };
+        Ok(match wait {
+            TriggerWait::Settled(_) => format!("{verb} trigger {trigger}."),
+            TriggerWait::NotBuilt(t, phase) => format!(
+                "{verb} trigger {trigger}; {} is {phase}, so it takes calls once built.",
+                t.function_ref
+            ),
+            TriggerWait::TimedOut(t) => format!(
+                "{verb} trigger {trigger}, but the platform has not acted yet{}.",
+                t.message.map(|m| format!(": {m}")).unwrap_or_default()
+            ),
+        })
+    }
+
+    /// Calls `/fn` with the invoke form's fields; the body must be JSON (or empty).
+    pub async fn invoke(
+        &self,
+        client: &Client,
+        name: &str,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<InvokeOutcome, ActionFailure> {
+        let method = reqwest::Method::from_bytes(method.trim().to_ascii_uppercase().as_bytes())
+            .map_err(|_| ActionFailure::bad_request(format!("{method:?} is not an HTTP method")))?;
+        let body = body.filter(|b| !b.trim().is_empty() && method != reqwest::Method::GET);
+        if let Some(body) = &body {
+            serde_json::from_str::<serde_json::Value>(body)
+                .map_err(|e| ActionFailure::bad_request(format!("the body is not JSON: {e}")))?;
+        }
+        // The call stays below the function's own URL (URLs resolve `..` and `%2e%2e`).
+        let dot_dot = |segment: &str| percent_decode_str(segment).decode_utf8_lossy() == "..";
+        if path.split(['/', '?', '#']).any(dot_dot) || path.contains('\\') {
+            return Err(ActionFailure::bad_request(format!(
+                "{path:?}: the path may not contain \"..\" segments or backslashes"
+            )));
+        }
+        let path = if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("/{path}")
+        };
+        let started = std::time::Instant::now();
+        let answer = client
+            .invoke(name, method.clone(), &path, body.map(String::into_bytes))
+            .await
+            .map_err(ViewError::from)?;
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let json = answer
+            .content_type
+            .as_deref()
+            .is_some_and(|t| t.contains("json"));
+        let shown = &answer.body[..answer.body.len().min(INVOKE_BODY_LIMIT)];
+        Ok(InvokeOutcome {
+            method: method.to_string(),
+            path,
+            status: answer.status,
+            headers: answer.headers,
+            body: String::from_utf8_lossy(shown).into_owned(),
+            json,
+            duration_ms,
+        })
+    }
+
+    pub async fn jobs(&self, client: &Client) -> Result<Vec<JobResponse>> {
+        let mut jobs = client.list_jobs().await?;
+        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(jobs)
+    }
+
+    pub async fn job(&self, client: &Client, name: &str) -> Result<JobResponse> {
+        Ok(client.get_job(name).await?)
+    }
+
+    /// Starts the job's next run (with a new event when given) and waits a little for
+    /// its result; says how it went.
+    pub async fn run_job(
+        &self,
+        client: &Client,
+        name: &str,
+        event: Option<String>,
+    ) -> Result<String, ActionFailure> {
+        if let Some(event) = &event {
+            serde_json::from_str::<serde_json::Value>(event)
+                .map_err(|e| ActionFailure::bad_request(format!("the event is not JSON: {e}")))?;
+        }
+        let job = client.get_job(name).await.map_err(ViewError::from)?;
+        let patch = JobPatch {
+            run_id: Some(job.run_id + 1),
+            event_json: event,
+        };
+        let started = client
+            .patch_job(name, &patch)
+            .await
+            .map_err(ViewError::from)?;
+        let wait = client
+            .wait_for_run(&started, RUN_WAIT, POLL_INTERVAL, |_| {})
+            .await
+            .map_err(ViewError::from)?;
+        Ok(match wait {
+            RunWait::Finished(job) => format!("Run {} of job {name}: {}.", job.run_id, job.phase),
+            RunWait::Superseded(job) => {
+                format!(
+                    "Run {} of job {name} was replaced by run {}.",
+                    started.run_id, job.run_id
+                )
+            }
+            RunWait::TimedOut(job) => {
+                format!(
+                    "Run {} of job {name} started; still {}.",
+                    job.run_id, job.phase
+                )
+            }
+        })
     }
 }
+
+/// How long an action waits for the platform to act on a trigger or finish a run
+/// before answering anyway (the page then shows where it is).
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const RUN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);

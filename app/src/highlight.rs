@@ -221,6 +221,27 @@ fn plain(text: &str) -> String {
     html_escape::encode_text(text).into_owned()
 }
 
+/// JSON texts above this are shown plain: they are highlighted while the page renders.
+pub const JSON_HIGHLIGHT_LIMIT: usize = 16 * 1024;
+
+/// A JSON text (a response body, a job's result) highlighted, pretty-printed when it
+/// parses; `name` is the caption shown above it. None when it is not JSON or too long
+/// to highlight while a page renders ([`JSON_HIGHLIGHT_LIMIT`]).
+pub fn render_json_text(name: &str, text: &str) -> Option<RenderedFile> {
+    if text.len() > JSON_HIGHLIGHT_LIMIT {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let content = serde_json::to_string_pretty(&value).ok()?;
+    Some(render_file(&SourceFileResponse {
+        name: format!("{name}.json"),
+        size: content.len() as u64,
+        content: Some(content),
+        binary: false,
+        truncated: false,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

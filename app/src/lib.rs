@@ -1,8 +1,23 @@
-//! The web console (Leptos, rendered on the server only): the list of a namespace's
-//! Functions and Services, their highlighted source, trigger start/stop, login. The
-//! `server` crate wires these into axum routes with sessions, CSRF and headers.
+//! The web console: a Leptos app rendered on the server only (no wasm target exists, so
+//! no hydration bundle). Pages and their parts are `#[component]`s; titles go through
+//! `leptos_meta`; the actions (trigger start/stop, invoke, run a job again, log out) are
+//! `#[server]` functions ([`actions`]) served by `leptos_axum` and posted by
+//! `<ActionForm>`s, which without JavaScript are plain form posts answered with a
+//! redirect back and a flash. The `server` crate wires them into axum with sessions, one
+//! auth + CSRF check for every action, and the security headers.
+//!
+//! Some parts stay plain axum on purpose:
+//! - the page routes and the text/plain and `?format=json` answers of the same URLs:
+//!   content negotiation per URL is not what Leptos routing does, and curl gets a few
+//!   hundred bytes without a reactive owner or a view tree;
+//! - highlighted source is spliced into the response as shared cached HTML
+//!   ([`pages::PageBody`]) instead of being copied into each page: a 5,000-line file is
+//!   ~6 MB of classed HTML, and the benchmarks showed the copy was most of the cost;
+//! - login sets the session itself, before there is a session to check a CSRF token of.
 
+pub mod actions;
 pub mod console;
+pub mod function;
 pub mod highlight;
 pub mod listing;
 pub mod pages;

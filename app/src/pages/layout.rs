@@ -1,6 +1,8 @@
 //! The document around every page: head, header bar with the user and logout, flash.
 
+use futures::StreamExt;
 use leptos::prelude::*;
+use leptos_meta::{ServerMetaContext, ServerMetaContextOutput, Title, provide_meta_context};
 
 /// Per-request facts every page needs.
 #[derive(Clone, Debug, Default)]
@@ -11,6 +13,8 @@ pub struct PageContext {
     pub csrf: Option<String>,
     pub user: Option<UserBadge>,
     pub flash: Option<Flash>,
+    /// Reload the page every this many seconds (a build being followed).
+    pub refresh: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,10 +31,13 @@ pub enum FlashKind {
 }
 
 /// A one-time message shown after a redirect (kept in the session).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Flash {
     pub kind: FlashKind,
     pub text: String,
+    /// The answer of the invoke form, shown on the function page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<crate::function::InvokeOutcome>,
 }
 
 impl Flash {
@@ -38,6 +45,7 @@ impl Flash {
         Flash {
             kind: FlashKind::Ok,
             text: text.into(),
+            invocation: None,
         }
     }
 
@@ -45,11 +53,14 @@ impl Flash {
         Flash {
             kind: FlashKind::Error,
             text: text.into(),
+            invocation: None,
         }
     }
 }
 
-fn flash_view(flash: Option<Flash>) -> impl IntoView {
+/// The one-time message of the last action, if any.
+#[component]
+fn FlashMessage(flash: Option<Flash>) -> impl IntoView {
     flash.map(|flash| {
         let (class, role) = match flash.kind {
             FlashKind::Ok => ("flash flash-ok", "status"),
@@ -59,26 +70,30 @@ fn flash_view(flash: Option<Flash>) -> impl IntoView {
     })
 }
 
-pub(super) fn csrf_field(csrf: &Option<String>) -> impl IntoView + use<> {
-    let value = csrf.clone().unwrap_or_default();
-    view! { <input type="hidden" name="csrf_token" value=value/> }
+/// The session's CSRF token, checked once for every action by the server.
+#[component]
+pub fn CsrfField(csrf: Option<String>) -> impl IntoView {
+    view! { <input type="hidden" name="csrf_token" value=csrf.unwrap_or_default()/> }
 }
 
-fn header_bar(ctx: &PageContext) -> impl IntoView + use<> {
-    let user = ctx.user.clone().map(|user| {
+/// The bar on top: the console's name, the user's namespace, Jobs and Log out.
+#[component]
+fn HeaderBar(user: Option<UserBadge>, csrf: Option<String>) -> impl IntoView {
+    let user = user.map(|user| {
         let home = format!("/funcs/{}", user.namespace);
-        let csrf = csrf_field(&ctx.csrf);
+        let jobs = format!("/funcs/{}/jobs", user.namespace);
         let admin = user
             .admin
             .then(|| view! { <span class="badge badge-admin">admin</span> });
         view! {
             <div class="user">
-                <a class="user-ns" href=home title="Your namespace">{user.namespace}</a>
+                <a class="user-ns" href=home title="Your functions and services">{user.namespace}</a>
+                <a href=jobs>"Jobs"</a>
                 {admin}
-                <form method="post" action="/logout" class="logout">
-                    {csrf}
+                <ActionForm action={ServerAction::<crate::actions::Logout>::new()} attr:class="logout">
+                    <CsrfField csrf=csrf/>
                     <button type="submit" class="button-quiet">"Log out"</button>
-                </form>
+                </ActionForm>
             </div>
         }
     });
@@ -93,8 +108,30 @@ fn header_bar(ctx: &PageContext) -> impl IntoView + use<> {
     }
 }
 
-/// A whole HTML document around `body`.
-pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) -> String {
+/// A rendered document whose `<title>` (set with leptos_meta's `<Title>`) still has to
+/// go into its head: [`Document::into_html`].
+pub(super) struct Document {
+    html: String,
+    meta: ServerMetaContextOutput,
+}
+
+impl Document {
+    pub(super) async fn into_html(self) -> String {
+        let Document { html, meta } = self;
+        let chunks: Vec<String> = meta
+            .inject_meta_context(futures::stream::iter([html]))
+            .await
+            .collect()
+            .await;
+        chunks.concat()
+    }
+}
+
+/// A whole HTML document around `body`. Call it inside the page's reactive owner.
+pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) -> Document {
+    let (meta, output) = ServerMetaContext::new();
+    provide_context(meta);
+    provide_meta_context();
     let nonce = ctx.nonce.clone();
     let page = view! {
         <html lang="en">
@@ -102,7 +139,8 @@ pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) ->
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light dark"/>
-                <title>{title}</title>
+                {ctx.refresh.map(|s| view! { <meta http-equiv="refresh" content=s.to_string()/> })}
+                <Title text=title/>
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
                 <link rel="stylesheet" href="/style/console.css"/>
                 <link rel="stylesheet" href="/style/highlight.css"/>
@@ -110,12 +148,12 @@ pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) ->
             </head>
             <body>
                 <a class="skip" href="#main">"Skip to content"</a>
-                {header_bar(ctx)}
-                <main id="main">{flash_view(ctx.flash.clone())} {body}</main>
+                <HeaderBar user=ctx.user.clone() csrf=ctx.csrf.clone()/>
+                <main id="main"><FlashMessage flash=ctx.flash.clone()/> {body}</main>
             </body>
         </html>
     };
     let mut html = String::from("<!DOCTYPE html>");
     html.push_str(&page.to_html());
-    html
+    Document { html, meta: output }
 }

@@ -4,13 +4,13 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 
-use super::layout::{PageContext, csrf_field, document};
-use super::source::files_view;
+use super::layout::{PageContext, document};
+use super::source::SourceFiles;
 use super::splice::{PageBody, Splicer};
-use super::{limits, phase_class, short_time, source_href};
-use crate::listing::{
-    Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, TriggerView, WorkloadKind,
+use super::{
+    KindBadge, Time, TriggerItem, WorkloadUrl, function_href, limits, phase_class, source_href,
 };
+use crate::listing::{Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, WorkloadKind};
 use crate::source_cache::RenderedSource;
 
 /// What the list page shows.
@@ -25,82 +25,33 @@ pub struct ListPage<'a> {
     pub public_url: &'a str,
 }
 
-struct Forms {
-    namespace: String,
-    csrf: Option<String>,
-    back: String,
-}
+/// The highlighted source of an entry, when the page inlines it.
+type Source = Option<Result<RenderedSource, String>>;
 
-fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
-    let label = trigger.label();
-    let (state_class, state_text) = if trigger.enabled {
-        ("state state-on", "on")
-    } else {
-        ("state state-off", "off")
-    };
-    let form = forms.csrf.as_ref().map(|_| {
-        let (target, button, verb) = if trigger.enabled {
-            ("false", "■ Stop", "Stop")
-        } else {
-            ("true", "▶ Start", "Start")
-        };
-        let action = format!("/funcs/{}/triggers", forms.namespace);
-        let aria = format!("{verb} trigger {}", trigger.name);
-        view! {
-            <form method="post" action=action class="toggle">
-                {csrf_field(&forms.csrf)}
-                <input type="hidden" name="trigger" value=trigger.name.clone()/>
-                <input type="hidden" name="enabled" value=target/>
-                <input type="hidden" name="back" value=forms.back.clone()/>
-                <button type="submit" class=format!("button-{}", verb.to_lowercase()) aria-label=aria>
-                    {button}
-                </button>
-            </form>
-        }
-    });
-    let note = trigger
-        .message
-        .clone()
-        .map(|m| view! { <span class="trigger-note">{m}</span> });
-    view! {
-        <li class="trigger" id=format!("trigger-{}", trigger.name)>
-            <span class="trigger-label" title=trigger.name.clone()>{label}</span>
-            <span class="trigger-name">{trigger.name.clone()}</span>
-            <span class=state_class>{state_text}</span>
-            {note}
-            {form}
-        </li>
-    }
-}
-
-fn source_view(
-    entry: &Entry,
-    namespace: &str,
-    sources: &HashMap<String, Result<RenderedSource, String>>,
-    splicer: &Splicer,
-) -> impl IntoView + use<> {
-    let href = source_href(namespace, entry.kind, &entry.name);
-    let body = match (&entry.s3_key, sources.get(&entry.name)) {
-        (None, _) => view! { <p class="muted">"No code uploaded yet."</p> }.into_any(),
-        (Some(_), Some(Ok(files))) => {
-            files_view(files, &format!("{}-", entry.name), splicer).into_any()
-        }
-        (Some(_), Some(Err(e))) => view! {
-            <p class="flash flash-error">"Could not load the source: " {e.clone()}</p>
-        }
-        .into_any(),
-        (Some(_), None) => view! {
-            <p class="muted">"Open the source page to see the files of the latest upload."</p>
-        }
-        .into_any(),
-    };
-    let summary = match sources.get(&entry.name) {
+#[component]
+fn SourceDetails(entry: Entry, namespace: String, source: Source) -> impl IntoView {
+    let href = source_href(&namespace, entry.kind, &entry.name);
+    let summary = match &source {
         Some(Ok(files)) => format!(
             "Source ({} file{})",
             files.len(),
             if files.len() == 1 { "" } else { "s" }
         ),
         _ => "Source".to_string(),
+    };
+    let body = match (&entry.s3_key, source) {
+        (None, _) => view! { <p class="muted">"No code uploaded yet."</p> }.into_any(),
+        (Some(_), Some(Ok(files))) => {
+            view! { <SourceFiles files=files id_prefix=format!("{}-", entry.name)/> }.into_any()
+        }
+        (Some(_), Some(Err(e))) => view! {
+            <p class="flash flash-error">"Could not load the source: " {e}</p>
+        }
+        .into_any(),
+        (Some(_), None) => view! {
+            <p class="muted">"Open the source page to see the files of the latest upload."</p>
+        }
+        .into_any(),
     };
     view! {
         <details class="source">
@@ -113,21 +64,23 @@ fn source_view(
     }
 }
 
-fn entry_view(
-    entry: &Entry,
-    forms: &Forms,
-    sources: &HashMap<String, Result<RenderedSource, String>>,
-    splicer: &Splicer,
-) -> impl IntoView + use<> {
+/// One Function or Service of the list.
+#[component]
+fn EntryCard(
+    entry: Entry,
+    namespace: String,
+    csrf: Option<String>,
+    source: Source,
+) -> impl IntoView {
     let (memory, timeout) = limits(entry.memory_mb, entry.timeout_sec);
-    let badge_class = match entry.kind {
-        WorkloadKind::Function => "badge badge-job",
-        WorkloadKind::Service => "badge badge-always-on",
-    };
     let failed = entry.phase == Phase::Failed;
     let message = entry.message.clone().map(|m| {
         if failed {
+            // The error line stays in sight however long the reason is.
+            let error = crate::function::error_lines(&m)
+                .map(|lines| view! { <p class="error-line">{lines}</p> });
             view! {
+                {error}
                 <details class="message">
                     <summary>"Why it failed"</summary>
                     <pre>{m}</pre>
@@ -139,16 +92,13 @@ fn entry_view(
         }
     });
     let url = entry.display_url().map(|url| {
-        let aria = format!("URL of {}", entry.name);
         view! {
             <dt>"URL"</dt>
-            <dd class="url-cell">
-                <input class="url" type="text" readonly=true value=url.to_string() aria-label=aria/>
-            </dd>
+            <dd class="url-cell"><WorkloadUrl url=url.to_string() stopped=entry.stopped()/></dd>
         }
     });
     let built = match &entry.last_built_at {
-        Some(at) => view! { <time datetime=at.clone()>{short_time(at)}</time> }.into_any(),
+        Some(at) => view! { <Time at=at.clone()/> }.into_any(),
         None => view! { <span class="muted">"never"</span> }.into_any(),
     };
     let triggers = if entry.triggers.is_empty() {
@@ -157,7 +107,9 @@ fn entry_view(
         let items: Vec<_> = entry
             .triggers
             .iter()
-            .map(|t| trigger_view(t, forms))
+            .map(|t| {
+                view! { <TriggerItem trigger=t.clone() namespace=namespace.clone() csrf=csrf.clone()/> }
+            })
             .collect();
         view! { <ul class="triggers" aria-label="Triggers">{items}</ul> }.into_any()
     };
@@ -165,9 +117,9 @@ fn entry_view(
         <li class="entry" id=format!("entry-{}", entry.name)>
             <div class="entry-head">
                 <h2 class="entry-name">
-                    <a href=source_href(&forms.namespace, entry.kind, &entry.name)>{entry.name.clone()}</a>
+                    <a href=function_href(&namespace, entry.kind, &entry.name)>{entry.name.clone()}</a>
                 </h2>
-                <span class=badge_class title=entry.kind.as_str()>{entry.badge}</span>
+                <KindBadge kind=entry.kind.as_str()/>
                 <span class="runtime">{entry.runtime.clone()}</span>
                 <span class=phase_class(entry.phase) title=entry.message.clone()>{entry.phase.as_str()}</span>
             </div>
@@ -182,12 +134,13 @@ fn entry_view(
                 <dd>{timeout}</dd>
             </dl>
             {triggers}
-            {source_view(entry, &forms.namespace, sources, splicer)}
+            <SourceDetails entry=entry.clone() namespace=namespace.clone() source=source/>
         </li>
     }
 }
 
-fn counts_view(counts: &Counts) -> impl IntoView + use<> {
+#[component]
+fn KindCounts(counts: Counts) -> impl IntoView {
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let phases: Vec<_> = counts
@@ -202,12 +155,12 @@ fn counts_view(counts: &Counts) -> impl IntoView + use<> {
     view! {
         <ul class="counts" aria-label="Counts">
             <li class="count-kind">
-                <span class="badge badge-job">"job"</span>
+                <KindBadge kind="function"/>
                 " "
                 {plural(counts.functions, "function", "functions")}
             </li>
             <li class="count-kind">
-                <span class="badge badge-always-on">"always-on"</span>
+                <KindBadge kind="service"/>
                 " "
                 {plural(counts.services, "service", "services")}
             </li>
@@ -216,11 +169,12 @@ fn counts_view(counts: &Counts) -> impl IntoView + use<> {
     }
 }
 
-fn filters_view(selection: &Selection, namespace: &str) -> impl IntoView + use<> {
+#[component]
+fn Filters(selection: Selection, namespace: String) -> impl IntoView {
     let kind_options: Vec<_> = [
         ("", "All kinds"),
-        ("function", "job (Function)"),
-        ("service", "always-on (Service)"),
+        ("function", "function"),
+        ("service", "service"),
     ]
     .into_iter()
     .map(|(value, label)| {
@@ -274,7 +228,8 @@ fn filters_view(selection: &Selection, namespace: &str) -> impl IntoView + use<>
     }
 }
 
-fn empty_view(namespace: &str, public_url: &str) -> impl IntoView + use<> {
+#[component]
+fn EmptyState(namespace: String, public_url: String) -> impl IntoView {
     let example = format!(
         "API={public_url}/v1/namespaces/{namespace}\n\
          AUTH=\"Authorization: Bearer $TOKEN\"   # your token (sless token --sub <you>)\n\
@@ -300,68 +255,77 @@ fn empty_view(namespace: &str, public_url: &str) -> impl IntoView + use<> {
 }
 
 /// The whole list page.
-pub fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
-    let splicer = Splicer::new(&ctx.nonce);
-    let namespace = page.listing.namespace.clone();
-    let counts = Counts::of(page.listing);
-    let forms = Forms {
-        namespace: namespace.clone(),
-        csrf: ctx.csrf.clone(),
-        back: page.selection.to_query_string(),
-    };
-    let body = if page.listing.entries.is_empty() {
-        empty_view(&namespace, page.public_url).into_any()
-    } else {
-        let shown = if page.selection.is_filtered() {
-            format!("Showing {} of {}.", page.entries.len(), counts.total)
+pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
+    // Actions (ServerAction) live in a reactive owner, even on the server.
+    let (doc, splicer) = Owner::new().with(|| {
+        let splicer = Splicer::provide(&ctx.nonce);
+        let namespace = page.listing.namespace.clone();
+        let counts = Counts::of(page.listing);
+        let body = if page.listing.entries.is_empty() {
+            view! { <EmptyState namespace=namespace.clone() public_url=page.public_url.to_string()/> }
+                .into_any()
         } else {
-            format!(
-                "{} entr{}.",
-                counts.total,
-                if counts.total == 1 { "y" } else { "ies" }
-            )
-        };
-        let items: Vec<_> = page
-            .entries
-            .iter()
-            .map(|e| entry_view(e, &forms, page.sources, &splicer))
-            .collect();
-        let list = if items.is_empty() {
-            view! { <p class="muted">"Nothing matches the filter."</p> }.into_any()
-        } else {
-            view! { <ul class="entries">{items}</ul> }.into_any()
-        };
-        let orphans = (!page.listing.orphan_triggers.is_empty()).then(|| {
+            let shown = if page.selection.is_filtered() {
+                format!("Showing {} of {}.", page.entries.len(), counts.total)
+            } else {
+                format!(
+                    "{} entr{}.",
+                    counts.total,
+                    if counts.total == 1 { "y" } else { "ies" }
+                )
+            };
             let items: Vec<_> = page
-                .listing
-                .orphan_triggers
+                .entries
                 .iter()
-                .map(|t| {
-                    let target = format!("{} → {} (missing)", t.name, t.function_ref);
-                    view! { <li>{target}</li> }
+                .map(|e| {
+                    view! {
+                        <EntryCard
+                            entry=(*e).clone()
+                            namespace=namespace.clone()
+                            csrf=ctx.csrf.clone()
+                            source=page.sources.get(&e.name).cloned()
+                        />
+                    }
                 })
                 .collect();
+            let list = if items.is_empty() {
+                view! { <p class="muted">"Nothing matches the filter."</p> }.into_any()
+            } else {
+                view! { <ul class="entries">{items}</ul> }.into_any()
+            };
+            let orphans = (!page.listing.orphan_triggers.is_empty()).then(|| {
+                let items: Vec<_> = page
+                    .listing
+                    .orphan_triggers
+                    .iter()
+                    .map(|t| {
+                        let target = format!("{} → {} (missing)", t.name, t.function_ref);
+                        view! { <li>{target}</li> }
+                    })
+                    .collect();
+                view! {
+                    <section class="orphans">
+                        <h2>"Triggers without a function"</h2>
+                        <ul>{items}</ul>
+                    </section>
+                }
+            });
             view! {
-                <section class="orphans">
-                    <h2>"Triggers without a function"</h2>
-                    <ul>{items}</ul>
-                </section>
+                <Filters selection=page.selection.clone() namespace=namespace.clone()/>
+                <p class="showing" role="status">{shown}</p>
+                {list}
+                {orphans}
             }
-        });
-        view! {
-            {filters_view(page.selection, &namespace)}
-            <p class="showing" role="status">{shown}</p>
-            {list}
-            {orphans}
-        }
-        .into_any()
-    };
-    let head = view! {
-        <div class="page-head">
-            <h1>"Functions " <span class="ns">{namespace.clone()}</span></h1>
-            {counts_view(&counts)}
-        </div>
-        {body}
-    };
-    splicer.finish(document(format!("{namespace} · sless"), ctx, head))
+            .into_any()
+        };
+        let head = view! {
+            <div class="page-head">
+                <h1>"Functions " <span class="ns">{namespace.clone()}</span></h1>
+                <KindCounts counts=counts/>
+            </div>
+            {body}
+        };
+        (document(format!("{namespace} · sless"), ctx, head), splicer)
+    });
+    splicer.finish(doc.into_html().await)
 }

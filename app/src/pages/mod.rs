@@ -1,6 +1,9 @@
-//! The console's pages: Leptos views rendered to HTML strings on the server. There is no
-//! client bundle; every action is a plain form and `<details>` expands entries.
+//! The console's pages: Leptos components rendered to HTML on the server. There is no
+//! client bundle; every action is an `<ActionForm>` (a plain form post) and `<details>`
+//! expands entries.
 
+mod function;
+mod jobs;
 mod layout;
 mod list;
 mod login;
@@ -8,12 +11,22 @@ mod message;
 mod source;
 mod splice;
 
+use leptos::prelude::*;
+
+pub use function::{FunctionPage, function_href, render_function};
+pub use jobs::{job_href, jobs_text, render_job, render_jobs};
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};
 pub use list::{ListPage, render_list};
 pub use login::{LoginPage, render_login};
 pub use message::render_message;
 pub use source::{SourcePage, render_source};
 pub use splice::PageBody;
+
+/// leptos_meta puts each page's `<title>` in place on the async runtime (tokio): once
+/// per process, before the first page (a second call changes nothing).
+pub fn init_executor() {
+    let _ = any_spawner::Executor::init_tokio();
+}
 
 /// `128 MB`, and the timeout as people say it.
 fn limits(memory_mb: u32, timeout_sec: u32) -> (String, String) {
@@ -41,6 +54,91 @@ fn short_time(rfc3339: &str) -> String {
 /// The CSS classes of a phase badge.
 fn phase_class(phase: crate::listing::Phase) -> String {
     format!("phase phase-{}", phase.as_str().to_ascii_lowercase())
+}
+
+/// The kind as one word, the same as `sless ls` and the JSON `kind`.
+#[component]
+pub fn KindBadge(kind: &'static str) -> impl IntoView {
+    view! { <span class=format!("badge badge-{kind}")>{kind}</span> }
+}
+
+#[component]
+pub fn PhaseBadge(phase: crate::listing::Phase) -> impl IntoView {
+    view! { <span class=phase_class(phase)>{phase.as_str()}</span> }
+}
+
+/// Start ▶ / stop ■ of one trigger: a server function posted by a plain form.
+#[component]
+pub fn TriggerToggle(
+    namespace: String,
+    trigger: String,
+    enabled: bool,
+    csrf: Option<String>,
+) -> impl IntoView {
+    let (target, button, verb) = if enabled {
+        ("false", "■ Stop", "stop")
+    } else {
+        ("true", "▶ Start", "start")
+    };
+    let aria = format!("{verb} trigger {trigger}");
+    csrf.map(|csrf| {
+        view! {
+            <ActionForm action={ServerAction::<crate::actions::SetTrigger>::new()} attr:class="toggle">
+                <layout::CsrfField csrf=Some(csrf)/>
+                <input type="hidden" name="namespace" value=namespace/>
+                <input type="hidden" name="trigger" value=trigger/>
+                <input type="hidden" name="enabled" value=target/>
+                <button type="submit" class=format!("button-{verb}") aria-label=aria>{button}</button>
+            </ActionForm>
+        }
+    })
+}
+
+/// One trigger: its label, name, state, anything the page adds (`children`), its note
+/// and the start/stop button.
+#[component]
+pub fn TriggerItem(
+    trigger: crate::listing::TriggerView,
+    namespace: String,
+    csrf: Option<String>,
+    #[prop(optional)] children: Option<Children>,
+) -> impl IntoView {
+    let (state_class, state_text) = if trigger.enabled {
+        ("state state-on", "on")
+    } else {
+        ("state state-off", "stopped")
+    };
+    let note = trigger
+        .message
+        .clone()
+        .map(|m| view! { <span class="trigger-note">{m}</span> });
+    view! {
+        <li class="trigger" id=format!("trigger-{}", trigger.name)>
+            <span class="trigger-label" title=trigger.name.clone()>{trigger.label()}</span>
+            <span class="trigger-name">{trigger.name.clone()}</span>
+            <span class=state_class>{state_text}</span>
+            {children.map(|c| c())}
+            {note}
+            <TriggerToggle namespace=namespace trigger=trigger.name.clone() enabled=trigger.enabled csrf=csrf/>
+        </li>
+    }
+}
+
+/// The address `/fn` serves it at: wraps on narrow screens rather than being cut, and is
+/// greyed with a "stopped" note when its http trigger is stopped.
+#[component]
+pub fn WorkloadUrl(url: String, stopped: bool) -> impl IntoView {
+    let class = if stopped { "url url-stopped" } else { "url" };
+    let note =
+        stopped.then(|| view! { <span class="state state-off">"stopped: calls get 503"</span> });
+    view! { <code class=class>{url}</code> {note} }
+}
+
+/// A timestamp shown short, in UTC, with the exact one in `datetime`.
+#[component]
+pub fn Time(at: String) -> impl IntoView {
+    let shown = short_time(&at);
+    view! { <time datetime=at>{shown}</time> }
 }
 
 /// The source page of an entry.
@@ -94,6 +192,25 @@ mod tests {
         }
     }
 
+    /// `hello-http`, the http trigger of `hello`.
+    fn http_trigger(enabled: bool) -> TriggerResponse {
+        TriggerResponse {
+            namespace: "sless-0123456789abcdef".into(),
+            name: "hello-http".into(),
+            trigger_type: "http".into(),
+            function_ref: "hello".into(),
+            schedule: None,
+            queue: None,
+            enabled,
+            active: enabled,
+            url: None,
+            last_schedule_time: None,
+            message: None,
+            resource_version: "1".into(),
+            created_at: "x".into(),
+        }
+    }
+
     fn ctx() -> PageContext {
         PageContext {
             nonce: "n0nce".into(),
@@ -102,34 +219,19 @@ mod tests {
                 namespace: "sless-0123456789abcdef".into(),
                 admin: false,
             }),
-            flash: Some(Flash {
-                kind: FlashKind::Error,
-                text: "<script>alert(3)</script>".into(),
-            }),
+            flash: Some(Flash::error("<script>alert(3)</script>")),
+            refresh: None,
         }
     }
 
-    #[test]
-    fn list_page_escapes_everything_and_has_forms() {
+    #[tokio::test]
+    async fn list_page_escapes_everything_and_has_forms() {
+        init_executor();
         let listing = Listing::from_api(
             "sless-0123456789abcdef",
             vec![workload("hello", WorkloadKind::Function)],
             vec![workload("svc", WorkloadKind::Service)],
-            vec![TriggerResponse {
-                namespace: "sless-0123456789abcdef".into(),
-                name: "hello-http".into(),
-                trigger_type: "http".into(),
-                function_ref: "hello".into(),
-                schedule: None,
-                queue: None,
-                enabled: true,
-                active: true,
-                url: None,
-                last_schedule_time: None,
-                message: None,
-                resource_version: "1".into(),
-                created_at: "x".into(),
-            }],
+            vec![http_trigger(true)],
         );
         let selection = Selection::default();
         let entries = selection.apply(&listing);
@@ -152,6 +254,7 @@ mod tests {
             },
             &ctx(),
         )
+        .await
         .into_string();
         assert!(
             html.starts_with("<!DOCTYPE html><html lang=\"en\">"),
@@ -179,13 +282,15 @@ mod tests {
         );
         assert!(html.contains("name=\"enabled\" value=\"false\""), "{html}");
         assert!(html.contains("■ Stop"), "{html}");
-        assert!(html.contains(">always-on<"), "{html}");
+        assert!(html.contains(">service<"), "{html}");
+        assert!(html.contains("action=\"/console/set-trigger\""), "{html}");
         assert!(html.contains("class=\"hl-"), "{html}");
         println!("{html}");
     }
 
-    #[test]
-    fn empty_namespace_shows_how_to_deploy() {
+    #[tokio::test]
+    async fn empty_namespace_shows_how_to_deploy() {
+        init_executor();
         let listing = Listing::from_api("sless-0123456789abcdef", vec![], vec![], vec![]);
         let selection = Selection::default();
         let html = render_list(
@@ -198,9 +303,76 @@ mod tests {
             },
             &PageContext::default(),
         )
+        .await
         .into_string();
         assert!(html.contains("Nothing deployed yet"));
         assert!(html.contains("/v1/namespaces/sless-0123456789abcdef"));
         assert!(html.contains("-F code=@hello.zip"));
+    }
+
+    #[tokio::test]
+    async fn a_failed_function_page_leads_with_its_error_and_escapes_everything() {
+        init_executor();
+        let mut failed = workload("hello", WorkloadKind::Function);
+        failed.message = Some("step\nERROR: no <b>pkg</b>\nmore".into());
+        failed.phase = crate::listing::Phase::Building;
+        let stopped = http_trigger(false);
+        let view = crate::function::FunctionView {
+            workload: failed,
+            triggers: vec![crate::function::TriggerRuns::of(
+                crate::listing::TriggerView::from_api(stopped),
+                chrono::Utc::now(),
+            )],
+            calls: crate::function::CallSummary::default(),
+            logs: vec![sless_client::apitypes::LogLineResponse {
+                time: "t".into(),
+                stream: "stdout".into(),
+                version: "1".into(),
+                line: "<script>alert(4)</script>".into(),
+            }],
+            build_log: Some("ERROR: no <b>pkg</b>".into()),
+        };
+        let page = |follow| FunctionPage {
+            namespace: "sless-0123456789abcdef",
+            view: &view,
+            follow,
+            invocation: None,
+        };
+        let html = render_function(&page(true), &ctx()).await.into_string();
+        assert!(
+            html.contains("<meta http-equiv=\"refresh\" content=\"3\">"),
+            "{html}"
+        );
+        assert!(html.contains("<title>hello · sless</title>"), "{html}");
+        assert!(
+            !html.contains("<script>alert(4)") && !html.contains("<b>pkg"),
+            "{html}"
+        );
+        assert!(html.contains("class=\"url url-stopped\""), "{html}");
+        let quiet = render_function(&page(false), &ctx()).await.into_string();
+        assert!(!quiet.contains("http-equiv"), "no refresh unless followed");
+
+        let mut view = view.clone();
+        view.workload.phase = crate::listing::Phase::Failed;
+        let page = FunctionPage {
+            namespace: "sless-0123456789abcdef",
+            view: &view,
+            follow: true,
+            invocation: None,
+        };
+        let html = render_function(&page, &ctx()).await.into_string();
+        let error = html.find("class=\"error-line\"").expect("the error line");
+        assert!(
+            error < html.find("id=\"calls\"").unwrap(),
+            "before everything else"
+        );
+        assert!(
+            html.contains("<details open class=\"build-log\">"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("http-equiv"),
+            "nothing to follow once failed"
+        );
     }
 }

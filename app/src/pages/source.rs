@@ -1,10 +1,12 @@
 //! `/funcs/<ns>/source/<name>`: the files of the latest upload, highlighted.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
 use super::splice::{PageBody, Splicer};
-use super::{phase_class, short_time};
+use super::{KindBadge, phase_class, short_time};
 use crate::highlight::{FileBody, RenderedFile};
 use crate::listing::WorkloadKind;
 use crate::source_cache::RenderedSource;
@@ -20,7 +22,9 @@ pub struct SourcePage<'a> {
     pub files: Option<&'a RenderedSource>,
 }
 
-fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoView + use<> {
+/// One highlighted file; its HTML is spliced in from the cache, not copied.
+#[component]
+pub(super) fn SourceFile(file: Arc<RenderedFile>, id: String) -> impl IntoView {
     let notices: Vec<_> = file
         .notices
         .iter()
@@ -44,7 +48,7 @@ fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoVie
             view! {
                 <div class="code-wrap">
                     <pre class="gutter" aria-hidden="true">{gutter.clone()}</pre>
-                    <pre class="hl-code"><code inner_html=splicer.marker(html)></code></pre>
+                    <pre class="hl-code"><code inner_html=Splicer::current().marker(html)></code></pre>
                 </div>
             }
             .into_any(),
@@ -66,69 +70,66 @@ fn file_view(file: &RenderedFile, id: String, splicer: &Splicer) -> impl IntoVie
 }
 
 /// One section per file; `id_prefix` keeps ids unique when several entries share a page.
-pub(super) fn files_view(
-    files: &RenderedSource,
-    id_prefix: &str,
-    splicer: &Splicer,
-) -> impl IntoView + use<> {
+#[component]
+pub(super) fn SourceFiles(files: RenderedSource, id_prefix: String) -> impl IntoView {
     if files.is_empty() {
         return view! { <p class="muted">"The upload holds no files."</p> }.into_any();
     }
     let sections: Vec<_> = files
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, f)| file_view(f, format!("{id_prefix}file-{i}"), splicer))
+        .map(|(i, file)| view! { <SourceFile file=file id=format!("{id_prefix}file-{i}")/> })
         .collect();
     view! { <div class="files">{sections}</div> }.into_any()
 }
 
-pub fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
-    let splicer = Splicer::new(&ctx.nonce);
-    let back = format!("/funcs/{}", page.namespace);
-    let badge_class = match page.kind {
-        WorkloadKind::Function => "badge badge-job",
-        WorkloadKind::Service => "badge badge-always-on",
-    };
-    let built = page
-        .last_built_at
-        .map(|at| view! { <span class="muted">"built " {short_time(at)}</span> });
-    let body = match page.files {
-        None => view! {
-            <p class="muted">"No code uploaded yet: upload a zip to "
-                <code>{format!("/v1/namespaces/{}/{}s/{}/upload", page.namespace, page.kind.as_str(), page.name)}</code>
-                "."
-            </p>
-        }
-        .into_any(),
-        Some(files) => {
-            let toc = (files.len() > 1).then(|| {
-                let items: Vec<_> = files
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| {
-                        let href = format!("#file-{i}");
-                        view! { <li><a href=href>{f.name.clone()}</a></li> }
-                    })
-                    .collect();
-                view! { <nav class="toc" aria-label="Files"><ul>{items}</ul></nav> }
-            });
-            view! { {toc} {files_view(files, "", &splicer)} }.into_any()
-        }
-    };
-    let view = view! {
-        <p class="crumbs"><a href=back>"← " {page.namespace.to_string()}</a></p>
-        <div class="page-head">
-            <h1>{page.name.to_string()}</h1>
-            <span class=badge_class>{crate::listing::badge(page.kind)}</span>
-            <span class="runtime">{page.runtime.to_string()}</span>
-            <span class=phase_class(page.phase)>{page.phase.as_str()}</span>
-            {built}
-        </div>
-        {body}
-    };
-    splicer.finish(document(
-        format!("{} · source · sless", page.name),
-        ctx,
-        view,
-    ))
+pub async fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody {
+    // Actions (ServerAction) live in a reactive owner, even on the server.
+    let (doc, splicer) = Owner::new().with(|| {
+        let splicer = Splicer::provide(&ctx.nonce);
+        let back = format!("/funcs/{}", page.namespace);
+        let built = page
+            .last_built_at
+            .map(|at| view! { <span class="muted">"built " {short_time(at)}</span> });
+        let body = match page.files {
+            None => view! {
+                <p class="muted">"No code uploaded yet: upload a zip to "
+                    <code>{format!("/v1/namespaces/{}/{}s/{}/upload", page.namespace, page.kind.as_str(), page.name)}</code>
+                    "."
+                </p>
+            }
+            .into_any(),
+            Some(files) => {
+                let toc = (files.len() > 1).then(|| {
+                    let items: Vec<_> = files
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| {
+                            let href = format!("#file-{i}");
+                            view! { <li><a href=href>{f.name.clone()}</a></li> }
+                        })
+                        .collect();
+                    view! { <nav class="toc" aria-label="Files"><ul>{items}</ul></nav> }
+                });
+                view! { {toc} <SourceFiles files=files.clone() id_prefix=String::new()/> }.into_any()
+            }
+        };
+        let view = view! {
+            <p class="crumbs"><a href=back>"← " {page.namespace.to_string()}</a></p>
+            <div class="page-head">
+                <h1>{page.name.to_string()}</h1>
+                <KindBadge kind=page.kind.as_str()/>
+                <span class="runtime">{page.runtime.to_string()}</span>
+                <span class=phase_class(page.phase)>{page.phase.as_str()}</span>
+                {built}
+            </div>
+            {body}
+        };
+        (document(
+            format!("{} · source · sless", page.name),
+            ctx,
+            view,
+        ), splicer)
+    });
+    splicer.finish(doc.into_html().await)
 }

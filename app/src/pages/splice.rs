@@ -2,8 +2,7 @@
 //! rendered with a marker where each file's HTML goes, and sent as parts that share the
 //! cached HTML (a 5,000-line file is ~6 MB of classed HTML).
 
-use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
@@ -34,19 +33,37 @@ impl AsRef<[u8]> for SharedHtml {
     }
 }
 
-/// Collects the shared pieces of one page while its view is built.
+/// Collects the shared pieces of one page while its view is built; components find it
+/// in the page's context ([`Splicer::provide`]).
 pub(super) struct Splicer {
     /// The response's CSP nonce: unguessable, so no escaped user text can forge a marker.
     nonce: String,
-    pieces: RefCell<Vec<Arc<str>>>,
+    pieces: Mutex<Vec<Arc<str>>>,
 }
 
 impl Splicer {
     pub(super) fn new(nonce: &str) -> Self {
         Splicer {
             nonce: nonce.to_string(),
-            pieces: RefCell::new(Vec::new()),
+            pieces: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A splicer for the page being built, in its reactive owner's context.
+    pub(super) fn provide(nonce: &str) -> Arc<Self> {
+        let splicer = Arc::new(Splicer::new(nonce));
+        leptos::prelude::provide_context(splicer.clone());
+        splicer
+    }
+
+    /// The splicer of the page being built.
+    pub(super) fn current() -> Arc<Self> {
+        leptos::prelude::expect_context::<Arc<Splicer>>()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<str>>> {
+        // Only this page's thread touches it; a poisoned lock still holds plain data.
+        self.pieces.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn marker_of(&self, index: usize) -> String {
@@ -55,14 +72,14 @@ impl Splicer {
 
     /// Raw HTML to render where `html` belongs; [`Splicer::finish`] puts `html` there.
     pub(super) fn marker(&self, html: &Arc<str>) -> String {
-        let mut pieces = self.pieces.borrow_mut();
+        let mut pieces = self.lock();
         pieces.push(html.clone());
         self.marker_of(pieces.len() - 1)
     }
 
     /// The page: `skeleton` with every marker replaced by its piece.
-    pub(super) fn finish(self, skeleton: String) -> PageBody {
-        let pieces = self.pieces.take();
+    pub(super) fn finish(&self, skeleton: String) -> PageBody {
+        let pieces = std::mem::take(&mut *self.lock());
         let mut found: Vec<(usize, usize, Arc<str>)> = pieces
             .into_iter()
             .enumerate()

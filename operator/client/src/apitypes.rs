@@ -24,11 +24,12 @@ impl WorkloadKind {
         }
     }
 
-    /// Lenient, for people: plurals and the console's badges too.
+    /// Lenient, for people: any case, plurals too. "job" is not a Function: jobs are
+    /// their own kind.
     pub fn parse(value: &str) -> Option<Self> {
         match value.trim().to_ascii_lowercase().as_str() {
-            "function" | "functions" | "job" => Some(WorkloadKind::Function),
-            "service" | "services" | "always-on" => Some(WorkloadKind::Service),
+            "function" | "functions" => Some(WorkloadKind::Function),
+            "service" | "services" => Some(WorkloadKind::Service),
             _ => None,
         }
     }

@@ -82,6 +82,8 @@ pub enum TriggerWait {
 pub struct Invocation {
     pub status: u16,
     pub content_type: Option<String>,
+    /// Every response header, in the order received.
+    pub headers: Vec<(String, String)>,
     pub body: bytes::Bytes,
 }
 
@@ -127,6 +129,17 @@ impl Client {
             token: token.to_string(),
             namespace: namespace.to_string(),
         })
+    }
+
+    /// The same connection pool acting with another token on another namespace: a
+    /// server acting for many users (the console) keeps one pool for all of them.
+    pub fn acting_as(&self, token: &str, namespace: &str) -> Self {
+        Self {
+            http: self.http.clone(),
+            endpoint: self.endpoint.clone(),
+            token: token.to_string(),
+            namespace: namespace.to_string(),
+        }
     }
 
     pub fn namespace(&self) -> &str {
@@ -456,6 +469,14 @@ impl Client {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(String::from);
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.to_string(), value)
+            })
+            .collect();
         let body = response.bytes().await.map_err(|e| ClientError::Decode {
             url,
             message: e.to_string(),
@@ -463,6 +484,7 @@ impl Client {
         Ok(Invocation {
             status,
             content_type,
+            headers,
             body,
         })
     }

@@ -106,20 +106,8 @@ impl FromRequestParts<Arc<ConsoleState>> for Caller {
     }
 }
 
-/// A post-login target: a console path only, so `next` cannot send anyone elsewhere.
-pub fn safe_next(next: &str) -> Option<&str> {
-    let ok = (next == "/funcs" || next.starts_with("/funcs/"))
-        && !next.contains("//")
-        && next.len() <= 512
-        && next.bytes().all(|b| {
-            b.is_ascii_alphanumeric()
-                || matches!(
-                    b,
-                    b'/' | b'-' | b'_' | b'.' | b'?' | b'=' | b'&' | b'%' | b'+'
-                )
-        });
-    ok.then_some(next)
-}
+/// A post-login target: a console path only (the same rule as the actions' redirects).
+pub use app::actions::safe_next;
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,11 @@
 //! Thin handlers: parse the request, call the `app` crate's actions and pages, answer.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use app::listing::{ListQuery, Selection, WorkloadKind, render_json, render_text};
-use app::pages::{Flash, ListPage, LoginPage, PageContext, SourcePage};
+use app::pages::{Flash, FunctionPage, ListPage, LoginPage, PageContext, SourcePage};
 use axum::Form;
 use axum::body::Body;
 use axum::extract::rejection::FormRejection;
@@ -13,6 +14,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
+use sless_client::client::Client;
 use tower_sessions::Session;
 
 use super::ConsoleState;
@@ -107,6 +109,17 @@ fn timed(mut response: Response, fetch: Duration, render: Duration) -> Response 
     response
 }
 
+/// A page from `render` (a future: nothing runs before it is awaited), with the fetch
+/// time before it and its render time in `Server-Timing`.
+async fn timed_page(
+    fetch: Duration,
+    render: impl Future<Output = app::pages::PageBody>,
+) -> Response {
+    let rendering = Instant::now();
+    let html = render.await;
+    timed(html_response(html), fetch, rendering.elapsed())
+}
+
 async fn page_context(caller: &Caller, nonce: &Nonce) -> Result<PageContext, ConsoleError> {
     let mut ctx = PageContext {
         nonce: nonce.0.clone(),
@@ -122,6 +135,64 @@ async fn page_context(caller: &Caller, nonce: &Nonce) -> Result<PageContext, Con
     Ok(ctx)
 }
 
+/// Query strings that may ask for a format (`?format=json|text|html`).
+pub trait AsksFormat {
+    fn format(&self) -> Option<&str>;
+}
+
+impl AsksFormat for ListQuery {
+    fn format(&self) -> Option<&str> {
+        self.format.as_deref()
+    }
+}
+
+/// What every namespace view starts with: the caller, allowed on the checked namespace
+/// (`{ns}` of the route), the parsed query, a client acting there as the caller, the
+/// answer's format and the response's nonce.
+pub struct NamespaceView<Q> {
+    namespace: String,
+    query: Q,
+    format: Format,
+    client: Client,
+    caller: Caller,
+    nonce: Nonce,
+}
+
+impl<Q> FromRequestParts<Arc<ConsoleState>> for NamespaceView<Q>
+where
+    Q: serde::de::DeserializeOwned + AsksFormat + Send,
+{
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ConsoleState>,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ConsoleError::NotFound(e.body_text()))?;
+        let namespace = params.get("ns").cloned().unwrap_or_default();
+        check_name("namespace", &namespace)?;
+        caller.authorize(&namespace)?;
+        let query: Q = query(&parts.uri)?;
+        let format = Format::negotiate(&parts.headers, query.format());
+        let nonce = parts
+            .extensions
+            .get::<Nonce>()
+            .cloned()
+            .ok_or_else(|| ConsoleError::Internal("no CSP nonce for this response".into()))?;
+        Ok(NamespaceView {
+            client: state.console.client(&caller.token, &namespace),
+            namespace,
+            query,
+            format,
+            caller,
+            nonce,
+        })
+    }
+}
+
 pub async fn root() -> Redirect {
     Redirect::to("/funcs")
 }
@@ -134,18 +205,17 @@ pub async fn home(caller: Caller) -> Redirect {
 /// `/funcs/<ns>`: the list, as a page, JSON or text.
 pub async fn list(
     State(state): Shared,
-    Path(namespace): Path<String>,
-    Extension(nonce): Extension<Nonce>,
-    uri: Uri,
-    headers: HeaderMap,
-    caller: Caller,
+    view: NamespaceView<ListQuery>,
 ) -> Result<Response, ConsoleError> {
-    check_name("namespace", &namespace)?;
-    caller.authorize(&namespace)?;
-    let list_query: ListQuery = query(&uri)?;
-    let format = Format::negotiate(&headers, list_query.format.as_deref());
+    let NamespaceView {
+        query: list_query,
+        format,
+        client,
+        caller,
+        nonce,
+        ..
+    } = view;
     let selection = Selection::from_query(&list_query);
-    let client = state.console.client(&caller.token, &namespace)?;
 
     let started = Instant::now();
     let listing = state.console.listing(&client).await?;
@@ -177,7 +247,8 @@ pub async fn list(
                     public_url: &state.public_url,
                 },
                 &ctx,
-            );
+            )
+            .await;
             let render = rendering.elapsed();
             (html_response(html), fetch, render)
         }
@@ -190,70 +261,128 @@ pub async fn list(
 }
 
 #[derive(Deserialize)]
-pub struct ToggleForm {
-    csrf_token: Option<String>,
-    trigger: Option<String>,
-    enabled: Option<String>,
-    /// The list's query string, to return to the same filtered view.
-    back: Option<String>,
+pub struct FunctionQuery {
+    format: Option<String>,
+    follow: Option<String>,
 }
 
-/// `POST /funcs/<ns>/triggers`: start or stop one trigger, then back to the list.
-pub async fn toggle(
-    State(state): Shared,
-    Path(namespace): Path<String>,
-    caller: Caller,
-    submitted: Result<Form<ToggleForm>, FormRejection>,
-) -> Result<Response, ConsoleError> {
-    let submitted = form(submitted)?;
-    if caller.via == Via::Session {
-        let session = caller.session.as_ref().ok_or(ConsoleError::Csrf)?;
-        csrf::verify(session, submitted.csrf_token.as_deref()).await?;
+impl AsksFormat for FunctionQuery {
+    fn format(&self) -> Option<&str> {
+        self.format.as_deref()
     }
-    check_name("namespace", &namespace)?;
-    caller.authorize(&namespace)?;
-    let trigger = submitted
-        .trigger
-        .ok_or_else(|| ConsoleError::BadRequest("the form has no trigger field".into()))?;
-    operator::model::validate_name("trigger", &trigger)
-        .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
-    let enabled = match submitted.enabled.as_deref() {
-        Some("true") => true,
-        Some("false") => false,
-        _ => {
-            return Err(ConsoleError::BadRequest(
-                "enabled must be \"true\" or \"false\"".into(),
-            ));
+}
+
+/// A text or JSON answer (pages are built by their handlers).
+fn data_response(
+    format: Format,
+    text: impl FnOnce() -> String,
+    json: impl FnOnce() -> String,
+) -> Response {
+    let (content_type, body) = match format {
+        Format::Json => ("application/json", json()),
+        _ => ("text/plain; charset=utf-8", text()),
+    };
+    let mut response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    response
+}
+
+/// `/funcs/<ns>/<kind>/<name>`: one Function or Service, as a page, JSON or text.
+pub async fn function(
+    State(state): Shared,
+    Path((_, kind, name)): Path<(String, String, String)>,
+    view: NamespaceView<FunctionQuery>,
+) -> Result<Response, ConsoleError> {
+    let NamespaceView {
+        namespace,
+        query: function_query,
+        format,
+        client,
+        caller,
+        nonce,
+    } = view;
+    let kind = match kind.as_str() {
+        "function" => WorkloadKind::Function,
+        "service" => WorkloadKind::Service,
+        other => {
+            return Err(ConsoleError::NotFound(format!(
+                "{other:?} is not a kind: expected function or service"
+            )));
         }
     };
-    let back = submitted
-        .back
-        .and_then(|b| format!("/?{b}").parse::<Uri>().ok())
-        .and_then(|uri| query::<ListQuery>(&uri).ok())
-        .map(|q| Selection::from_query(&q).to_query_string())
-        .filter(|q| !q.is_empty())
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
-
-    let client = state.console.client(&caller.token, &namespace)?;
-    let result = state.console.set_trigger(&client, &trigger, enabled).await;
-    let verb = if enabled { "Started" } else { "Stopped" };
-    match (caller.via, result, &caller.session) {
-        (Via::Session, Ok(_), Some(session)) => {
-            session::set_flash(session, Flash::ok(format!("{verb} trigger {trigger}."))).await?;
-        }
-        (Via::Session, Err(e), Some(session)) => {
-            let action = if enabled { "start" } else { "stop" };
-            session::set_flash(
-                session,
-                Flash::error(format!("Could not {action} trigger {trigger}: {e}")),
-            )
-            .await?;
-        }
-        (_, Err(e), _) => return Err(e.into()),
-        (_, Ok(_), _) => {}
+    check_name("name", &name)?;
+    let started = Instant::now();
+    let view = state
+        .console
+        .function(&client, kind, &name, chrono::Utc::now())
+        .await?;
+    if format != Format::Html {
+        return Ok(data_response(
+            format,
+            || app::function::render_text(&view),
+            || app::function::render_json(&view),
+        ));
     }
-    Ok(Redirect::to(&format!("/funcs/{namespace}{back}#trigger-{trigger}")).into_response())
+    let ctx = page_context(&caller, &nonce).await?;
+    let page = FunctionPage {
+        namespace: &namespace,
+        view: &view,
+        follow: function_query.follow.is_some(),
+        invocation: ctx.flash.as_ref().and_then(|f| f.invocation.as_ref()),
+    };
+    let fetch = started.elapsed();
+    Ok(timed_page(fetch, app::pages::render_function(&page, &ctx)).await)
+}
+
+#[derive(Deserialize)]
+pub struct FormatQuery {
+    format: Option<String>,
+}
+
+impl AsksFormat for FormatQuery {
+    fn format(&self) -> Option<&str> {
+        self.format.as_deref()
+    }
+}
+
+/// `/funcs/<ns>/jobs`: the jobs, as a page, JSON or text.
+pub async fn jobs(
+    State(state): Shared,
+    view: NamespaceView<FormatQuery>,
+) -> Result<Response, ConsoleError> {
+    let jobs = state.console.jobs(&view.client).await?;
+    if view.format != Format::Html {
+        return Ok(data_response(
+            view.format,
+            || app::pages::jobs_text(&jobs),
+            || serde_json::to_string_pretty(&jobs).unwrap_or_default(),
+        ));
+    }
+    let ctx = page_context(&view.caller, &view.nonce).await?;
+    Ok(Html(app::pages::render_jobs(&view.namespace, &jobs, &ctx).await).into_response())
+}
+
+/// `/funcs/<ns>/jobs/<name>`: one job with its result, log tail and "Run again".
+pub async fn job(
+    State(state): Shared,
+    Path((_, name)): Path<(String, String)>,
+    view: NamespaceView<FormatQuery>,
+) -> Result<Response, ConsoleError> {
+    check_name("name", &name)?;
+    let job = state.console.job(&view.client, &name).await?;
+    if view.format != Format::Html {
+        return Ok(data_response(
+            view.format,
+            || app::pages::jobs_text(std::slice::from_ref(&job)),
+            || serde_json::to_string_pretty(&job).unwrap_or_default(),
+        ));
+    }
+    let ctx = page_context(&view.caller, &view.nonce).await?;
+    Ok(html_response(
+        app::pages::render_job(&view.namespace, &job, &ctx).await,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -279,7 +408,7 @@ pub async fn source(
             ConsoleError::BadRequest(format!("kind={kind:?}: expected function or service"))
         })?,
     };
-    let client = state.console.client(&caller.token, &namespace)?;
+    let client = state.console.client(&caller.token, &namespace);
     let started = Instant::now();
     let workload = state.console.workload(&client, kind, &name).await?;
     let files = match &workload.s3_key {
@@ -287,27 +416,24 @@ pub async fn source(
         None => None,
     };
     let ctx = page_context(&caller, &nonce).await?;
+    let page = SourcePage {
+        namespace: &namespace,
+        name: &name,
+        kind,
+        runtime: &workload.runtime,
+        phase: workload.phase,
+        last_built_at: workload.last_built_at.as_deref(),
+        files: files.as_ref(),
+    };
     let fetch = started.elapsed();
-    let rendering = Instant::now();
-    let html = app::pages::render_source(
-        &SourcePage {
-            namespace: &namespace,
-            name: &name,
-            kind,
-            runtime: &workload.runtime,
-            phase: workload.phase,
-            last_built_at: workload.last_built_at.as_deref(),
-            files: files.as_ref(),
-        },
-        &ctx,
-    );
-    let render = rendering.elapsed();
-    Ok(timed(html_response(html), fetch, render))
+    Ok(timed_page(fetch, app::pages::render_source(&page, &ctx)).await)
 }
 
 #[derive(Deserialize)]
 pub struct LoginQuery {
     next: Option<String>,
+    /// Set by the logout action's redirect: the page says it worked.
+    bye: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -315,11 +441,6 @@ pub struct LoginForm {
     token: Option<String>,
     csrf_token: Option<String>,
     next: Option<String>,
-}
-
-#[derive(Deserialize)]
-pub struct LogoutForm {
-    csrf_token: Option<String>,
 }
 
 /// Verifies the token, starts the session, and sends the user on (the login token has
@@ -350,22 +471,35 @@ async fn establish(
 }
 
 /// The login form; stores nothing on the server (see [`csrf::login_token`]).
+/// What the login form says besides asking for a token.
+struct LoginState<'a> {
+    next: Option<&'a str>,
+    /// Why the last attempt failed.
+    error: Option<&'a str>,
+    /// A notice of its own (else the session's flash).
+    flash: Option<Flash>,
+}
+
 async fn login_form(
     state: &ConsoleState,
     headers: &HeaderMap,
     session: &Session,
     nonce: &Nonce,
-    next: Option<&str>,
-    error: Option<&str>,
+    page: LoginState<'_>,
     status: StatusCode,
 ) -> Result<Response, ConsoleError> {
-    let flash = session::take_flash(session).await?;
+    let LoginState { next, error, flash } = page;
+    let flash = match flash {
+        Some(flash) => Some(flash),
+        None => session::take_flash(session).await?,
+    };
     let (token, new) = csrf::login_token(headers);
     let ctx = PageContext {
         nonce: nonce.0.clone(),
         csrf: Some(token.clone()),
         user: None,
         flash,
+        refresh: None,
     };
     let html = app::pages::render_login(
         &LoginPage {
@@ -373,7 +507,8 @@ async fn login_form(
             error,
         },
         &ctx,
-    );
+    )
+    .await;
     let mut response = (status, Html(html)).into_response();
     if new && let Some(cookie) = csrf::login_cookie(Some(&token), state.secure_cookies) {
         response.headers_mut().append(header::SET_COOKIE, cookie);
@@ -397,13 +532,20 @@ pub async fn login_page(
         let home = format!("/funcs/{}", caller.principal.namespace);
         return Ok(Redirect::to(next.unwrap_or(&home)).into_response());
     }
+    let bye = login_query
+        .bye
+        .is_some()
+        .then(|| Flash::ok("You are logged out."));
     login_form(
         &state,
         &headers,
         &session,
         &nonce,
-        next,
-        None,
+        LoginState {
+            next,
+            error: None,
+            flash: bye,
+        },
         StatusCode::OK,
     )
     .await
@@ -427,8 +569,11 @@ pub async fn login(
             &headers,
             &session,
             &nonce,
-            next,
-            Some("Paste a token first."),
+            LoginState {
+                next,
+                error: Some("Paste a token first."),
+                flash: None,
+            },
             StatusCode::BAD_REQUEST,
         )
         .await;
@@ -442,23 +587,15 @@ pub async fn login(
                 &headers,
                 &session,
                 &nonce,
-                next,
-                Some(&error),
+                LoginState {
+                    next,
+                    error: Some(&error),
+                    flash: None,
+                },
                 StatusCode::UNAUTHORIZED,
             )
             .await
         }
         Err(other) => Err(other),
     }
-}
-
-/// `POST /logout`: ends the session (the record is deleted, the cookie removed).
-pub async fn logout(
-    session: Session,
-    submitted: Result<Form<LogoutForm>, FormRejection>,
-) -> Result<Redirect, ConsoleError> {
-    let submitted = form(submitted)?;
-    csrf::verify(&session, submitted.csrf_token.as_deref()).await?;
-    session::log_out(&session).await?;
-    Ok(Redirect::to("/login"))
 }

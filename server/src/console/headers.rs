@@ -105,6 +105,7 @@ async fn error_page(failure: &Failure, nonce: &Nonce, session: Option<&Session>)
         failure.title,
         &failure.message,
         &ctx,
-    );
+    )
+    .await;
     (failure.status, Html(html)).into_response()
 }

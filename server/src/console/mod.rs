@@ -2,6 +2,7 @@
 //! around the pages and actions of the `app` crate. The console acts through the REST
 //! API with the user's own token, so it can run next to the API (`sless up`) or apart.
 
+mod actions;
 mod assets;
 mod auth;
 mod csrf;
@@ -69,23 +70,24 @@ impl ConsoleConfig {
 /// What every console handler can reach.
 pub struct ConsoleState {
     pub auth: Arc<Authenticator>,
-    pub console: Console,
+    pub console: Arc<Console>,
     pub public_url: String,
     /// `Secure` on cookies the handlers set themselves.
     pub secure_cookies: bool,
 }
 
-/// The console's routes: `/funcs/...`, `/login`, `/logout`, the stylesheet and static
-/// files, each response with the security headers and a fresh CSP nonce.
+/// The console's routes: `/funcs/...`, `/login`, the actions (Leptos server functions
+/// under `/console/...`), the stylesheet and static files, each response with the
+/// security headers and a fresh CSP nonce.
 pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::Result<Router> {
     let sessions = session::layer(&config).await?;
     let state = Arc::new(ConsoleState {
         auth,
-        console: Console::new(ConsoleOptions {
+        console: Arc::new(Console::new(ConsoleOptions {
             api_endpoint: config.api_endpoint.clone(),
             inline_sources: config.inline_sources,
             ..ConsoleOptions::default()
-        }),
+        })?),
         public_url: config.public_url.clone(),
         secure_cookies: config.secure_cookies,
     });
@@ -95,10 +97,12 @@ pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::
         .route("/funcs/", get(handlers::home))
         .route("/funcs/{ns}", get(handlers::list))
         .route("/funcs/{ns}/", get(handlers::list))
-        .route("/funcs/{ns}/triggers", post(handlers::toggle))
         .route("/funcs/{ns}/source/{name}", get(handlers::source))
+        .route("/funcs/{ns}/jobs", get(handlers::jobs))
+        .route("/funcs/{ns}/jobs/{name}", get(handlers::job))
+        .route("/funcs/{ns}/{kind}/{name}", get(handlers::function))
         .route("/login", get(handlers::login_page).post(handlers::login))
-        .route("/logout", post(handlers::logout))
+        .route("/console/{*action}", post(actions::handle))
         .with_state(state)
         .layer(axum::middleware::from_fn(headers::secure))
         .layer(sessions);
