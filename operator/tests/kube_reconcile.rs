@@ -76,6 +76,8 @@ fn trigger_spec(trigger_type: TriggerType, enabled: bool) -> TriggerSpec {
         schedule: (trigger_type == TriggerType::Cron).then(|| "*/5 * * * *".to_string()),
         queue: None,
         enabled,
+        concurrency: None,
+        max_retries: None,
     }
 }
 
