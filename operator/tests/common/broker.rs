@@ -192,13 +192,21 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
-        // epmd daemonizes out of the process group.
-        let _ = Command::new("epmd")
-            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
-            .arg("-kill")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        // epmd daemonizes out of the process group, and refuses to stop until it has
+        // seen the killed node go.
+        for _ in 0..50 {
+            let Ok(output) = Command::new("epmd")
+                .env("ERL_EPMD_PORT", self.epmd_port.to_string())
+                .arg("-kill")
+                .output()
+            else {
+                return;
+            };
+            if !String::from_utf8_lossy(&output.stdout).contains("not allowed") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 

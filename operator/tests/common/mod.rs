@@ -8,6 +8,7 @@ pub mod kube_common;
 
 pub mod api;
 pub mod broker;
+pub mod events;
 
 use std::io::Write;
 use std::net::SocketAddr;
