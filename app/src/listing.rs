@@ -28,12 +28,21 @@ pub struct TriggerView {
     pub active: bool,
     pub url: Option<String>,
     pub message: Option<String>,
+    /// Event triggers: "12 delivered, 1 failed, 0 dead-lettered".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<String>,
     #[serde(skip)]
     pub function_ref: String,
 }
 
 impl TriggerView {
     fn from_api(t: TriggerResponse) -> Self {
+        let counters = (t.trigger_type == "event").then(|| {
+            format!(
+                "{} delivered, {} failed, {} dead-lettered",
+                t.delivered, t.failed, t.dead_lettered
+            )
+        });
         TriggerView {
             name: t.name,
             trigger_type: t.trigger_type,
@@ -43,6 +52,7 @@ impl TriggerView {
             active: t.active,
             url: t.url,
             message: t.message,
+            counters,
             function_ref: t.function_ref,
         }
     }
@@ -479,6 +489,7 @@ mod tests {
             message: None,
             resource_version: "1".into(),
             created_at: "2026-01-01T00:00:00Z".into(),
+            ..Default::default()
         }
     }
 
@@ -500,6 +511,24 @@ mod tests {
                 trigger("lost", "nobody", "http", true),
             ],
         )
+    }
+
+    #[test]
+    fn event_triggers_show_their_queue_and_counters() {
+        let mut api = trigger("orders", "f", "event", true);
+        api.queue = Some("orders-q".into());
+        api.delivered = 12;
+        api.failed = 1;
+        let view = TriggerView::from_api(api);
+        assert_eq!(view.label(), "event(orders-q)");
+        assert_eq!(
+            view.counters.as_deref(),
+            Some("12 delivered, 1 failed, 0 dead-lettered")
+        );
+        assert_eq!(
+            TriggerView::from_api(trigger("h", "f", "http", true)).counters,
+            None
+        );
     }
 
     #[test]

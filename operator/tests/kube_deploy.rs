@@ -109,7 +109,10 @@ fn install_deployments_run_restricted() {
         .iter()
         .map(|d| d.metadata.name.clone().unwrap())
         .collect();
-    assert_eq!(names, ["sless-console", "sless-dispatcher", "sless-operator"]);
+    assert_eq!(
+        names,
+        ["sless-console", "sless-dispatcher", "sless-operator"]
+    );
     for deployment in deployments {
         let pod = deployment.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
@@ -154,10 +157,16 @@ fn the_dispatcher_reads_triggers_and_writes_only_their_status() {
     let allows = |group: &str, resource: &str, verb: &str| grants(&rules, group, resource, verb);
     for resource in ["functions", "services", "triggers"] {
         for verb in ["get", "list", "watch"] {
-            assert!(allows("sless.kube5s.ru", resource, verb), "{resource} {verb}");
+            assert!(
+                allows("sless.kube5s.ru", resource, verb),
+                "{resource} {verb}"
+            );
         }
         for verb in ["create", "update", "patch", "delete"] {
-            assert!(!allows("sless.kube5s.ru", resource, verb), "{resource} {verb}");
+            assert!(
+                !allows("sless.kube5s.ru", resource, verb),
+                "{resource} {verb}"
+            );
         }
     }
     assert!(allows("sless.kube5s.ru", "triggers/status", "patch"));

@@ -17,14 +17,14 @@ use axum::routing::get;
 use clap::{Args, ValueEnum};
 use operator::api::{ApiConfig, AppState};
 use operator::auth::Authenticator;
+use operator::dispatch::Dispatcher;
 use operator::k8s::{
     Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
     KubeWorkloadLogs, LeaderElection, Readiness, S3ContextUrls,
 };
-use operator::dispatch::Dispatcher;
 use operator::proxy::{Proxy, ProxyConfig};
-use tokio::task::JoinHandle;
 use operator::s3::{ObjectStore, S3Config};
+use tokio::task::JoinHandle;
 
 use crate::settings::{AuthArgs, EventArgs, S3Args, ServeArgs};
 
@@ -258,7 +258,10 @@ async fn run_dispatcher(args: &OperatorArgs) -> anyhow::Result<()> {
         if let Some(election) = &election {
             election.acquire().await;
         }
-        tracing::info!(broker = args.events.amqp_url.is_some(), "event dispatcher running");
+        tracing::info!(
+            broker = args.events.amqp_url.is_some(),
+            "event dispatcher running"
+        );
         let _dispatcher = Dispatcher::start(store, proxy, args.events.config());
         match &election {
             Some(election) => Err(election.hold().await),

@@ -62,11 +62,16 @@ fn trigger_view(trigger: &TriggerView, forms: &Forms) -> impl IntoView + use<> {
         .message
         .clone()
         .map(|m| view! { <span class="trigger-note">{m}</span> });
+    let counters = trigger
+        .counters
+        .clone()
+        .map(|c| view! { <span class="trigger-counters">{c}</span> });
     view! {
         <li class="trigger" id=format!("trigger-{}", trigger.name)>
             <span class="trigger-label" title=trigger.name.clone()>{label}</span>
             <span class="trigger-name">{trigger.name.clone()}</span>
             <span class=state_class>{state_text}</span>
+            {counters}
             {note}
             {form}
         </li>

@@ -129,6 +129,7 @@ mod tests {
                 message: None,
                 resource_version: "1".into(),
                 created_at: "x".into(),
+                ..Default::default()
             }],
         );
         let selection = Selection::default();
