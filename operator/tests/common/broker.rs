@@ -1,6 +1,8 @@
 //! A private RabbitMQ (Debian's `rabbitmq-server`, installed by `.ci/run`) for the
 //! tests of event triggers: its own node name, ports, epmd and directories, owned by
 //! user `rabbitmq` when the tests run as root. Stopped when dropped.
+// Shared by several test binaries, each using a part.
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -216,17 +218,6 @@ pub struct Client {
 }
 
 impl Client {
-    pub async fn declare(&self, queue: &str) {
-        self.channel
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions::durable(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-    }
-
     /// Publishes a persistent message and waits for the broker's confirm.
     pub async fn publish(&self, queue: &str, body: &[u8], message_id: &str) {
         let properties = BasicProperties::default()

@@ -15,24 +15,7 @@ use super::broker::Broker;
 
 /// Notes each call (message id, attempt, outcome, start and end) in `$HOME/seen.txt`,
 /// then fails or succeeds as the message asks.
-pub const HANDLER: &[u8] = br#"
-import json, os, time
-
-def handle(event):
-    amqp = event["_amqp"]
-    n = amqp["delivery_count"]
-    mode = event.get("mode", "ok")
-    ok = not (mode == "fail" or (mode == "fail-twice" and n <= 2))
-    start = time.time()
-    time.sleep(event.get("sleep", 0))
-    line = {"id": amqp["message_id"], "n": n, "ok": ok, "start": start, "end": time.time(),
-            "redelivered": amqp["redelivered"], "queue": amqp["queue"]}
-    with open(os.path.join(os.environ["HOME"], "seen.txt"), "a") as f:
-        f.write(json.dumps(line) + "\n")
-    if not ok:
-        raise RuntimeError(f"attempt {n} fails")
-    return "ok"
-"#;
+pub const HANDLER: &[u8] = include_bytes!("../fixtures/event_handler.py");
 
 /// One broker per test binary, shared by the tests running at the same time and
 /// stopped when the last of them ends.
