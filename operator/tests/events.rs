@@ -15,10 +15,9 @@ use serde_json::json;
 
 #[tokio::test]
 async fn a_thousand_messages_are_each_delivered_once_and_acked() {
-    let broker = shared_broker().await;
-    let server = platform(Some(broker.url())).await;
-    let api = Api::new(&server, "events-bulk");
-    let client = broker.client().await;
+    let world = world().await;
+    let (server, client) = (&world.server, &world.client);
+    let api = Api::new(server, "events-bulk");
     deploy(&api, "bulk", "bulk-orders", json!({"concurrency": 16})).await;
 
     let ids = ids("bulk", 1000);
@@ -71,10 +70,9 @@ async fn a_thousand_messages_are_each_delivered_once_and_acked() {
 
 #[tokio::test]
 async fn a_message_failing_twice_succeeds_on_its_third_attempt() {
-    let broker = shared_broker().await;
-    let server = platform(Some(broker.url())).await;
-    let api = Api::new(&server, "events-flaky");
-    let client = broker.client().await;
+    let world = world().await;
+    let (server, client) = (&world.server, &world.client);
+    let api = Api::new(server, "events-flaky");
     deploy(&api, "flaky", "flaky-orders", json!({"concurrency": 4})).await;
 
     let ids = ids("flaky", 20);
@@ -115,10 +113,9 @@ async fn a_message_failing_twice_succeeds_on_its_third_attempt() {
 
 #[tokio::test]
 async fn a_message_always_failing_ends_in_the_dead_letter_queue() {
-    let broker = shared_broker().await;
-    let server = platform(Some(broker.url())).await;
-    let api = Api::new(&server, "events-dead");
-    let client = broker.client().await;
+    let world = world().await;
+    let (server, client) = (&world.server, &world.client);
+    let api = Api::new(server, "events-dead");
     deploy(&api, "doomed", "doomed-orders", json!({"max_retries": 2})).await;
 
     for id in ids("doomed", 5) {
@@ -174,10 +171,9 @@ async fn a_message_always_failing_ends_in_the_dead_letter_queue() {
 
 #[tokio::test]
 async fn stopping_the_trigger_leaves_the_rest_in_the_queue_until_started() {
-    let broker = shared_broker().await;
-    let server = platform(Some(broker.url())).await;
-    let api = Api::new(&server, "events-stop");
-    let client = broker.client().await;
+    let world = world().await;
+    let (server, client) = (&world.server, &world.client);
+    let api = Api::new(server, "events-stop");
     deploy(&api, "paced", "paced-orders", json!({})).await;
 
     let ids = ids("paced", 60);
@@ -229,10 +225,9 @@ async fn stopping_the_trigger_leaves_the_rest_in_the_queue_until_started() {
 
 #[tokio::test]
 async fn concurrency_runs_that_many_calls_at_once() {
-    let broker = shared_broker().await;
-    let server = platform(Some(broker.url())).await;
-    let api = Api::new(&server, "events-wide");
-    let client = broker.client().await;
+    let world = world().await;
+    let (server, client) = (&world.server, &world.client);
+    let api = Api::new(server, "events-wide");
     deploy(&api, "wide", "wide-orders", json!({"concurrency": 8})).await;
 
     let started = Instant::now();

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{start_with_env, token};
+use common::{start_with_env, token, upload_handler};
 use serde_json::{Value, json};
 
 const HANDLER: &[u8] = include_bytes!("../../operator/tests/fixtures/event_handler.py");
@@ -74,22 +74,13 @@ async fn sigkill_mid_stream_loses_no_message() {
     .await
     .unwrap();
     assert_eq!(created.status(), 201);
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    zip.start_file("handler.py", zip::write::SimpleFileOptions::default())
-        .unwrap();
-    std::io::Write::write_all(&mut zip, HANDLER).unwrap();
-    let form = reqwest::multipart::Form::new().part(
-        "code",
-        reqwest::multipart::Part::bytes(zip.finish().unwrap().into_inner()).file_name("f.zip"),
-    );
-    let uploaded = client
-        .post(api(&first.base, "functions/sturdy/upload"))
-        .bearer_auth(&token)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(uploaded.status(), 200);
+    upload_handler(
+        &client,
+        &api(&first.base, "functions/sturdy/upload"),
+        &token,
+        HANDLER,
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let trigger: Value = client

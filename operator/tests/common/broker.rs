@@ -218,6 +218,18 @@ pub struct Client {
 }
 
 impl Client {
+    /// Declares a durable queue, as the dispatcher would.
+    pub async fn declare(&self, queue: &str) {
+        self.channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions::durable(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Publishes a persistent message and waits for the broker's confirm.
     pub async fn publish(&self, queue: &str, body: &[u8], message_id: &str) {
         let properties = BasicProperties::default()

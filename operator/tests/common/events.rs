@@ -11,7 +11,7 @@ use tokio::sync::Mutex;
 
 use super::TestServer;
 use super::api::Api;
-use super::broker::Broker;
+use super::broker::{Broker, Client};
 
 /// Notes each call (message id, attempt, outcome, start and end) in `$HOME/seen.txt`,
 /// then fails or succeeds as the message asks.
@@ -43,6 +43,23 @@ pub fn fast(url: Option<String>) -> DispatchConfig {
 
 pub async fn platform(url: Option<String>) -> TestServer {
     TestServer::platform_with_events(|_| {}, fast(url)).await.0
+}
+
+/// What most tests need: the shared broker, a platform consuming from it, and a
+/// publishing client.
+pub struct World {
+    pub server: TestServer,
+    pub client: Client,
+    _broker: Arc<Broker>,
+}
+
+pub async fn world() -> World {
+    let broker = shared_broker().await;
+    World {
+        server: platform(Some(broker.url())).await,
+        client: broker.client().await,
+        _broker: broker,
+    }
 }
 
 /// A function fed by an event trigger on `queue` (with `extra` trigger fields), built
