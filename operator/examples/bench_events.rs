@@ -84,6 +84,14 @@ async fn bare(broker: &Broker, queue: &str, messages: usize, prefetch: u16) -> f
 
 #[tokio::main]
 async fn main() {
+    // Past the limit the run is dropped, and with it the broker: nothing is left behind.
+    let limit = std::env::var("BENCH_TIMEOUT_SECS").map_or(1800, |s| s.parse().unwrap());
+    tokio::time::timeout(Duration::from_secs(limit), run())
+        .await
+        .expect("the benchmark took longer than BENCH_TIMEOUT_SECS");
+}
+
+async fn run() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().unwrap());
     let messages = number(0, 2000);
@@ -113,6 +121,7 @@ async fn main() {
         )
         .await;
 
+        eprintln!("concurrency {concurrency}: bare consumer done");
         let name = format!("noop-{concurrency}");
         let queue = format!("bench-{concurrency}");
         api.post(
@@ -150,6 +159,7 @@ async fn main() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let sless_rate = messages as f64 / started.elapsed().as_secs_f64();
+        eprintln!("concurrency {concurrency}: drained, measuring latency");
 
         for i in 0..latency_messages {
             let body = json!({"t": now()}).to_string();
