@@ -22,12 +22,21 @@ pub struct TriggerView {
     pub message: Option<String>,
     /// A cron trigger's last fire.
     pub last_run: Option<String>,
+    /// Event triggers: "12 delivered, 1 failed, 0 dead-lettered".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<String>,
     #[serde(skip)]
     pub function_ref: String,
 }
 
 impl TriggerView {
     pub fn from_api(t: TriggerResponse) -> Self {
+        let counters = (t.trigger_type == "event").then(|| {
+            format!(
+                "{} delivered, {} failed, {} dead-lettered",
+                t.delivered, t.failed, t.dead_lettered
+            )
+        });
         TriggerView {
             name: t.name,
             trigger_type: t.trigger_type,
@@ -38,6 +47,7 @@ impl TriggerView {
             url: t.url,
             message: t.message,
             last_run: t.last_schedule_time,
+            counters,
             function_ref: t.function_ref,
         }
     }
@@ -486,6 +496,7 @@ mod tests {
             message: None,
             resource_version: "1".into(),
             created_at: "2026-01-01T00:00:00Z".into(),
+            ..Default::default()
         }
     }
 
@@ -507,6 +518,24 @@ mod tests {
                 trigger("lost", "nobody", "http", true),
             ],
         )
+    }
+
+    #[test]
+    fn event_triggers_show_their_queue_and_counters() {
+        let mut api = trigger("orders", "f", "event", true);
+        api.queue = Some("orders-q".into());
+        api.delivered = 12;
+        api.failed = 1;
+        let view = TriggerView::from_api(api);
+        assert_eq!(view.label(), "event(orders-q)");
+        assert_eq!(
+            view.counters.as_deref(),
+            Some("12 delivered, 1 failed, 0 dead-lettered")
+        );
+        assert_eq!(
+            TriggerView::from_api(trigger("h", "f", "http", true)).counters,
+            None
+        );
     }
 
     #[test]

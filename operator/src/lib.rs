@@ -5,6 +5,7 @@ pub mod api;
 pub mod archive;
 pub mod auth;
 pub mod data_dir;
+pub mod dispatch;
 pub mod error_text;
 pub mod k8s;
 pub mod local;

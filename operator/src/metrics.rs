@@ -45,6 +45,14 @@ struct Trigger {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventOutcome {
+    namespace: String,
+    trigger: String,
+    /// `delivered`, `failed` (one attempt), `dead_lettered`.
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reconcile {
     kind: String,
     result: String,
@@ -77,6 +85,7 @@ pub struct Metrics {
     build_seconds: HistogramFamily<BuildResult>,
     restarts: Family<Workload, Counter>,
     cron_fires: Family<Trigger, Counter>,
+    event_messages: Family<EventOutcome, Counter>,
     reconciles: Family<Reconcile, Counter>,
     reconcile_errors: Family<ReconcileError, Counter>,
 }
@@ -133,6 +142,12 @@ impl Metrics {
             "Calls made by cron triggers (embedded mode; on Kubernetes, CronJobs)",
             cron_fires.clone(),
         );
+        let event_messages = Family::default();
+        registry.register(
+            "event_messages",
+            "Messages of event triggers by outcome (delivered, failed attempt, dead_lettered)",
+            event_messages.clone(),
+        );
         let reconciles = Family::default();
         registry.register(
             "reconciles",
@@ -154,6 +169,7 @@ impl Metrics {
             build_seconds,
             restarts,
             cron_fires,
+            event_messages,
             reconciles,
             reconcile_errors,
         }
@@ -220,6 +236,17 @@ impl Metrics {
             .get_or_create(&Trigger {
                 namespace: namespace.into(),
                 trigger: trigger.into(),
+            })
+            .inc();
+    }
+
+    /// A message of an event trigger: `delivered`, `failed` or `dead_lettered`.
+    pub fn event_message(&self, namespace: &str, trigger: &str, outcome: &'static str) {
+        self.event_messages
+            .get_or_create(&EventOutcome {
+                namespace: namespace.into(),
+                trigger: trigger.into(),
+                outcome: outcome.into(),
             })
             .inc();
     }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use operator::k8s::manifests::{
     self, BuildJob, CronTrigger, RunJob, Workload, is_pinned, pull_secret_copy,
 };
@@ -109,7 +109,10 @@ fn install_deployments_run_restricted() {
         .iter()
         .map(|d| d.metadata.name.clone().unwrap())
         .collect();
-    assert_eq!(names, ["sless-console", "sless-operator"]);
+    assert_eq!(
+        names,
+        ["sless-console", "sless-dispatcher", "sless-operator"]
+    );
     for deployment in deployments {
         let pod = deployment.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
@@ -122,29 +125,63 @@ fn install_deployments_run_restricted() {
     }
 }
 
-#[test]
-fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
+/// The rules of the install's ClusterRole `name`.
+fn cluster_role(name: &str) -> Vec<PolicyRule> {
     let role: ClusterRole = install_objects()
         .into_iter()
-        .find(|(_, o)| o["kind"] == "ClusterRole")
+        .find(|(_, o)| o["kind"] == "ClusterRole" && o["metadata"]["name"] == name)
         .map(|(_, o)| serde_json::from_value(o).unwrap())
         .unwrap();
-    let rules = role.rules.unwrap();
-    let allows = |group: &str, resource: &str, verb: &str| {
-        rules.iter().any(|r| {
-            r.api_groups
+    role.rules.unwrap()
+}
+
+fn grants(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        r.api_groups
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|g| g == group)
+            && r.resources
                 .as_deref()
                 .unwrap_or_default()
                 .iter()
-                .any(|g| g == group)
-                && r.resources
-                    .as_deref()
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|x| x == resource)
-                && r.verbs.iter().any(|v| v == verb)
-        })
-    };
+                .any(|x| x == resource)
+            && r.verbs.iter().any(|v| v == verb)
+    })
+}
+
+#[test]
+fn the_dispatcher_reads_triggers_and_writes_only_their_status() {
+    let rules = cluster_role("sless-dispatcher");
+    let allows = |group: &str, resource: &str, verb: &str| grants(&rules, group, resource, verb);
+    for resource in ["functions", "services", "triggers"] {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                allows("sless.kube5s.ru", resource, verb),
+                "{resource} {verb}"
+            );
+        }
+        for verb in ["create", "update", "patch", "delete"] {
+            assert!(
+                !allows("sless.kube5s.ru", resource, verb),
+                "{resource} {verb}"
+            );
+        }
+    }
+    assert!(allows("sless.kube5s.ru", "triggers/status", "patch"));
+    assert!(!allows("sless.kube5s.ru", "functions/status", "patch"));
+    assert!(allows("apps", "deployments", "watch"));
+    assert!(!allows("apps", "deployments", "patch"));
+    for verb in ["get", "list", "watch", "create", "patch"] {
+        assert!(!allows("", "secrets", verb), "secrets {verb}");
+    }
+}
+
+#[test]
+fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
+    let rules = cluster_role("sless-operator");
+    let allows = |group: &str, resource: &str, verb: &str| grants(&rules, group, resource, verb);
     for resource in ["functions", "services", "triggers", "functionjobs"] {
         for verb in ["get", "list", "watch", "create", "patch", "delete"] {
             assert!(

@@ -76,6 +76,8 @@ fn trigger_spec(trigger_type: TriggerType, enabled: bool) -> TriggerSpec {
         schedule: (trigger_type == TriggerType::Cron).then(|| "*/5 * * * *".to_string()),
         queue: None,
         enabled,
+        concurrency: None,
+        max_retries: None,
     }
 }
 
@@ -462,6 +464,42 @@ async fn trigger_enabled_drives_replicas_and_cron_suspend() {
         .await
         .unwrap();
     assert!(c.names::<CronJob>().await.is_empty());
+}
+
+#[tokio::test]
+async fn an_event_trigger_runs_its_function_and_its_status_is_the_dispatchers() {
+    let c = cluster().await;
+    c.ready_function().await;
+    let mut spec = trigger_spec(TriggerType::Event, true);
+    spec.queue = Some("orders".into());
+    c.store
+        .create_typed::<Trigger>(NS, "orders", &spec)
+        .await
+        .unwrap();
+    // What the dispatcher wrote stays: the controller never touches it.
+    let written = modify_status::<Trigger, _>(&*c.store, NS, "orders", |t| {
+        t.status.active = true;
+        t.status.delivered = 7;
+    })
+    .await
+    .unwrap();
+    c.reconcile_trigger("orders").await;
+    c.reconcile_function().await;
+    assert_eq!(
+        c.replicas().await,
+        1,
+        "an enabled event trigger needs the function"
+    );
+    let trigger = c.api::<Trigger>(NS).get("orders").await.unwrap();
+    assert_eq!(trigger.status.unwrap(), written.status);
+    assert!(
+        c.api::<CronJob>(DEPLOY_NS)
+            .get_opt("orders")
+            .await
+            .unwrap()
+            .is_none(),
+        "no child of its own"
+    );
 }
 
 #[tokio::test]

@@ -243,6 +243,8 @@ async fn routes_follow_the_store() {
         schedule: None,
         queue: None,
         enabled: true,
+        concurrency: None,
+        max_retries: None,
     };
     kube.create_typed::<Trigger>(ns, "web", &trigger)
         .await
@@ -294,6 +296,8 @@ async fn an_unreadable_object_does_not_take_the_namespace_routes_down() {
         schedule: None,
         queue: None,
         enabled: true,
+        concurrency: None,
+        max_retries: None,
     };
     kube.create_typed::<Trigger>(ns, "web", &trigger)
         .await

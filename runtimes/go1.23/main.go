@@ -13,6 +13,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -338,7 +339,27 @@ func buildEvent(r *http.Request, body []byte, path, rawQuery string) map[string]
 		"raw_query": rawQuery,
 		"headers":   headers,
 	}
+	if amqp := triggerProperties(r.Header.Get("X-Sless-Amqp")); amqp != nil {
+		event["_amqp"] = amqp
+	}
 	return event
+}
+
+// triggerProperties decodes the message properties an event trigger sends (base64
+// of JSON); nil when absent or malformed.
+func triggerProperties(header string) map[string]any {
+	if header == "" {
+		return nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(header)
+	if err != nil {
+		return nil
+	}
+	var value map[string]any
+	if json.Unmarshal(raw, &value) != nil {
+		return nil
+	}
+	return value
 }
 
 func handleRequest(w http.ResponseWriter, r *http.Request) {

@@ -197,7 +197,20 @@ function buildEvent(req, body, reqPath, rawQuery) {
   const query = {};
   for (const [k, v] of new URLSearchParams(rawQuery)) if (!(k in query)) query[k] = v;
   event._http = { method: req.method, path: reqPath || '/', query, raw_query: rawQuery, headers };
+  const amqp = triggerProperties(headers['x-sless-amqp']);
+  if (amqp) event._amqp = amqp;
   return event;
+}
+
+// The message properties an event trigger sends (base64 of JSON), or null.
+function triggerProperties(header) {
+  if (!header) return null;
+  try {
+    const value = JSON.parse(Buffer.from(header, 'base64').toString('utf8'));
+    return value && typeof value === 'object' && !Array.isArray(value) ? value : null;
+  } catch {
+    return null;
+  }
 }
 
 function readBody(req) {

@@ -5,6 +5,7 @@ job mode (SLESS_MODE=job). Stdlib only. The contract is in runtimes/README.md.
 """
 
 import asyncio
+import base64
 import importlib
 import inspect
 import json
@@ -55,6 +56,17 @@ def _reject_constant(name):
 def parse_json(text):
     """json.loads without the NaN/Infinity extensions (node/go reject them too)."""
     return json.loads(text, parse_constant=_reject_constant)
+
+
+def trigger_properties(header):
+    """The message properties an event trigger sends (base64 of JSON), or None."""
+    if not header:
+        return None
+    try:
+        value = parse_json(base64.b64decode(header, validate=True).decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def wrap_event(value):
@@ -276,6 +288,9 @@ class Handler(BaseHTTPRequestHandler):
             "raw_query": query,
             "headers": headers,
         }
+        amqp = trigger_properties(headers.get("x-sless-amqp"))
+        if amqp is not None:
+            event["_amqp"] = amqp
         return event
 
 

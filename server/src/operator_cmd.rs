@@ -17,14 +17,16 @@ use axum::routing::get;
 use clap::{Args, ValueEnum};
 use operator::api::{ApiConfig, AppState};
 use operator::auth::Authenticator;
+use operator::dispatch::Dispatcher;
 use operator::k8s::{
     Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
     KubeWorkloadLogs, LeaderElection, Readiness, S3ContextUrls,
 };
 use operator::proxy::{Proxy, ProxyConfig};
 use operator::s3::{ObjectStore, S3Config};
+use tokio::task::JoinHandle;
 
-use crate::settings::{AuthArgs, S3Args, ServeArgs};
+use crate::settings::{AuthArgs, EventArgs, S3Args, ServeArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Platform {
@@ -42,6 +44,9 @@ pub enum Components {
     Controllers,
     /// Only the web console, acting through the API at --api-url.
     Console,
+    /// Only the event dispatcher (AMQP consumers of event triggers), apart so that a
+    /// broker outage never touches the API or the controllers.
+    Dispatcher,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -129,6 +134,8 @@ pub struct OperatorArgs {
     #[command(flatten)]
     pub s3: S3Args,
     #[command(flatten)]
+    pub events: EventArgs,
+    #[command(flatten)]
     pub serve: ServeArgs,
 }
 
@@ -203,6 +210,70 @@ pub fn print_crds() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The store and a `/fn` proxy whose routes follow it (kept current by the returned
+/// tasks), for the API and for the dispatcher.
+async fn routed_proxy(
+    args: &OperatorArgs,
+    client: &operator::k8s::KubeClient,
+    readiness: &Readiness,
+) -> anyhow::Result<(Arc<KubeStore>, Arc<Proxy>, Vec<JoinHandle<()>>)> {
+    operator::k8s::controller::check_crds(client).await?;
+    let store = Arc::new(KubeStore::new(client.clone()));
+    // Watches keep the route table current with changes made by the controllers.
+    let mut tasks = store.spawn_watchers(readiness);
+    let routes = KubeRoutes::new(args.cluster_domain.clone());
+    tasks.push(routes.spawn(store.clone(), Duration::from_secs(60)));
+    tasks.push(routes.watch_endpoints(client.clone()));
+    let proxy = Arc::new(Proxy::new(
+        routes,
+        ProxyConfig {
+            max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
+            // The console may be served on the same host (an Ingress in front).
+            console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
+            ..ProxyConfig::default()
+        },
+    ));
+    Ok((store, proxy, tasks))
+}
+
+/// The event dispatcher alone: it reads triggers and functions, writes the status of
+/// event triggers, and calls functions through their Services. One replica consumes
+/// at a time (its own Lease).
+async fn run_dispatcher(args: &OperatorArgs) -> anyhow::Result<()> {
+    let client = operator::k8s::connect().await?;
+    let readiness = Readiness::default();
+    let (store, proxy, _tasks) = routed_proxy(args, &client, &readiness).await?;
+    let listener = listen(args.listen).await?;
+    let probes_task = crate::serve::serve(listener, probes(readiness), &args.serve);
+    let dispatch = async {
+        let election = args.leader_election.then(|| {
+            LeaderElection::new(
+                client.clone(),
+                &args.operator_namespace,
+                &format!("{}-dispatcher", args.lease_name),
+                &leader_identity(),
+                Duration::from_secs(args.lease_duration_secs),
+            )
+        });
+        if let Some(election) = &election {
+            election.acquire().await;
+        }
+        tracing::info!(
+            broker = args.events.amqp_url.is_some(),
+            "event dispatcher running"
+        );
+        let _dispatcher = Dispatcher::start(store, proxy, args.events.config());
+        match &election {
+            Some(election) => Err(election.hold().await),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = probes_task => result,
+        result = dispatch => result,
+    }
+}
+
 /// The console alone: stateless but for its sessions, it needs no cluster access.
 async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
     let auth = Arc::new(args.authenticator()?);
@@ -274,8 +345,10 @@ async fn listen(address: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> 
 
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let Platform::Kubernetes = args.platform;
-    if args.components == Components::Console {
-        return run_console(&args).await;
+    match args.components {
+        Components::Console => return run_console(&args).await,
+        Components::Dispatcher => return run_dispatcher(&args).await,
+        Components::All | Components::Api | Components::Controllers => {}
     }
     let api = args.components != Components::Controllers;
     let controllers = args.components != Components::Api;
@@ -299,22 +372,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             tracing::info!(address = %args.listen, "health probes listening");
             return crate::serve::serve(listener, probes(readiness.clone()), &args.serve).await;
         };
-        operator::k8s::controller::check_crds(&client).await?;
-        let store = Arc::new(KubeStore::new(client.clone()));
-        // Watches keep the route table current with changes made by the controllers.
-        let _watchers = store.spawn_watchers(&readiness);
-        let routes = KubeRoutes::new(args.cluster_domain.clone());
-        let _routes_task = routes.spawn(store.clone(), Duration::from_secs(60));
-        let _endpoints_task = routes.watch_endpoints(client.clone());
-        let proxy = Arc::new(Proxy::new(
-            routes,
-            ProxyConfig {
-                max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
-                // The console may be served on the same host (an Ingress in front).
-                console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
-                ..ProxyConfig::default()
-            },
-        ));
+        let (store, proxy, _tasks) = routed_proxy(&args, &client, &readiness).await?;
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix.clone(),
             ..ApiConfig::default()

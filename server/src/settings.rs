@@ -117,6 +117,21 @@ impl S3Args {
     }
 }
 
+#[derive(Args, Clone, Debug)]
+pub struct EventArgs {
+    /// RabbitMQ (AMQP 0-9-1) that event triggers consume from, e.g.
+    /// `amqp://user:password@host:5672/%2f`; unset → event triggers report "no broker
+    /// configured".
+    #[arg(long, env = "SLESS_AMQP_URL", hide_env_values = true)]
+    pub amqp_url: Option<String>,
+}
+
+impl EventArgs {
+    pub fn config(&self) -> operator::dispatch::DispatchConfig {
+        operator::dispatch::DispatchConfig::new(self.amqp_url.clone().filter(|u| !u.is_empty()))
+    }
+}
+
 /// Connection limits of the HTTP listener (see `operator::serve`).
 #[derive(Args, Clone, Debug)]
 pub struct ServeArgs {

@@ -6,12 +6,13 @@ use anyhow::Context;
 use clap::Args;
 use operator::api::{ApiConfig, AppState};
 use operator::auth::Authenticator;
+use operator::dispatch::Dispatcher;
 use operator::local::{LocalRunner, RunnerConfig};
 use operator::proxy::{Proxy, ProxyConfig};
 use operator::s3::{EmbeddedS3, ObjectStore};
 use operator::store::SqliteStore;
 
-use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, S3Args, ServeArgs};
+use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, EventArgs, S3Args, ServeArgs};
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
@@ -55,6 +56,8 @@ pub struct UpArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub s3: S3Args,
+    #[command(flatten)]
+    pub events: EventArgs,
     #[command(flatten)]
     pub serve: ServeArgs,
 }
@@ -126,6 +129,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             ..ProxyConfig::default()
         },
     ));
+    // Event triggers consume while the server runs.
+    let _dispatcher = Dispatcher::start(store.clone(), proxy.clone(), args.events.config());
     let state = Arc::new(AppState {
         store,
         objects,
@@ -151,6 +156,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("  functions: {external_url}/fn/<namespace>/<name>");
     println!("  console:   http://{address}/funcs");
     println!("  data dir:  {}", data_dir.display());
+    if args.events.amqp_url.is_none() {
+        println!("  events:    no broker (--amqp-url or SLESS_AMQP_URL for event triggers)");
+    }
     println!("  get a token: {} --sub <you>", token_command(&data_dir));
     if args.demo {
         let token = demo_token(&args, &data_dir)?;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{start, token};
+use common::{start, token, upload_handler};
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -27,23 +27,13 @@ async fn state_survives_sigkill() {
         .await
         .unwrap();
     assert_eq!(created.status(), 201);
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    zip.start_file("handler.py", zip::write::SimpleFileOptions::default())
-        .unwrap();
-    std::io::Write::write_all(&mut zip, b"def handle(e):\n    return 'kept'\n").unwrap();
-    let zip = zip.finish().unwrap().into_inner();
-    let form = reqwest::multipart::Form::new().part(
-        "code",
-        reqwest::multipart::Part::bytes(zip).file_name("f.zip"),
-    );
-    let uploaded = client
-        .post(api(&first.base, "functions/keeper/upload"))
-        .bearer_auth(&token)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(uploaded.status(), 200);
+    upload_handler(
+        &client,
+        &api(&first.base, "functions/keeper/upload"),
+        &token,
+        b"def handle(e):\n    return 'kept'\n",
+    )
+    .await;
     let trigger = client
         .post(api(&first.base, "triggers"))
         .bearer_auth(&token)

@@ -94,7 +94,7 @@ pub fn TriggerToggle(
     })
 }
 
-/// One trigger: its label, name, state, anything the page adds (`children`), its note
+/// One trigger: its label, name, state, an event trigger's counters, anything the page adds (`children`), its note
 /// and the start/stop button.
 #[component]
 pub fn TriggerItem(
@@ -112,11 +112,16 @@ pub fn TriggerItem(
         .message
         .clone()
         .map(|m| view! { <span class="trigger-note">{m}</span> });
+    let counters = trigger
+        .counters
+        .clone()
+        .map(|c| view! { <span class="trigger-counters">{c}</span> });
     view! {
         <li class="trigger" id=format!("trigger-{}", trigger.name)>
             <span class="trigger-label" title=trigger.name.clone()>{trigger.label()}</span>
             <span class="trigger-name">{trigger.name.clone()}</span>
             <span class=state_class>{state_text}</span>
+            {counters}
             {children.map(|c| c())}
             {note}
             <TriggerToggle namespace=namespace trigger=trigger.name.clone() enabled=trigger.enabled csrf=csrf/>
@@ -208,6 +213,7 @@ mod tests {
             message: None,
             resource_version: "1".into(),
             created_at: "x".into(),
+            ..Default::default()
         }
     }
 

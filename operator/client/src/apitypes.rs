@@ -163,6 +163,12 @@ pub struct TriggerRequest {
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Event triggers: messages handled at once (1-64, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Event triggers: retries before `<queue>.dead` (0-100, default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
 }
@@ -174,7 +180,7 @@ pub struct TriggerPatch {
     pub enabled: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TriggerResponse {
     pub namespace: String,
     pub name: String,
@@ -188,6 +194,22 @@ pub struct TriggerResponse {
     pub url: Option<String>,
     pub last_schedule_time: Option<String>,
     pub message: Option<String>,
+    /// Event triggers only (with their defaults filled in), like the counters below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// Messages the function answered 2xx.
+    #[serde(default)]
+    pub delivered: u64,
+    /// Calls that did not answer 2xx, each attempt counted.
+    #[serde(default)]
+    pub failed: u64,
+    /// Messages moved to `<queue>.dead`.
+    #[serde(default)]
+    pub dead_lettered: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message_time: Option<String>,
     pub resource_version: String,
     pub created_at: String,
 }

@@ -80,12 +80,15 @@ pub fn trigger_spec(request: &TriggerRequest) -> Result<TriggerSpec, ValidationE
         schedule: request.schedule.clone().filter(|s| !s.is_empty()),
         queue: request.queue.clone().filter(|q| !q.is_empty()),
         enabled: request.enabled.unwrap_or(true),
+        concurrency: request.concurrency,
+        max_retries: request.max_retries,
     };
     spec.validate()?;
     Ok(spec)
 }
 
 pub fn trigger_response(object: &Object<Trigger>) -> TriggerResponse {
+    let event = object.spec.trigger_type == TriggerType::Event;
     TriggerResponse {
         namespace: object.meta.namespace.clone(),
         name: object.meta.name.clone(),
@@ -98,6 +101,12 @@ pub fn trigger_response(object: &Object<Trigger>) -> TriggerResponse {
         url: object.status.url.clone(),
         last_schedule_time: object.status.last_schedule_time.clone(),
         message: object.status.message.clone(),
+        concurrency: event.then(|| object.spec.concurrency_or_default()),
+        max_retries: event.then(|| object.spec.max_retries_or_default()),
+        delivered: object.status.delivered,
+        failed: object.status.failed,
+        dead_lettered: object.status.dead_lettered,
+        last_message_time: object.status.last_message_time.clone(),
         resource_version: object.meta.resource_version.clone(),
         created_at: object.meta.created_at.clone(),
     }

@@ -127,6 +127,9 @@ impl KubeConfig {
     }
 }
 
+/// The client [`connect`] gives, for crates that do not depend on kube.
+pub use kube::Client as KubeClient;
+
 /// How long start-up waits for the API server's first answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 

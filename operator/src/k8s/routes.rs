@@ -40,7 +40,7 @@ impl RouteTable for KubeRoutes {
                 .cloned()
                 .unwrap_or(Route::Unknown)
         };
-        let Route::Ready { kind, .. } = &route else {
+        let (Route::Ready { kind, .. } | Route::Hidden { kind, .. }) = &route else {
             return route;
         };
         let ready = self
@@ -122,16 +122,32 @@ pub fn function_route(
         .iter()
         .filter(|t| t.spec.trigger_type == TriggerType::Http && &t.spec.function_ref == name)
         .collect();
+    let not_ready = not_ready(Kind::Function, name, spec, &function.status);
+    let authority = || service_authority(&function.meta.namespace, name, cluster_domain);
     if !http.iter().any(|t| t.spec.enabled) {
         let reason = match http.first() {
             Some(stopped) => trigger_stopped(&stopped.meta.name, name),
             None => no_http_trigger(name),
         };
-        return Route::Unavailable { reason };
+        // An enabled event trigger runs it: the dispatcher calls it, `/fn` does not.
+        let event = triggers.iter().any(|t| {
+            t.spec.trigger_type == TriggerType::Event
+                && t.spec.enabled
+                && &t.spec.function_ref == name
+        });
+        return match not_ready {
+            None if event => Route::Hidden {
+                reason,
+                kind: Kind::Function,
+                authority: authority(),
+                timeout: timeout(spec),
+            },
+            _ => Route::Unavailable { reason },
+        };
     }
-    not_ready(Kind::Function, name, spec, &function.status).unwrap_or_else(|| Route::Ready {
+    not_ready.unwrap_or_else(|| Route::Ready {
         kind: Kind::Function,
-        authority: service_authority(&function.meta.namespace, name, cluster_domain),
+        authority: authority(),
         timeout: timeout(spec),
     })
 }

@@ -22,7 +22,7 @@ pub use runtimes::Toolchain;
 
 use crate::data_dir::own_private_dir;
 use crate::logs::{LogBook, LogLine, WorkloadLogs};
-use crate::model::{Function, Kind, Trigger};
+use crate::model::{Function, Kind, Trigger, TriggerType};
 use crate::proxy::{Route, RouteTable};
 use crate::s3::ObjectStore;
 use crate::store::{Store, StoreExt};
@@ -390,7 +390,8 @@ async fn trigger_changed(shared: Arc<Shared>, namespace: String, name: String) {
             }
         }
     }
-    let Some(trigger) = trigger else {
+    // An event trigger's status is the dispatcher's.
+    let Some(trigger) = trigger.filter(|t| t.spec.trigger_type != TriggerType::Event) else {
         return;
     };
     let function = &trigger.spec.function_ref;

@@ -363,8 +363,11 @@ impl Actor {
                     authority,
                     timeout,
                 },
-                Err(reason) => Route::Unavailable {
+                Err(reason) => Route::Hidden {
                     reason: reason.clone(),
+                    kind: self.kind,
+                    authority,
+                    timeout,
                 },
             };
             self.shared.set_route(&self.ns, name, route);
@@ -580,7 +583,8 @@ impl Actor {
             .collect())
     }
 
-    /// Sets each trigger's (active, url, message) when it differs.
+    /// Sets each trigger's (active, url, message) when it differs. Event triggers are
+    /// the dispatcher's: it alone knows whether their consumer runs.
     async fn update_triggers(
         &self,
         state: impl Fn(&Object<Trigger>) -> (bool, Option<String>, Option<String>),
@@ -589,12 +593,15 @@ impl Actor {
             return;
         };
         for trigger in triggers {
+            if trigger.spec.trigger_type == TriggerType::Event {
+                continue;
+            }
             let (active, url, message) = state(&trigger);
             let wanted = TriggerStatus {
                 active,
                 url,
                 message,
-                last_schedule_time: trigger.status.last_schedule_time.clone(),
+                ..trigger.status.clone()
             };
             if trigger.status == wanted {
                 continue;

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 pub use sless_client::apitypes::{JobPhase, Phase, WorkloadKind};
 
 use super::validation::{
-    ENTRYPOINT_PATTERN, MAX_NAME_LEN, MAX_REPLICAS, MAX_TIMEOUT_SEC, MEMORY_MB_MAX, MEMORY_MB_MIN,
-    NAME_PATTERN, SCHEDULE_PATTERN, env_names_rule,
+    ENTRYPOINT_PATTERN, MAX_EVENT_CONCURRENCY, MAX_EVENT_RETRIES, MAX_NAME_LEN, MAX_REPLICAS,
+    MAX_TIMEOUT_SEC, MEMORY_MB_MAX, MEMORY_MB_MIN, NAME_PATTERN, SCHEDULE_PATTERN, env_names_rule,
 };
 
 pub const API_GROUP: &str = "sless.kube5s.ru";
@@ -252,6 +252,8 @@ fn enabled_by_default() -> bool {
      "message": "schedule is required for a cron trigger (5-field cron, e.g. \"*/5 * * * *\")"},
     {"rule": "self.type != 'event' || (has(self.queue) && self.queue.trim().size() > 0)",
      "message": "queue is required for an event trigger"},
+    {"rule": "self.type == 'event' || (!has(self.concurrency) && !has(self.maxRetries))",
+     "message": "concurrency and maxRetries apply to event triggers only"},
 ]))]
 pub struct TriggerSpec {
     #[serde(rename = "type")]
@@ -265,6 +267,31 @@ pub struct TriggerSpec {
     pub queue: Option<String>,
     #[serde(default = "enabled_by_default")]
     pub enabled: bool,
+    /// Event triggers: messages handled at once (the consumer's prefetch); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_EVENT_CONCURRENCY))]
+    pub concurrency: Option<u32>,
+    /// Event triggers: retries of a failed message before `<queue>.dead`; default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = MAX_EVENT_RETRIES))]
+    pub max_retries: Option<u32>,
+}
+
+pub const DEFAULT_EVENT_CONCURRENCY: u32 = 1;
+pub const DEFAULT_EVENT_RETRIES: u32 = 5;
+
+impl TriggerSpec {
+    pub fn concurrency_or_default(&self) -> u32 {
+        self.concurrency.unwrap_or(DEFAULT_EVENT_CONCURRENCY)
+    }
+
+    pub fn max_retries_or_default(&self) -> u32 {
+        self.max_retries.unwrap_or(DEFAULT_EVENT_RETRIES)
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -281,6 +308,18 @@ pub struct TriggerStatus {
     /// Why the trigger is not active (e.g. its function is missing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Event triggers: messages the function answered 2xx (then acked).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delivered: u64,
+    /// Event triggers: calls that did not answer 2xx (each attempt counts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: u64,
+    /// Event triggers: messages moved to `<queue>.dead` after their last retry.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_lettered: u64,
+    /// Event triggers: when a message was last handled, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message_time: Option<String>,
 }
 
 /// A one-shot run of a function's code with a JSON event.

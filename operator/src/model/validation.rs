@@ -9,6 +9,10 @@ pub const MEMORY_MB_RANGE: std::ops::RangeInclusive<u32> = MEMORY_MB_MIN..=MEMOR
 pub const MAX_TIMEOUT_SEC: u32 = 900;
 pub const MAX_REPLICAS: i32 = 100;
 pub const MAX_NAME_LEN: usize = 63;
+pub const MAX_EVENT_CONCURRENCY: u32 = 64;
+pub const MAX_EVENT_RETRIES: u32 = 100;
+/// AMQP caps queue names at 255 bytes; sless adds `.retry` / `.dead` to the queue's.
+pub const MAX_QUEUE_LEN: usize = 255 - ".retry".len();
 
 // The same rules as the CRD schemas state them (RE2 patterns and CEL), so `kubectl
 // apply` of an invalid resource is refused by the API server itself.
@@ -268,16 +272,72 @@ impl TriggerSpec {
                     "required for a cron trigger (5-field cron, e.g. \"*/5 * * * *\")",
                 )),
             },
-            TriggerType::Event => match self.queue.as_deref() {
-                Some(queue) if !queue.trim().is_empty() => Ok(()),
-                _ => Err(ValidationError::new(
-                    "queue",
-                    "required for an event trigger (the queue to consume)",
-                )),
-            },
+            TriggerType::Event => {
+                match self.queue.as_deref() {
+                    Some(queue) if !queue.trim().is_empty() => validate_queue("queue", queue)?,
+                    _ => {
+                        return Err(ValidationError::new(
+                            "queue",
+                            "required for an event trigger (the queue to consume)",
+                        ));
+                    }
+                }
+                if let Some(concurrency) = self.concurrency
+                    && !(1..=MAX_EVENT_CONCURRENCY).contains(&concurrency)
+                {
+                    return Err(ValidationError::new(
+                        "concurrency",
+                        format!(
+                            "{concurrency} is out of range: messages handled at once, \
+                             1 to {MAX_EVENT_CONCURRENCY}"
+                        ),
+                    ));
+                }
+                match self.max_retries {
+                    Some(retries) if retries > MAX_EVENT_RETRIES => Err(ValidationError::new(
+                        "max_retries",
+                        format!(
+                            "{retries} is out of range: retries of a failed message before \
+                             it goes to the dead-letter queue, 0 to {MAX_EVENT_RETRIES}"
+                        ),
+                    )),
+                    _ => Ok(()),
+                }
+            }
             TriggerType::Http => Ok(()),
+        }?;
+        let event_only = [
+            ("concurrency", self.concurrency.is_some()),
+            ("max_retries", self.max_retries.is_some()),
+        ];
+        match event_only.iter().find(|(_, given)| *given) {
+            Some((field, _)) if self.trigger_type != TriggerType::Event => Err(
+                ValidationError::new(*field, "applies to event triggers only"),
+            ),
+            _ => Ok(()),
         }
     }
+}
+
+/// An AMQP queue name sless may consume and declare `<queue>.retry` / `<queue>.dead` for.
+pub fn validate_queue(field: &str, value: &str) -> Result {
+    let rule = |why: &str| ValidationError::new(field, format!("{value:?} {why}"));
+    if value.len() > MAX_QUEUE_LEN {
+        return Err(rule(&format!(
+            "is too long: at most {MAX_QUEUE_LEN} bytes (sless adds \".retry\" and \".dead\")"
+        )));
+    }
+    if value.starts_with("amq.") {
+        return Err(rule(
+            "is reserved: queue names starting with \"amq.\" belong to the broker",
+        ));
+    }
+    if value.trim() != value || value.chars().any(char::is_control) {
+        return Err(rule(
+            "is not a usable queue name: no spaces around it, no control characters",
+        ));
+    }
+    Ok(())
 }
 
 impl FunctionJobSpec {
@@ -399,12 +459,33 @@ mod tests {
             schedule: None,
             queue: None,
             enabled: true,
+            concurrency: None,
+            max_retries: None,
         };
         assert_eq!(spec.validate().unwrap_err().field, "schedule");
         spec.schedule = Some("* * * * *".into());
         assert!(spec.validate().is_ok());
         spec.trigger_type = TriggerType::Event;
         assert_eq!(spec.validate().unwrap_err().field, "queue");
+        for bad in ["amq.gen", " q", "q\n", &"q".repeat(250)] {
+            spec.queue = Some(bad.to_string());
+            assert_eq!(spec.validate().unwrap_err().field, "queue", "{bad:?}");
+        }
+        spec.queue = Some("orders".into());
+        spec.validate().unwrap();
+        for (concurrency, ok) in [(0, false), (1, true), (64, true), (65, false)] {
+            spec.concurrency = Some(concurrency);
+            assert_eq!(spec.validate().is_ok(), ok, "concurrency {concurrency}");
+        }
+        spec.concurrency = Some(8);
+        spec.max_retries = Some(101);
+        assert_eq!(spec.validate().unwrap_err().field, "max_retries");
+        spec.max_retries = Some(0);
+        spec.validate().unwrap();
+        spec.trigger_type = TriggerType::Http;
+        assert_eq!(spec.validate().unwrap_err().field, "concurrency");
+        spec.concurrency = None;
+        spec.max_retries = None;
     }
 
     #[test]

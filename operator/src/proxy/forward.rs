@@ -25,7 +25,7 @@ use crate::metrics::{InFlight, metrics};
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
 use super::headers::{set_forwarding, strip_cookie, strip_hop_by_hop, strip_set_cookie};
 use super::log::CallError;
-use super::{Invocation, InvokeError, Proxy, Route};
+use super::{Caller, Invocation, InvokeError, Proxy, Route, TRIGGER_HEADER};
 
 /// How often a call waiting for a starting function looks at its route again.
 const START_POLL: Duration = Duration::from_millis(10);
@@ -64,7 +64,20 @@ impl<'a> Target<'a> {
     }
 }
 
-pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, mut request: Request) -> Response {
+    request.headers_mut().remove(TRIGGER_HEADER);
+    proxy.call(request, Caller::Public).await
+}
+
+impl Proxy {
+    /// One call to `/fn/{ns}/{name}{rest}`, with the same routing, timeout, metrics and
+    /// invocation record whoever makes it.
+    pub async fn call(self: &Arc<Self>, request: Request, caller: Caller) -> Response {
+        call(self, request, caller).await
+    }
+}
+
+async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();
     // The router only sends `/fn/{ns}/{name}...` here, so the URI can leave `parts`
@@ -93,6 +106,10 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
             })
             .await;
     }
+    let route = match route {
+        Route::Hidden { reason, .. } if caller == Caller::Public => Route::Unavailable { reason },
+        route => route,
+    };
     let (authority, timeout) = match route {
         // Not recorded: random names must not grow the log.
         Route::Unknown => {
@@ -108,6 +125,9 @@ pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) ->
             return response;
         }
         Route::Ready {
+            authority, timeout, ..
+        }
+        | Route::Hidden {
             authority, timeout, ..
         } => (authority, timeout),
     };
@@ -206,7 +226,7 @@ impl Proxy {
                         detail: format!("{detail}; {reason}"),
                     };
                 }
-                Route::Ready { authority: now, .. }
+                Route::Ready { authority: now, .. } | Route::Hidden { authority: now, .. }
                     if now == authority && Instant::now() < deadline =>
                 {
                     tokio::time::sleep(START_POLL).await;

@@ -44,7 +44,27 @@ pub enum Route {
         /// `None` = no limit.
         timeout: Option<Duration>,
     },
+    /// Running for a trigger other than http (an event trigger): `/fn` answers 503
+    /// with the reason, the trigger's own calls ([`Proxy::call`]) go through.
+    Hidden {
+        reason: String,
+        kind: Kind,
+        authority: String,
+        timeout: Option<Duration>,
+    },
 }
+
+/// Who calls through the proxy: the public `/fn` route, or sless itself on behalf of
+/// a trigger (which may reach a [`Route::Hidden`] function and set [`TRIGGER_HEADER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    Public,
+    Trigger,
+}
+
+/// Request header with what a trigger knows about the call (base64 of a JSON object;
+/// the runtimes put it under `_amqp`). Removed from public calls: nobody may forge it.
+pub const TRIGGER_HEADER: &str = "x-sless-amqp";
 
 /// Why `/fn` cannot call a function whose http trigger is stopped. Callers are often
 /// anonymous: how to start it belongs to the console and the CLI, not this answer.
@@ -129,6 +149,11 @@ impl Proxy {
                 .pool_timer(TokioTimer::new())
                 .build(connector)
         })
+    }
+
+    /// Where a call to `/fn/{namespace}/{name}` would go now.
+    pub fn route(&self, namespace: &str, name: &str) -> Route {
+        self.routes.route(namespace, name)
     }
 
     pub fn config(&self) -> &ProxyConfig {

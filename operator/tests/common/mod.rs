@@ -6,6 +6,10 @@
 #[path = "../kube_common/mod.rs"]
 pub mod kube_common;
 
+pub mod api;
+pub mod broker;
+pub mod events;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,10 +28,12 @@ pub struct TestServer {
     pub base: String,
     pub store: Arc<dyn Store>,
     pub objects: ObjectStore,
+    pub proxy: Arc<operator::proxy::Proxy>,
     pub client: reqwest::Client,
     _s3: EmbeddedS3,
     _dir: TempDir,
     server: tokio::task::JoinHandle<()>,
+    dispatcher: Option<operator::dispatch::Dispatcher>,
 }
 
 impl Drop for TestServer {
@@ -59,6 +65,26 @@ impl TestServer {
         )
         .await;
         (server, runner.expect("the platform runs a runner"))
+    }
+
+    /// [`TestServer::platform`] with the event dispatcher, as `sless up --amqp-url`.
+    pub async fn platform_with_events(
+        tweak: RunnerTweak,
+        events: operator::dispatch::DispatchConfig,
+    ) -> (Self, operator::local::LocalRunner) {
+        let (mut server, runner) = Self::platform(tweak).await;
+        server.dispatcher = Some(operator::dispatch::Dispatcher::start(
+            server.store.clone(),
+            server.proxy.clone(),
+            events,
+        ));
+        (server, runner)
+    }
+
+    /// Stops the dispatcher, as a crash of `sless up` would (messages in hand are
+    /// neither answered nor acked).
+    pub fn stop_events(&mut self) {
+        self.dispatcher = None;
     }
 
     pub async fn start() -> Self {
@@ -137,7 +163,7 @@ impl TestServer {
             proxy: proxy.clone(),
             config,
         });
-        let app = operator::api::router(state).merge(operator::proxy::router(proxy));
+        let app = operator::api::router(state).merge(operator::proxy::router(proxy.clone()));
         let server = tokio::spawn(async move {
             axum::serve(
                 listener,
@@ -150,10 +176,12 @@ impl TestServer {
             base,
             store,
             objects,
+            proxy,
             client: reqwest::Client::new(),
             _s3: s3,
             _dir: dir,
             server,
+            dispatcher: None,
         };
         (server, runner)
     }

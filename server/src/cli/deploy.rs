@@ -49,8 +49,9 @@ pub struct DeployArgs {
     /// An environment variable; repeat for more. Given at all, it replaces all of them.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// `http` or `cron:"<5-field schedule>"`; repeat for more (default: http).
-    #[arg(long = "trigger", value_name = "http|cron:SCHEDULE", value_parser = parse_trigger)]
+    /// `http`, `cron:"<5-field schedule>"` or `event:<queue>` (a RabbitMQ queue);
+    /// repeat for more (default: http).
+    #[arg(long = "trigger", value_name = "http|cron:SCHEDULE|event:QUEUE", value_parser = parse_trigger)]
     pub triggers: Vec<WantedTrigger>,
     /// Deploy an always-on service instead of a function.
     #[arg(long)]
@@ -66,6 +67,7 @@ pub struct DeployArgs {
 pub enum WantedTrigger {
     Http,
     Cron(String),
+    Event(String),
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {
@@ -79,10 +81,16 @@ fn parse_trigger(text: &str) -> Result<WantedTrigger, String> {
     if text == "http" {
         return Ok(WantedTrigger::Http);
     }
-    match text.strip_prefix("cron:").map(str::trim) {
-        Some(schedule) if !schedule.is_empty() => Ok(WantedTrigger::Cron(schedule.to_string())),
+    let cron = text.strip_prefix("cron:").map(str::trim);
+    let queue = text.strip_prefix("event:").map(str::trim);
+    match (cron, queue) {
+        (Some(schedule), _) if !schedule.is_empty() => {
+            Ok(WantedTrigger::Cron(schedule.to_string()))
+        }
+        (_, Some(queue)) if !queue.is_empty() => Ok(WantedTrigger::Event(queue.to_string())),
         _ => Err(format!(
-            "{text:?} is not a trigger; use http or cron:\"<5-field schedule>\", e.g. cron:\"*/5 * * * *\""
+            "{text:?} is not a trigger; use http, cron:\"<5-field schedule>\" (e.g. cron:\"*/5 * * * *\") \
+             or event:<queue>"
         )),
     }
 }
@@ -222,7 +230,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     match http {
         Some(trigger) => println!("{}", url_of(&client, &workload, Some(trigger))),
         None => eprintln!(
-            "{kind} {name} has no http trigger: it runs on its schedule only (add --trigger http to call it)"
+            "{kind} {name} has no http trigger: it runs on its schedule or queue only (add --trigger http to call it)"
         ),
     }
     Ok(())
@@ -331,37 +339,39 @@ async fn ensure_triggers(
 ) -> anyhow::Result<Vec<String>> {
     let existing = client.list_triggers().await?;
     let mut enabled = Vec::new();
-    let mut crons = 0;
+    let mut counts = std::collections::HashMap::new();
     let mut seen = Vec::new();
     for trigger in wanted {
         if seen.contains(&trigger) {
             continue;
         }
         seen.push(trigger);
-        let (name, kind, schedule) = match trigger {
-            WantedTrigger::Http => (format!("{function}-http"), "http", None),
-            WantedTrigger::Cron(schedule) => {
-                crons += 1;
-                let name = if crons == 1 {
-                    format!("{function}-cron")
-                } else {
-                    format!("{function}-cron-{crons}")
-                };
-                (name, "cron", Some(schedule.clone()))
-            }
+        let (kind, schedule, queue) = match trigger {
+            WantedTrigger::Http => ("http", None, None),
+            WantedTrigger::Cron(schedule) => ("cron", Some(schedule.clone()), None),
+            WantedTrigger::Event(queue) => ("event", None, Some(queue.clone())),
+        };
+        // `<function>-cron`, `<function>-cron-2`, ... per kind.
+        let count: &mut u32 = counts.entry(kind).or_default();
+        *count += 1;
+        let name = match count {
+            1 => format!("{function}-{kind}"),
+            n => format!("{function}-{kind}-{n}"),
         };
         let mut request = TriggerRequest {
             name: Some(name.clone()),
             trigger_type: Some(kind.to_string()),
             function_ref: Some(function.to_string()),
             schedule,
+            queue,
             ..Default::default()
         };
         match existing.iter().find(|t| t.name == name) {
             Some(current)
                 if current.trigger_type == kind
                     && current.function_ref == function
-                    && current.schedule == request.schedule =>
+                    && current.schedule == request.schedule
+                    && current.queue == request.queue =>
             {
                 if current.enabled {
                     enabled.push(name);
@@ -543,6 +553,11 @@ mod tests {
             Ok(WantedTrigger::Cron("*/5 * * * *".into()))
         );
         assert!(parse_trigger("cron:").is_err());
+        assert_eq!(
+            parse_trigger("event:orders"),
+            Ok(WantedTrigger::Event("orders".into()))
+        );
+        assert!(parse_trigger("event: ").is_err());
         assert!(parse_trigger("amqp").is_err());
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
         assert!(parse_env("=x").is_err());

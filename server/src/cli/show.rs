@@ -175,14 +175,29 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
                         .unwrap_or_else(|| "-".into()),
                     if t.enabled { "yes" } else { "no" }.into(),
                     if t.active { "yes" } else { "no" }.into(),
-                    t.last_schedule_time.clone().unwrap_or_else(|| "-".into()),
+                    t.last_schedule_time
+                        .clone()
+                        .or_else(|| t.last_message_time.clone())
+                        .unwrap_or_else(|| "-".into()),
+                    if t.trigger_type == "event" {
+                        format!("{}/{}/{}", t.delivered, t.failed, t.dead_lettered)
+                    } else {
+                        "-".into()
+                    },
                     t.message.clone().unwrap_or_else(|| "-".into()),
                 ]
             })
             .collect();
         let rendered = table(
             &[
-                "NAME", "TYPE", "SCHEDULE", "ENABLED", "ACTIVE", "LAST RUN", "MESSAGE",
+                "NAME",
+                "TYPE",
+                "SCHEDULE/QUEUE",
+                "ENABLED",
+                "ACTIVE",
+                "LAST RUN",
+                "OK/FAILED/DEAD",
+                "MESSAGE",
             ],
             &rows,
         );
@@ -261,6 +276,7 @@ mod tests {
             message: None,
             resource_version: "1".into(),
             created_at: "now".into(),
+            ..Default::default()
         }
     }
 

@@ -52,6 +52,9 @@ fn request(state: &TriggerState) -> TriggerRequest {
         schedule: state.schedule.as_ref_option().cloned(),
         queue: state.queue.as_ref_option().cloned(),
         enabled: state.enabled.as_ref_option().copied(),
+        // Not Terraform attributes yet: the API's defaults apply.
+        concurrency: None,
+        max_retries: None,
         resource_version: None,
     }
 }

@@ -59,3 +59,28 @@ pub fn token(data_dir: &Path, sub: &str) -> String {
     assert!(output.status.success());
     String::from_utf8(output.stdout).unwrap().trim().to_string()
 }
+
+/// Uploads `handler.py` (zipped) as the code at `upload_url`, as `sless deploy` would.
+pub async fn upload_handler(
+    client: &reqwest::Client,
+    upload_url: &str,
+    token: &str,
+    handler: &[u8],
+) {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    zip.start_file("handler.py", zip::write::SimpleFileOptions::default())
+        .unwrap();
+    std::io::Write::write_all(&mut zip, handler).unwrap();
+    let form = reqwest::multipart::Form::new().part(
+        "code",
+        reqwest::multipart::Part::bytes(zip.finish().unwrap().into_inner()).file_name("f.zip"),
+    );
+    let uploaded = client
+        .post(upload_url)
+        .bearer_auth(token)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(uploaded.status(), 200, "{}", uploaded.text().await.unwrap());
+}

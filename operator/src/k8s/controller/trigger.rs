@@ -1,6 +1,7 @@
 //! Triggers: an http trigger exposes its function (a URL in status; an Ingress only
 //! without an external URL), a cron trigger is a CronJob whose `suspend` follows
 //! `enabled`. Whether the function runs at all is the function controller's call.
+//! Event triggers are the dispatcher's (`crate::dispatch`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,11 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
     let namespace = namespace_of(trigger)?;
     let name = trigger.name_any();
     let spec = &trigger.spec;
+    if spec.trigger_type == TriggerType::Event {
+        // The dispatcher component consumes its queue and owns its status: a broker
+        // outage never reaches the controllers.
+        return Ok(Action::await_change());
+    }
     let function_name = &spec.function_ref;
     let api: Api<Trigger> = Api::namespaced(ctx.client.clone(), &namespace);
     let current = trigger.status.clone().unwrap_or_default();
@@ -76,6 +82,7 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
             message: Some(format!(
                 "function {function_name:?} not found in {namespace}; the trigger waits for it"
             )),
+            ..TriggerStatus::default()
         };
         if status != current {
             write_status(&api, trigger, &status).await?;
@@ -101,6 +108,7 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
                 phase.as_str()
             )),
         },
+        ..TriggerStatus::default()
     };
     match spec.trigger_type {
         TriggerType::Http => {
@@ -151,11 +159,8 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
                 );
             }
         }
-        TriggerType::Event => {
-            status.active = false;
-            status.message =
-                Some("event triggers (AMQP queues) are not supported by this version".into());
-        }
+        // Returned above.
+        TriggerType::Event => {}
     }
     if status != current {
         write_status(&api, trigger, &status).await?;

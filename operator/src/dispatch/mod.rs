@@ -1,0 +1,437 @@
+//! The event dispatcher: one AMQP consumer per enabled `event` trigger (docs/spec.md
+//! §3, Trigger). Each message is one call to the function through the `/fn` proxy's
+//! call path ([`Proxy::call`]); 2xx acks it, anything else retries it later through
+//! `<queue>.retry` and finally moves it to `<queue>.dead`. Nothing is acked before the
+//! function answered 2xx or the message was safely re-published: at least once.
+//!
+//! One implementation for both modes: `sless up --amqp-url` runs it beside the
+//! embedded runner, Kubernetes runs it as its own component (`SLESS_COMPONENTS=
+//! dispatcher`), so a broker outage never touches the controllers. It alone writes
+//! the status of event triggers: `active`, `message`, and the counters.
+
+mod consumer;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use lapin::{Connection, ConnectionProperties};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::model::{Kind, Trigger, TriggerSpec, TriggerType};
+use crate::proxy::{Proxy, Route};
+use crate::store::{Object, Store, StoreExt, modify_status};
+use consumer::{Consumer, ConsumerState};
+
+/// Said by every enabled event trigger when sless runs without a broker.
+pub const NO_BROKER: &str =
+    "no broker configured: start sless with --amqp-url (or SLESS_AMQP_URL) to consume queues";
+
+#[derive(Clone, Debug)]
+pub struct DispatchConfig {
+    /// `amqp://user:pass@host:port/vhost` (or `amqps://`); `None`: no broker.
+    pub amqp_url: Option<String>,
+    /// The first retry of a failed message waits this long, each next one twice as long.
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    /// Reconnecting to a lost broker waits from `retry_base`-like 1 s up to this.
+    pub reconnect_max: Duration,
+    /// How often triggers, routes and the connection are looked at (store changes wake
+    /// the dispatcher at once as well).
+    pub poll_every: Duration,
+}
+
+impl DispatchConfig {
+    pub fn new(amqp_url: Option<String>) -> Self {
+        Self {
+            amqp_url,
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(300),
+            reconnect_max: Duration::from_secs(30),
+            poll_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The running dispatcher; dropping it stops every consumer.
+pub struct Dispatcher {
+    task: JoinHandle<()>,
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Dispatcher {
+    pub fn start(store: Arc<dyn Store>, proxy: Arc<Proxy>, config: DispatchConfig) -> Self {
+        let shared = Arc::new(Shared {
+            store,
+            proxy,
+            config,
+            consumers: Mutex::new(HashMap::new()),
+            counters: Mutex::new(HashMap::new()),
+        });
+        Self {
+            task: tokio::spawn(run(shared)),
+        }
+    }
+}
+
+type Key = (String, String);
+
+/// Messages handled since the last status write, per trigger.
+#[derive(Default)]
+struct Counters {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    dead_lettered: AtomicU64,
+    last_message_time: Mutex<Option<String>>,
+}
+
+impl Counters {
+    fn touch(&self) {
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        *self
+            .last_message_time
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(now);
+    }
+}
+
+/// What a consumer was started for; a change restarts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Target {
+    namespace: String,
+    trigger: String,
+    function: String,
+    queue: String,
+    concurrency: u16,
+    max_retries: u32,
+}
+
+impl Target {
+    fn of(trigger: &Object<Trigger>) -> Self {
+        let spec = &trigger.spec;
+        Self {
+            namespace: trigger.meta.namespace.clone(),
+            trigger: trigger.meta.name.clone(),
+            function: spec.function_ref.clone(),
+            queue: spec.queue.clone().unwrap_or_default(),
+            concurrency: u16::try_from(spec.concurrency_or_default()).unwrap_or(1),
+            max_retries: spec.max_retries_or_default(),
+        }
+    }
+}
+
+struct Running {
+    target: Target,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    state: Arc<Mutex<ConsumerState>>,
+}
+
+struct Shared {
+    store: Arc<dyn Store>,
+    proxy: Arc<Proxy>,
+    config: DispatchConfig,
+    consumers: Mutex<HashMap<Key, Running>>,
+    counters: Mutex<HashMap<Key, Arc<Counters>>>,
+}
+
+/// The broker as the dispatcher sees it in one pass.
+enum Link<'a> {
+    Up(&'a Arc<Connection>),
+    Down(&'a str),
+}
+
+async fn run(shared: Arc<Shared>) {
+    let mut changes = shared.store.subscribe();
+    let Some(url) = shared.config.amqp_url.clone() else {
+        loop {
+            shared.pass(&Link::Down(NO_BROKER)).await;
+            shared.wait(&mut changes, shared.config.poll_every).await;
+        }
+    };
+    let first_delay = Duration::from_secs(1).min(shared.config.reconnect_max);
+    let mut delay = first_delay;
+    loop {
+        let properties = ConnectionProperties::default().with_connection_name("sless".into());
+        let connected = tokio::time::timeout(
+            Duration::from_secs(10),
+            Connection::connect(&url, properties),
+        )
+        .await
+        .map_err(|_| "no answer in 10 s".to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+        let down = match connected {
+            Ok(connection) => {
+                tracing::info!("dispatcher: connected to the broker");
+                delay = first_delay;
+                let connection = Arc::new(connection);
+                while connection.status().connected() {
+                    shared.pass(&Link::Up(&connection)).await;
+                    shared.wait(&mut changes, shared.config.poll_every).await;
+                }
+                "broker connection lost; reconnecting".to_string()
+            }
+            Err(e) => format!("broker unreachable: {e}; retrying in {} s", delay.as_secs()),
+        };
+        tracing::warn!("dispatcher: {down}");
+        let until = tokio::time::Instant::now() + delay;
+        while tokio::time::Instant::now() < until {
+            shared.pass(&Link::Down(&down)).await;
+            shared.wait(&mut changes, shared.config.poll_every).await;
+        }
+        delay = (delay * 2).min(shared.config.reconnect_max);
+    }
+}
+
+/// Whether the dispatcher can call a function now; why not otherwise.
+fn callable(route: &Route, namespace: &str, function: &str) -> Result<(), String> {
+    match route {
+        Route::Ready { .. } | Route::Hidden { .. } => Ok(()),
+        Route::Unknown => Err(format!("function {function:?} not found in {namespace}")),
+        Route::Unavailable { reason } | Route::Starting { reason } | Route::NoCode { reason } => {
+            Err(format!("waiting for the function: {reason}"))
+        }
+    }
+}
+
+impl Shared {
+    /// Until the store changes or `limit` passes.
+    async fn wait(&self, changes: &mut broadcast::Receiver<crate::store::Change>, limit: Duration) {
+        let sleep = tokio::time::sleep(limit);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return,
+                change = changes.recv() => match change {
+                    Ok(change) if matches!(change.kind, Kind::Trigger | Kind::Function) => return,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        sleep.as_mut().await;
+                        return;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Makes the consumers match the enabled event triggers and writes their status.
+    async fn pass(self: &Arc<Self>, link: &Link<'_>) {
+        let triggers = match self.store.list_typed::<Trigger>(None).await {
+            Ok(triggers) => triggers,
+            Err(e) => {
+                tracing::warn!(error = %e, "dispatcher: cannot list triggers");
+                return;
+            }
+        };
+        let mut seen = HashSet::new();
+        for trigger in triggers
+            .iter()
+            .filter(|t| t.spec.trigger_type == TriggerType::Event)
+        {
+            let key = (trigger.meta.namespace.clone(), trigger.meta.name.clone());
+            seen.insert(key.clone());
+            let wanted = self.wanted(trigger, link);
+            let (active, message) = match wanted {
+                Ok(connection) => self.ensure_consumer(&key, Target::of(trigger), connection),
+                Err(message) => {
+                    self.stop_consumer(&key);
+                    (self.still_running(&key), message)
+                }
+            };
+            self.write_status(trigger, &key, active, message).await;
+        }
+        self.forget_all_but(&seen);
+    }
+
+    /// The connection to consume on, or why the trigger does not consume now.
+    fn wanted<'a>(
+        &self,
+        trigger: &Object<Trigger>,
+        link: &Link<'a>,
+    ) -> Result<&'a Arc<Connection>, Option<String>> {
+        let spec: &TriggerSpec = &trigger.spec;
+        if !spec.enabled {
+            return Err(None);
+        }
+        if let Err(e) = spec.validate() {
+            return Err(Some(format!("invalid trigger: {e}")));
+        }
+        let connection = match link {
+            Link::Up(connection) => *connection,
+            Link::Down(why) => return Err(Some(why.to_string())),
+        };
+        let route = self
+            .proxy
+            .route(&trigger.meta.namespace, &spec.function_ref);
+        callable(&route, &trigger.meta.namespace, &spec.function_ref).map_err(Some)?;
+        Ok(connection)
+    }
+
+    fn counters(&self, key: &Key) -> Arc<Counters> {
+        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        counters.entry(key.clone()).or_default().clone()
+    }
+
+    /// Starts (or restarts, after a failure or a change) the trigger's consumer; its
+    /// (active, message) now.
+    fn ensure_consumer(
+        self: &Arc<Self>,
+        key: &Key,
+        target: Target,
+        connection: &Arc<Connection>,
+    ) -> (bool, Option<String>) {
+        let mut consumers = self
+            .consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(running) = consumers.get(key) {
+            let state = running
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let current = running.target == target && !running.task.is_finished();
+            if current {
+                return match state {
+                    ConsumerState::Consuming => (true, None),
+                    ConsumerState::Starting => (false, Some("starting the consumer".into())),
+                    ConsumerState::Failed(e) => (false, Some(e)),
+                };
+            }
+            if !running.task.is_finished() {
+                // A changed trigger: the old consumer drains first.
+                let _ = running.stop.send(true);
+                return (false, Some("restarting the consumer".into()));
+            }
+            if let ConsumerState::Failed(e) = state
+                && running.target == target
+            {
+                // Restarted on this pass; the failure stays said until it consumes.
+                consumers.insert(key.clone(), self.spawn(target, connection, key));
+                return (false, Some(e));
+            }
+        }
+        consumers.insert(key.clone(), self.spawn(target, connection, key));
+        (false, Some("starting the consumer".into()))
+    }
+
+    fn spawn(self: &Arc<Self>, target: Target, connection: &Arc<Connection>, key: &Key) -> Running {
+        let (stop, stopped) = watch::channel(false);
+        let state = Arc::new(Mutex::new(ConsumerState::Starting));
+        let consumer = Consumer {
+            target: target.clone(),
+            proxy: self.proxy.clone(),
+            counters: self.counters(key),
+            state: state.clone(),
+            retry_base: self.config.retry_base,
+            retry_max: self.config.retry_max,
+        };
+        let task = tokio::spawn(consumer.run(connection.clone(), stopped));
+        Running {
+            target,
+            stop,
+            task,
+            state,
+        }
+    }
+
+    fn stop_consumer(&self, key: &Key) {
+        let mut consumers = self
+            .consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(running) = consumers.get(key) {
+            if running.task.is_finished() {
+                consumers.remove(key);
+            } else {
+                let _ = running.stop.send(true);
+            }
+        }
+    }
+
+    /// A stopped consumer still handling its last messages counts as active.
+    fn still_running(&self, key: &Key) -> bool {
+        let consumers = self
+            .consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        consumers.get(key).is_some_and(|r| !r.task.is_finished())
+    }
+
+    /// Deleted triggers: their consumers stop, their counters go.
+    fn forget_all_but(&self, seen: &HashSet<Key>) {
+        let mut consumers = self
+            .consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        consumers.retain(|key, running| {
+            if !seen.contains(key) {
+                let _ = running.stop.send(true);
+            }
+            seen.contains(key) || !running.task.is_finished()
+        });
+        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        counters.retain(|key, _| seen.contains(key) || consumers.contains_key(key));
+    }
+
+    /// Writes (active, message) and adds the counted messages, when anything changed.
+    async fn write_status(
+        &self,
+        trigger: &Object<Trigger>,
+        key: &Key,
+        active: bool,
+        message: Option<String>,
+    ) {
+        let counters = self.counters(key);
+        let delivered = counters.delivered.swap(0, Ordering::Relaxed);
+        let failed = counters.failed.swap(0, Ordering::Relaxed);
+        let dead_lettered = counters.dead_lettered.swap(0, Ordering::Relaxed);
+        let last = counters
+            .last_message_time
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let status = &trigger.status;
+        let counted = delivered + failed + dead_lettered > 0 || last.is_some();
+        if !counted && status.active == active && status.message == message {
+            return;
+        }
+        let written = modify_status::<Trigger, _>(&*self.store, &key.0, &key.1, |t| {
+            t.status.active = active;
+            t.status.message = message.clone();
+            t.status.url = None;
+            t.status.delivered += delivered;
+            t.status.failed += failed;
+            t.status.dead_lettered += dead_lettered;
+            if last.is_some() {
+                t.status.last_message_time = last.clone();
+            }
+        })
+        .await;
+        if let Err(e) = written {
+            tracing::debug!(trigger = %key.1, error = %e, "event trigger status not written");
+            // Counted again on the next pass.
+            counters.delivered.fetch_add(delivered, Ordering::Relaxed);
+            counters.failed.fetch_add(failed, Ordering::Relaxed);
+            counters
+                .dead_lettered
+                .fetch_add(dead_lettered, Ordering::Relaxed);
+            if let Some(last) = last {
+                counters
+                    .last_message_time
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_or_insert(last);
+            }
+        }
+    }
+}
