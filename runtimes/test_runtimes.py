@@ -614,6 +614,31 @@ def python_http_checks(port, proc, out):
             ("SIGTERM lets the in-flight call finish", sigterm_finishes_in_flight)]
 
 
+def test_ready_fd(rt):
+    """SLESS_READY_FD: one byte once the server listens, then the runtime closes it."""
+    port = free_port()
+    read_end, write_end = os.pipe()
+    with open(os.path.join(rt.tmp, "ready.log"), "w+") as log:
+        proc = subprocess.Popen(rt.argv, env=rt.env(PORT=str(port), SLESS_HOST="127.0.0.1",
+                                                    SLESS_READY_FD=str(write_end)),
+                                pass_fds=(write_end,), stdout=log, stderr=log, cwd=rt.tmp)
+        os.close(write_end)
+        try:
+            def announces():
+                first = os.read(read_end, 10)
+                expect(first == b"1", first)
+                resp, _ = request(port, "GET", "/health")  # at once: no retry
+                expect(resp.status == 200, f"status {resp.status}")
+                expect(os.read(read_end, 10) == b"", "the runtime keeps the ready descriptor open")
+                expect(proc.poll() is None, "the server exited")
+
+            check(rt.name, "ready byte on SLESS_READY_FD once listening, then closed", announces)
+        finally:
+            os.close(read_end)
+            proc.kill()
+            proc.wait()
+
+
 def test_python_async(rt):
     """An async handler runs on the server's one event loop, concurrently."""
     if rt.name != "python3.11":
@@ -780,7 +805,7 @@ def main():
             except Exception as exc:
                 report(name, "prepare", False, str(exc))
                 continue
-            for part in (test_http, test_python_async, test_job):
+            for part in (test_http, test_ready_fd, test_python_async, test_job):
                 try:
                     part(rt)
                 except Exception as exc:

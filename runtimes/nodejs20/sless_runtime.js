@@ -43,6 +43,19 @@ function wrapEvent(value) {
   return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : { body: value };
 }
 
+// Tells the runner the server listens (a byte on SLESS_READY_FD), so it need not poll.
+function announceReady() {
+  const fd = process.env.SLESS_READY_FD || '';
+  delete process.env.SLESS_READY_FD;
+  if (!/^\d+$/.test(fd)) return;
+  try {
+    fs.writeSync(Number(fd), '1');
+    fs.closeSync(Number(fd)); // the handler's own child processes must not hold it
+  } catch {
+    // Not a pipe we were given: the runner polls instead.
+  }
+}
+
 // ------------------------------------------------------------- handler load
 
 async function loadHandler() {
@@ -255,7 +268,7 @@ function serve(func) {
     console.error(`sless-runtime: cannot listen on ${host}:${port}: ${err.message}`);
     process.exit(1);
   });
-  server.listen(port, host);
+  server.listen(port, host, announceReady);
 
   // As PID 1 in a container SIGTERM has no default action: stop accepting,
   // let in-flight requests finish briefly, then exit.

@@ -542,12 +542,24 @@ class Connection(asyncio.Protocol):
             self.server.loop.call_soon(self.next_request)  # pipelined: no recursion
 
 
+def announce_ready():
+    """Tells the runner the server listens (a byte on SLESS_READY_FD), so it need not poll."""
+    fd = os.environ.pop("SLESS_READY_FD", "")
+    if fd.isdigit():
+        try:
+            os.write(int(fd), b"1")
+            os.close(int(fd))  # the handler's own child processes must not hold it
+        except OSError:
+            pass
+
+
 async def run_server(func, host, port):
     """Serves until SIGTERM/SIGINT; True when no request was left unfinished."""
     loop = asyncio.get_running_loop()
     server = Server(func, loop)
     listener = await loop.create_server(lambda: Connection(server), host, port,
                                         backlog=LISTEN_BACKLOG, reuse_address=True)
+    announce_ready()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         # As PID 1 in a container SIGTERM has no default action.

@@ -1,13 +1,19 @@
 //! One runtime process: spawned on a free loopback port, its output captured into the
 //! log book, health-checked, stopped with SIGTERM (then SIGKILL).
+//!
+//! Readiness: the runtime writes a byte to descriptor [`READY_FD`] once it listens, so
+//! the health check runs at that moment instead of on a poll schedule; a runtime that
+//! never writes it (a Go binary built by an older sless) is found by polling.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncRead;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
 use super::sandbox::{Confinement, Guard, Sandbox};
@@ -31,6 +37,30 @@ pub struct Instance {
     pub port: u16,
     child: Child,
     guard: Guard,
+    /// Until read: where the runtime says it listens.
+    ready: Option<pipe::Receiver>,
+}
+
+/// The descriptor the runtime finds its end of the ready pipe on (`SLESS_READY_FD`).
+const READY_FD: i32 = 3;
+
+/// Makes the write end the child's descriptor [`READY_FD`], kept across exec.
+fn pass_ready_fd(command: &mut Command, write: &std::io::PipeWriter) {
+    let fd = write.as_raw_fd();
+    // SAFETY: dup2 and fcntl are async-signal-safe and touch only the child's table.
+    unsafe {
+        command.pre_exec(move || {
+            let ok = if fd == READY_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, READY_FD)
+            };
+            if ok < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// A free loopback port: bind port 0, read it, let it go for the child to take.
@@ -80,6 +110,10 @@ impl Instance {
                 },
             )
             .map_err(|e| e.to_string())?;
+        // Both ends close on exec; the child gets the write end as READY_FD.
+        let (ready, ready_write) =
+            std::io::pipe().map_err(|e| format!("cannot create the ready pipe: {e}"))?;
+        pass_ready_fd(&mut command, &ready_write);
         let mut child = command
             .args(launch.args)
             .current_dir(launch.dir)
@@ -87,12 +121,16 @@ impl Instance {
             .env("PORT", port.to_string())
             .env("SLESS_HOST", "127.0.0.1")
             .env("SLESS_FUNCTION_DIR", launch.dir)
+            .env("SLESS_READY_FD", READY_FD.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(cannot)?;
+        // Only the child holds the write end now: its exit ends the pipe.
+        drop(ready_write);
+        let ready = pipe::Receiver::from_owned_fd(OwnedFd::from(ready)).ok();
         for (stream, reader) in [
             (
                 Stream::Stdout,
@@ -120,14 +158,20 @@ impl Instance {
                 );
             }
         }
-        Ok(Self { port, child, guard })
+        Ok(Self {
+            port,
+            child,
+            guard,
+            ready,
+        })
     }
 
     pub fn authority(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Polls `GET /health` until it answers 200, the process exits, or time runs out.
+    /// Checks `GET /health` when the runtime says it listens (else on a backoff
+    /// schedule) until it answers 200, the process exits, or time runs out.
     pub async fn wait_healthy(
         &mut self,
         client: &reqwest::Client,
@@ -153,7 +197,11 @@ impl Instance {
                     within.as_secs()
                 ));
             }
-            tokio::time::sleep(delay).await;
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                // A byte (it listens) or the end of the pipe (it exited or closed it).
+                _ = ready_or_closed(self.ready.as_mut()) => self.ready = None,
+            }
             delay = (delay * 2).min(Duration::from_millis(200));
         }
     }
@@ -182,6 +230,15 @@ impl Instance {
             }
         }
         let _ = self.child.kill().await;
+    }
+}
+
+async fn ready_or_closed(ready: Option<&mut pipe::Receiver>) {
+    match ready {
+        Some(ready) => {
+            let _ = ready.read(&mut [0u8; 1]).await;
+        }
+        None => std::future::pending().await,
     }
 }
 

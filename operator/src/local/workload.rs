@@ -321,8 +321,9 @@ impl Actor {
                     },
                 );
             }
+            let starting = Instant::now();
             match self.start(&dir, &spec, &wanted).await {
-                Ok(instance) => self.switch_to(instance, wanted),
+                Ok(instance) => self.switch_to(instance, wanted, starting.elapsed()),
                 Err(message) => {
                     self.failures += 1;
                     self.log(&message);
@@ -405,7 +406,13 @@ impl Actor {
         );
         self.mark_built(raw, key).await?;
         match result {
-            Ok(_) => Ok(Some(now())),
+            Ok(_) => {
+                self.log(&format!(
+                    "version {version} built in {} ms",
+                    started.elapsed().as_millis()
+                ));
+                Ok(Some(now()))
+            }
             Err(e) => {
                 self.log(&format!("build of version {version} failed"));
                 self.write_status(|s| {
@@ -490,10 +497,12 @@ impl Actor {
     }
 
     /// The new instance is healthy: it takes the traffic, the old one drains and stops.
-    fn switch_to(&mut self, instance: Instance, config: LaunchConfig) {
+    fn switch_to(&mut self, instance: Instance, config: LaunchConfig, took: Duration) {
         self.log(&format!(
-            "version {} is serving on port {}",
-            config.version, instance.port
+            "version {} is serving on port {} (healthy {} ms after the start)",
+            config.version,
+            instance.port,
+            took.as_millis()
         ));
         self.failed_start = None;
         if let Some(old) = self.running.replace(Running {
