@@ -639,6 +639,62 @@ def test_ready_fd(rt):
             proc.wait()
 
 
+def test_standby(rt):
+    """SLESS_STANDBY=1: loaded and listening first, the function directory comes on stdin."""
+    if rt.name != "python3.11":
+        return
+    n = rt.name
+
+    def start(line):
+        port = free_port()
+        read_end, write_end = os.pipe()
+        env = rt.env(PORT=str(port), SLESS_HOST="127.0.0.1", SLESS_READY_FD=str(write_end), SLESS_STANDBY="1")
+        del env["SLESS_FUNCTION_DIR"]
+        proc = subprocess.Popen(rt.argv, env=env, pass_fds=(write_end,), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=rt.tmp)
+        os.close(write_end)
+        proc.stdin.write(line)
+        proc.stdin.close()
+        return port, proc, read_end
+
+    def finish(proc):
+        out, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+        return out, err
+
+    def serves_the_named_dir():
+        port, proc, ready = start(rt.fn_dir.encode() + b"\n")
+        try:
+            expect(os.read(ready, 1) == b"1", "no ready byte")
+            _, value = request_json(port, "GET", "/dep")
+            expect(value == "dep-ok", value)
+        finally:
+            os.close(ready)
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+    def let_go_unused():
+        port, proc, ready = start(b"")
+        os.close(ready)
+        out, err = finish(proc)
+        expect(proc.returncode == 0 and out == b"" and err == b"", (proc.returncode, out, err))
+
+    def bad_dir():
+        port, proc, ready = start(b"/nonexistent/dir\n")
+        os.close(ready)
+        out, err = finish(proc)
+        expect(proc.returncode == 3 and b"/nonexistent/dir" in err, (proc.returncode, err[-500:]))
+
+    for name, fn in [("standby serves the directory named on stdin", serves_the_named_dir),
+                     ("standby let go unused exits 0", let_go_unused),
+                     ("standby given a missing directory exits 3", bad_dir)]:
+        check(n, name, fn)
+
+
 def test_python_async(rt):
     """An async handler runs on the server's one event loop, concurrently."""
     if rt.name != "python3.11":
@@ -805,7 +861,7 @@ def main():
             except Exception as exc:
                 report(name, "prepare", False, str(exc))
                 continue
-            for part in (test_http, test_ready_fd, test_python_async, test_job):
+            for part in (test_http, test_ready_fd, test_standby, test_python_async, test_job):
                 try:
                     part(rt)
                 except Exception as exc:

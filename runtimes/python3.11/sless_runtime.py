@@ -10,6 +10,7 @@ import inspect
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -557,12 +558,11 @@ def announce_ready():
             pass
 
 
-async def run_server(func, host, port):
+async def run_server(func, sock):
     """Serves until SIGTERM/SIGINT; True when no request was left unfinished."""
     loop = asyncio.get_running_loop()
     server = Server(func, loop)
-    listener = await loop.create_server(lambda: Connection(server), host, port,
-                                        backlog=LISTEN_BACKLOG, reuse_address=True)
+    listener = await loop.create_server(lambda: Connection(server), sock=sock, backlog=LISTEN_BACKLOG)
     announce_ready()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -593,10 +593,30 @@ async def run_server(func, host, port):
     return not server.active
 
 
-def serve(func):
+def listen_socket():
     host = os.environ.get("SLESS_HOST") or "0.0.0.0"
     port = int(os.environ.get("PORT") or 8080)
-    finished = asyncio.run(run_server(func, host, port))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+    except OSError as exc:
+        print(f"sless-runtime: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+def await_function_dir():
+    """A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; the runner
+    names the function's directory on stdin when a call needs it."""
+    if os.environ.pop("SLESS_STANDBY", "") != "1":
+        return
+    line = sys.stdin.readline().rstrip("\n")
+    if not line:
+        sys.exit(0)  # let go unused
+    os.environ["SLESS_FUNCTION_DIR"] = line
+
+
+def serve(func, sock):
+    finished = asyncio.run(run_server(func, sock))
     flush_logs()
     if not finished:
         os._exit(0)  # a handler still running past the grace must not hold the exit
@@ -664,13 +684,15 @@ def main():
     if (os.environ.get("SLESS_MODE") or "http") == "job":
         run_job()
         return
+    sock = listen_socket()
+    await_function_dir()
     try:
         func = load_handler()
     except BaseException as exc:
         traceback.print_exc()
         print(f"sless-runtime: cannot load handler: {error_message(exc)}", file=sys.stderr)
         sys.exit(EXIT_LOAD_ERROR)
-    serve(func)
+    serve(func, sock)
 
 
 if __name__ == "__main__":

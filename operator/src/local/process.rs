@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdin, Command};
 
 use super::sandbox::{Confinement, Guard, Sandbox};
 use crate::logs::{LogBook, Stream};
@@ -31,6 +31,9 @@ pub struct Launch<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub version: &'a str,
+    /// Pre-start: the runtime loads and takes its port, then waits on stdin for the
+    /// version directory under `dir` it is to serve ([`Instance::bind`]).
+    pub standby: bool,
 }
 
 pub struct Instance {
@@ -39,6 +42,10 @@ pub struct Instance {
     guard: Guard,
     /// Until read: where the runtime says it listens.
     ready: Option<pipe::Receiver>,
+    /// A standby's stdin, until it is told its version directory.
+    stdin: Option<ChildStdin>,
+    /// The version its output is logged under (a standby learns it at bind).
+    version: Arc<Mutex<String>>,
 }
 
 /// The descriptor the runtime finds its end of the ready pipe on (`SLESS_READY_FD`).
@@ -77,10 +84,11 @@ fn capture(
     stream: Stream,
     namespace: String,
     name: String,
-    version: String,
+    version: Arc<Mutex<String>>,
 ) {
     tokio::spawn(async move {
         crate::logs::read_lines(reader, crate::logs::MAX_LINE_BYTES, |line| {
+            let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
             logs.push(&namespace, &name, stream, &version, &line);
         })
         .await;
@@ -114,15 +122,20 @@ impl Instance {
         let (ready, ready_write) =
             std::io::pipe().map_err(|e| format!("cannot create the ready pipe: {e}"))?;
         pass_ready_fd(&mut command, &ready_write);
+        if launch.standby {
+            command.env("SLESS_STANDBY", "1").stdin(Stdio::piped());
+        } else {
+            command
+                .env("SLESS_FUNCTION_DIR", launch.dir)
+                .stdin(Stdio::null());
+        }
         let mut child = command
             .args(launch.args)
             .current_dir(launch.dir)
             .envs(&launch.env)
             .env("PORT", port.to_string())
             .env("SLESS_HOST", "127.0.0.1")
-            .env("SLESS_FUNCTION_DIR", launch.dir)
             .env("SLESS_READY_FD", READY_FD.to_string())
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -130,7 +143,9 @@ impl Instance {
             .map_err(cannot)?;
         // Only the child holds the write end now: its exit ends the pipe.
         drop(ready_write);
+        let child_stdin = child.stdin.take();
         let ready = pipe::Receiver::from_owned_fd(OwnedFd::from(ready)).ok();
+        let version = Arc::new(Mutex::new(launch.version.to_string()));
         for (stream, reader) in [
             (
                 Stream::Stdout,
@@ -154,7 +169,7 @@ impl Instance {
                     stream,
                     launch.namespace.to_string(),
                     launch.name.to_string(),
-                    launch.version.to_string(),
+                    version.clone(),
                 );
             }
         }
@@ -163,7 +178,21 @@ impl Instance {
             child,
             guard,
             ready,
+            stdin: child_stdin,
+            version,
         })
+    }
+
+    /// Tells a standby which version directory to serve; then [`Instance::wait_healthy`]
+    /// as after a spawn.
+    pub async fn bind(&mut self, dir: &Path, version: &str) -> Result<(), String> {
+        let mut stdin = self.stdin.take().ok_or("not a standby process")?;
+        *self.version.lock().unwrap_or_else(|e| e.into_inner()) = version.to_string();
+        let line = format!("{}\n", dir.display());
+        stdin
+            .write_all(line.as_bytes())
+            .await
+            .map_err(|e| format!("the standby process is gone: {e}"))
     }
 
     pub fn authority(&self) -> String {
