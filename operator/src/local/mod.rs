@@ -70,7 +70,7 @@ impl RunnerConfig {
             log_lines: 1000,
             resync_every: Duration::from_secs(300),
             allow_unsandboxed: false,
-            standby_pool: 8,
+            standby_pool: 4,
         }
     }
 }
