@@ -638,6 +638,21 @@ def test_ready_fd(rt):
             proc.kill()
             proc.wait()
 
+    def bad_ready_fd():
+        for value in ("99", "not-a-number"):  # a closed descriptor, garbage: serve anyway
+            bad_port = free_port()
+            proc, out, err = start_server(rt, bad_port, SLESS_READY_FD=value)
+            try:
+                resp, _ = request(bad_port, "GET", "/x")
+                expect(resp.status == 200, f"{value}: status {resp.status}")
+            finally:
+                proc.kill()
+                proc.wait()
+                out.close()
+                err.close()
+
+    check(rt.name, "a bad SLESS_READY_FD is ignored", bad_ready_fd)
+
 
 def test_standby(rt):
     """SLESS_STANDBY=1: loaded and listening first, the function directory comes on stdin."""
