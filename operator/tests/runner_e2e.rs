@@ -843,32 +843,42 @@ fn standbys() -> Vec<(u32, std::path::PathBuf)> {
 }
 
 #[tokio::test]
-async fn a_stopped_python_function_starts_from_its_standby_process() {
+async fn a_stopped_function_starts_from_its_standby_process() {
     let (server, runner) = TestServer::platform(|_| {}).await;
     let api = Api::new(&server, "standby-user");
-    api.deploy(
-        "warm",
-        "python3.11",
-        &[(
-            "handler.py",
-            b"import os\n\ndef handle(e):\n    return os.getcwd()\n",
-        )],
-    )
-    .await;
-    let (status, first_cwd) = api.invoke("warm", json!({})).await;
-    assert_eq!(status, StatusCode::OK);
+    let python: &[u8] = b"import os\n\ndef handle(e):\n    return os.getcwd()\n";
+    let node: &[u8] = b"exports.handle = async () => process.cwd();\n";
+    for (name, runtime, files) in [
+        ("warm", "python3.11", [("handler.py", python)]),
+        ("warmjs", "nodejs20", [("handler.js", node)]),
+    ] {
+        starts_from_standby(&api, &runner, name, runtime, &files).await;
+    }
+}
+
+async fn starts_from_standby(
+    api: &Api<'_>,
+    runner: &operator::local::LocalRunner,
+    name: &str,
+    runtime: &str,
+    files: &[(&str, &[u8])],
+) {
+    api.deploy(name, runtime, files).await;
+    let (status, first_cwd) = api.invoke(name, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{runtime}: {first_cwd}");
     let code_dir = std::path::PathBuf::from(first_cwd.as_str().unwrap());
     let builds = code_dir.parent().unwrap().to_path_buf();
+    let trigger = format!("triggers/{name}-http");
 
     let (status, _) = api
         .send(
             reqwest::Method::PATCH,
-            "triggers/warm-http",
+            &trigger,
             Some(json!({"enabled": false})),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
-    api.invoke_until("warm", StatusCode::SERVICE_UNAVAILABLE)
+    api.invoke_until(name, StatusCode::SERVICE_UNAVAILABLE)
         .await;
     // Stopped: one standby waits in the function's builds directory (not a version).
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -878,7 +888,7 @@ async fn a_stopped_python_function_starts_from_its_standby_process() {
         }
         assert!(
             Instant::now() < deadline,
-            "no standby in {}",
+            "{runtime}: no standby in {}",
             builds.display()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -886,19 +896,19 @@ async fn a_stopped_python_function_starts_from_its_standby_process() {
 
     api.send(
         reqwest::Method::PATCH,
-        "triggers/warm-http",
+        &trigger,
         Some(json!({"enabled": true})),
     )
     .await;
-    let (status, cwd) = api.invoke("warm", json!({})).await;
+    let (status, cwd) = api.invoke(name, json!({})).await;
     assert_eq!(
         (status, &cwd),
         (StatusCode::OK, &first_cwd),
-        "it serves the code"
+        "{runtime}: it serves the code"
     );
     assert_eq!(
-        runner.pid(&api.user.ns, "warm"),
+        runner.pid(&api.user.ns, name),
         Some(standby),
-        "the standby became the instance"
+        "{runtime}: the standby became the instance"
     );
 }

@@ -51,7 +51,7 @@ pub struct RunnerConfig {
     pub resync_every: Duration,
     /// Run functions even where the kernel has no Landlock to sandbox them.
     pub allow_unsandboxed: bool,
-    /// Python functions not running (stopped, or waiting for code) that may keep one
+    /// Python/Node functions not running (stopped, or waiting for code) that may keep one
     /// pre-started runtime process each, sandboxed to their own builds: their next
     /// start skips the interpreter's. 0 turns it off.
     pub standby_pool: usize,

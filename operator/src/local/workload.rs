@@ -498,8 +498,8 @@ impl Actor {
         Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)
     }
 
-    /// A Python function that is not running keeps one standby process (while the
-    /// pool has room) for its next start; a standby started for other settings goes.
+    /// A Python or Node function that is not running keeps one standby process (while
+    /// the pool has room) for its next start; a standby started for other settings goes.
     fn keep_standby(&mut self, spec: &WorkloadSpec) {
         let wanted = LaunchConfig::of(spec, "");
         if self
@@ -510,10 +510,8 @@ impl Actor {
             return;
         }
         self.standby = None;
-        if self.kind != Kind::Function
-            || spec.runtime != Runtime::Python311
-            || self.running.is_some()
-        {
+        // A Go function's binary is built per version: nothing to pre-start.
+        if self.kind != Kind::Function || spec.runtime == Runtime::Go123 || self.running.is_some() {
             return;
         }
         let Ok(slot) = self.shared.standby_slots.clone().try_acquire_owned() else {
