@@ -25,9 +25,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 PY_HANDLER = r'''
 import asyncio
+import sys
+import threading
 import time
 
 import sless_testdep  # from .deps
+
+# /gather answers once GATHER calls run at the same time (a broken barrier is a 500).
+GATHER = 64
+BARRIER = threading.Barrier(GATHER, timeout=20)
+ARRIVED = []
+LOOPS = set()  # strong references: a freed loop's id could be reused
 
 
 def handle(event):
@@ -49,6 +57,15 @@ def handle(event):
     if action == "/sleep":
         time.sleep(0.5)
         return "slept"
+    if action == "/slow":
+        print("slow call started")
+        time.sleep(1)
+        return "slow done"
+    if action == "/gather":
+        BARRIER.wait()
+        return "met"
+    if action == "/not-latin1":
+        return {"statusCode": 200, "headers": {"X-Price": "5 \u20ac"}, "body": "x"}
     if action == "/dep":
         return sless_testdep.VALUE
     if action == "job":
@@ -60,10 +77,32 @@ def handle(event):
 async def ahandle(event):
     await asyncio.sleep(0.01)
     return {"async": True, "event": event}
+
+
+async def aserve(event):
+    loop = asyncio.get_running_loop()
+    LOOPS.add(loop)
+    action = event["_http"]["path"]
+    if action == "/gather":
+        arrived = loop.create_future()
+        ARRIVED.append(arrived)
+        if len(ARRIVED) == GATHER:
+            for f in ARRIVED:
+                f.set_result(None)
+        await asyncio.wait_for(arrived, 20)
+        return "met"
+    if action == "/boom":
+        raise ValueError("async boom")
+    if action == "/exit":
+        sys.exit(3)
+    return {"async": True, "loops": len(LOOPS), "threads": threading.active_count()}
 '''
 
 JS_HANDLER = r'''
 const dep = require('sless-testdep'); // from node_modules
+
+// /gather answers once 64 calls are pending at the same time.
+const arrived = [];
 
 exports.handle = async (event) => {
   const action = event._http ? event._http.path : (event.action || '');
@@ -85,6 +124,13 @@ exports.handle = async (event) => {
     case '/sleep':
       await new Promise((r) => setTimeout(r, 500));
       return 'slept';
+    case '/gather':
+      await new Promise((resolve, reject) => {
+        arrived.push(resolve);
+        if (arrived.length === 64) arrived.forEach((r) => r());
+        setTimeout(() => reject(new Error('64 calls never ran at once')), 20000).unref();
+      });
+      return 'met';
     case '/dep':
       return dep.VALUE;
     case 'job':
@@ -105,9 +151,17 @@ package handler
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"example.com/testfn/util"
+)
+
+// /gather answers once 64 calls run at the same time.
+var (
+	mu      sync.Mutex
+	arrived int
+	all     = make(chan struct{})
 )
 
 func Handle(event map[string]any) (any, error) {
@@ -134,6 +188,19 @@ func Handle(event map[string]any) (any, error) {
 	case "/sleep":
 		time.Sleep(500 * time.Millisecond)
 		return "slept", nil
+	case "/gather":
+		mu.Lock()
+		arrived++
+		if arrived == 64 {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+			return "met", nil
+		case <-time.After(20 * time.Second):
+			return nil, errors.New("64 calls never ran at once")
+		}
 	case "/dep":
 		return util.Value, nil
 	case "job":
@@ -221,6 +288,42 @@ def request(port, method, path, body=None, headers=None, conn=None):
 def request_json(port, method, path, body=None, headers=None):
     resp, data = request(port, method, path, body, headers)
     return resp, json.loads(data)
+
+
+def raw_exchange(port, data, until=None):
+    """Sends raw bytes; reads until `until` is seen or the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        got = b""
+        while until is None or until not in got:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+def status_of(raw):
+    return int(raw.split(b" ", 2)[1]) if raw.startswith(b"HTTP/1.1 ") else None
+
+
+def gather(port, n=64):
+    """n calls to /gather, each on its own connection, all at once; their statuses."""
+    results = []
+
+    def one():
+        try:
+            resp, data = request(port, "GET", "/gather")
+            results.append((resp.status, data))
+        except OSError as exc:
+            results.append((None, str(exc)))
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
 
 
 class Runtime:
@@ -408,25 +511,242 @@ def test_http(rt):
             lines = [line for line in out.read().splitlines() if line]
             expect(lines and set(lines) == {"hello from handler"}, lines)
 
+        def sixty_four_at_once():
+            results = gather(port)
+            expect(results == [(200, b'"met"')] * 64, {r for r in results if r != (200, b'"met"')})
+
         for name, fn in [("health", health), ("JSON echo with sub-path, query, headers", echo),
                          ("root path, empty body", root_and_empty), ("non-JSON and non-object bodies", non_json),
                          ("statusCode/headers/body shape", status_shape),
                          ("exception -> 500, then 200", exception_then_ok), ("None -> null", none_is_null),
                          ("keep-alive", keep_alive), ("chunked request body", chunked_body), ("HEAD", head),
                          ("concurrent requests", concurrency), ("dependency dir", dependency),
-                         ("stdout carries only handler output", logs_only_handler_output)]:
+                         ("stdout carries only handler output", logs_only_handler_output),
+                         ("64 concurrent calls run at once", sixty_four_at_once)]:
             check(n, name, fn)
+        if n == "python3.11":
+            for name, fn in python_http_checks(port, proc, out):
+                check(n, name, fn)
 
         def sigterm():
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=15)
             expect(code == 0, f"exit code {code}")
 
-        check(n, "SIGTERM exits 0", sigterm)
+        if n != "python3.11":  # python: "SIGTERM lets the in-flight call finish"
+            check(n, "SIGTERM exits 0", sigterm)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        out.close()
+        err.close()
+
+
+def python_http_checks(port, proc, out):
+    """What the Python wrapper's own HTTP server must get right beyond the shared contract."""
+
+    def bad_requests():
+        cases = [
+            (b"NONSENSE\r\n\r\n", 400),
+            (b"GET /x HTTP/2.0\r\n\r\n", 505),
+            (b"GET /x HTTP/1.1\r\nBad Header\r\n\r\n", 400),
+            (b"POST /x HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400),
+            (b"POST /x HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n", 400),
+            (b"POST /x HTTP/1.1\r\nContent-Length: 999999999999\r\n\r\n", 413),
+            (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+            (b"GET /x HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431),
+            (b"GET /x HTTP/1.1\r\n" + b"X-A: 1\r\n" * 101 + b"\r\n", 431),
+        ]
+        for raw, want in cases:
+            got = raw_exchange(port, raw)
+            expect(status_of(got) == want, (raw[:40], got[:200]))
+            head, _, body = got.partition(b"\r\n\r\n")
+            expect(b"Connection: close" in head and json.loads(body)["error"], got[:300])
+        resp, _ = request(port, "GET", "/still-serving")
+        expect(resp.status == 200, f"status {resp.status}")
+
+    def pipelined():
+        got = raw_exchange(port, b"GET /p1 HTTP/1.1\r\nHost: a\r\n\r\n"
+                                 b"POST /p2 HTTP/1.1\r\nHost: a\r\nContent-Length: 7\r\n\r\n{\"n\":2}"
+                                 b"GET /p3 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        paths = [json.loads(part.split(b"\r\n\r\n", 1)[1].split(b"HTTP/1.1")[0])["_http"]["path"]
+                 for part in got.split(b"HTTP/1.1 200")[1:]]
+        expect(paths == ["/p1", "/p2", "/p3"], got[:1000])
+        expect(b'"n":2' in got, got[:1000])
+
+    def expect_continue():
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"POST /c HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 8\r\n\r\n")
+            interim = s.recv(1000)
+            expect(interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim)
+            s.sendall(b'{"c": 1}')
+            got = b""
+            while b'"c":1' not in got:
+                chunk = s.recv(65536)
+                expect(chunk, got)
+                got += chunk
+            expect(status_of(got) == 200, got[:200])
+
+    def header_not_latin1():
+        resp, data = request(port, "GET", "/not-latin1")
+        expect(resp.status == 500 and "X-Price" in json.loads(data)["error"], (resp.status, data))
+
+    def sigterm_finishes_in_flight():
+        # The last check: the server exits.
+        results = []
+        t = threading.Thread(target=lambda: results.append(request(port, "GET", "/slow")))
+        t.start()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            out.seek(0)
+            if "slow call started" in out.read():
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        t.join()
+        expect(results and results[0][0].status == 200 and results[0][1] == b'"slow done"', results)
+        expect(proc.wait(timeout=15) == 0, f"exit code {proc.returncode}")
+
+    return [("malformed requests get 4xx/5xx and a JSON error", bad_requests),
+            ("pipelined requests answered in order", pipelined), ("Expect: 100-continue", expect_continue),
+            ("non-Latin-1 response header -> 500", header_not_latin1),
+            ("SIGTERM lets the in-flight call finish", sigterm_finishes_in_flight)]
+
+
+def test_ready_fd(rt):
+    """SLESS_READY_FD: one byte once the server listens, then the runtime closes it."""
+    port = free_port()
+    read_end, write_end = os.pipe()
+    with open(os.path.join(rt.tmp, "ready.log"), "w+") as log:
+        proc = subprocess.Popen(rt.argv, env=rt.env(PORT=str(port), SLESS_HOST="127.0.0.1",
+                                                    SLESS_READY_FD=str(write_end)),
+                                pass_fds=(write_end,), stdout=log, stderr=log, cwd=rt.tmp)
+        os.close(write_end)
+        try:
+            def announces():
+                first = os.read(read_end, 10)
+                expect(first == b"1", first)
+                resp, _ = request(port, "GET", "/health")  # at once: no retry
+                expect(resp.status == 200, f"status {resp.status}")
+                expect(os.read(read_end, 10) == b"", "the runtime keeps the ready descriptor open")
+                expect(proc.poll() is None, "the server exited")
+
+            check(rt.name, "ready byte on SLESS_READY_FD once listening, then closed", announces)
+        finally:
+            os.close(read_end)
+            proc.kill()
+            proc.wait()
+
+    def bad_ready_fd():
+        for value in ("99", "not-a-number"):  # a closed descriptor, garbage: serve anyway
+            bad_port = free_port()
+            proc, out, err = start_server(rt, bad_port, SLESS_READY_FD=value)
+            try:
+                resp, _ = request(bad_port, "GET", "/x")
+                expect(resp.status == 200, f"{value}: status {resp.status}")
+            finally:
+                proc.kill()
+                proc.wait()
+                out.close()
+                err.close()
+
+    check(rt.name, "a bad SLESS_READY_FD is ignored", bad_ready_fd)
+
+
+def test_standby(rt):
+    """SLESS_STANDBY=1: loaded and listening first, the function directory comes on stdin."""
+    if rt.name not in ("python3.11", "nodejs20"):
+        return
+    n = rt.name
+
+    def start(line):
+        port = free_port()
+        read_end, write_end = os.pipe()
+        env = rt.env(PORT=str(port), SLESS_HOST="127.0.0.1", SLESS_READY_FD=str(write_end), SLESS_STANDBY="1")
+        del env["SLESS_FUNCTION_DIR"]
+        proc = subprocess.Popen(rt.argv, env=env, pass_fds=(write_end,), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=rt.tmp)
+        os.close(write_end)
+        proc.stdin.write(line)
+        proc.stdin.close()
+        return port, proc, read_end
+
+    def finish(proc):
+        out, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+        return out, err
+
+    def serves_the_named_dir():
+        port, proc, ready = start(rt.fn_dir.encode() + b"\n")
+        try:
+            expect(os.read(ready, 1) == b"1", "no ready byte")
+            _, value = request_json(port, "GET", "/dep")
+            expect(value == "dep-ok", value)
+        finally:
+            os.close(ready)
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+    def let_go_unused():
+        port, proc, ready = start(b"")
+        os.close(ready)
+        out, err = finish(proc)
+        expect(proc.returncode == 0 and out == b"" and err == b"", (proc.returncode, out, err))
+
+    def bad_dir():
+        port, proc, ready = start(b"/nonexistent/dir\n")
+        os.close(ready)
+        out, err = finish(proc)
+        expect(proc.returncode == 3 and b"/nonexistent/dir" in err, (proc.returncode, err[-500:]))
+
+    for name, fn in [("standby serves the directory named on stdin", serves_the_named_dir),
+                     ("standby let go unused exits 0", let_go_unused),
+                     ("standby given a missing directory exits 3", bad_dir)]:
+        check(n, name, fn)
+
+
+def test_python_async(rt):
+    """An async handler runs on the server's one event loop, concurrently."""
+    if rt.name != "python3.11":
+        return
+    port = free_port()
+    proc, out, err = start_server(rt, port, SLESS_ENTRYPOINT="handler.aserve")
+    n = rt.name
+    try:
+        def one_loop():
+            for _ in range(5):
+                resp, value = request_json(port, "POST", "/x", '{"a": 1}')
+                expect(resp.status == 200 and value["async"] is True, (resp.status, value))
+            expect(value["loops"] == 1, f"{value['loops']} event loops for 5 calls")
+
+        def concurrent():
+            results = gather(port)
+            expect(results == [(200, b'"met"')] * 64, {r for r in results if r != (200, b'"met"')})
+            _, value = request_json(port, "GET", "/x")
+            expect(value["loops"] == 1, value)
+
+        def errors():
+            resp, data = request(port, "GET", "/boom")
+            expect(resp.status == 500 and json.loads(data)["error"] == "ValueError: async boom", (resp.status, data))
+            resp, data = request(port, "GET", "/exit")
+            expect(resp.status == 500 and json.loads(data)["error"] == "SystemExit: 3", (resp.status, data))
+            resp, _ = request(port, "GET", "/after")
+            expect(resp.status == 200, f"status {resp.status}")
+            err.seek(0)
+            expect("ValueError: async boom" in err.read(), "no traceback on stderr")
+
+        for name, fn in [("async handler: one event loop for all calls", one_loop),
+                         ("async handler: 64 calls at once on that loop", concurrent),
+                         ("async handler: exception and sys.exit -> 500, then 200", errors)]:
+            check(n, name, fn)
+    finally:
+        proc.kill()
+        proc.wait()
         out.close()
         err.close()
 
@@ -556,7 +876,7 @@ def main():
             except Exception as exc:
                 report(name, "prepare", False, str(exc))
                 continue
-            for part in (test_http, test_job):
+            for part in (test_http, test_ready_fd, test_standby, test_python_async, test_job):
                 try:
                     part(rt)
                 except Exception as exc:

@@ -462,6 +462,11 @@ impl EmbeddedS3 {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
                         Ok((socket, _)) => {
+                            // Headers and body go out in separate writes: with Nagle on,
+                            // the body waits for the client's delayed ACK (~40 ms per GET).
+                            if let Err(e) = socket.set_nodelay(true) {
+                                tracing::debug!(error = %e, "embedded S3: cannot set TCP_NODELAY");
+                            }
                             let service = service.clone();
                             conns.spawn(async move {
                                 let conn = ConnBuilder::new(TokioExecutor::new());

@@ -644,3 +644,104 @@ async fn redeploy_under_load_loses_no_request() {
         seen.len()
     );
 }
+
+/// Processes this test process (the runner runs in it) started as standbys, with the
+/// directory each was started in.
+fn standbys() -> Vec<(u32, std::path::PathBuf)> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after the ')'.
+        let parent = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1));
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if parent == Some(me.as_str())
+            && environ.split(|b| *b == 0).any(|v| v == b"SLESS_STANDBY=1")
+            && let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
+        {
+            found.push((pid, cwd));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_stopped_function_starts_from_its_standby_process() {
+    let (server, runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "standby-user");
+    let python: &[u8] = b"import os\n\ndef handle(e):\n    return os.getcwd()\n";
+    let node: &[u8] = b"exports.handle = async () => process.cwd();\n";
+    for (name, runtime, files) in [
+        ("warm", "python3.11", [("handler.py", python)]),
+        ("warmjs", "nodejs20", [("handler.js", node)]),
+    ] {
+        starts_from_standby(&api, &runner, name, runtime, &files).await;
+    }
+}
+
+async fn starts_from_standby(
+    api: &Api<'_>,
+    runner: &operator::local::LocalRunner,
+    name: &str,
+    runtime: &str,
+    files: &[(&str, &[u8])],
+) {
+    api.deploy(name, runtime, files).await;
+    let (status, first_cwd) = api.invoke(name, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{runtime}: {first_cwd}");
+    let code_dir = std::path::PathBuf::from(first_cwd.as_str().unwrap());
+    let builds = code_dir.parent().unwrap().to_path_buf();
+    let trigger = format!("triggers/{name}-http");
+
+    let (status, _) = api
+        .send(
+            reqwest::Method::PATCH,
+            &trigger,
+            Some(json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    api.invoke_until(name, StatusCode::SERVICE_UNAVAILABLE)
+        .await;
+    // Stopped: one standby waits in the function's builds directory (not a version).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let standby = loop {
+        if let Some((pid, _)) = standbys().into_iter().find(|(_, cwd)| *cwd == builds) {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{runtime}: no standby in {}",
+            builds.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    api.send(
+        reqwest::Method::PATCH,
+        &trigger,
+        Some(json!({"enabled": true})),
+    )
+    .await;
+    let (status, cwd) = api.invoke(name, json!({})).await;
+    assert_eq!(
+        (status, &cwd),
+        (StatusCode::OK, &first_cwd),
+        "{runtime}: it serves the code"
+    );
+    assert_eq!(
+        runner.pid(&api.user.ns, name),
+        Some(standby),
+        "{runtime}: the standby became the instance"
+    );
+}

@@ -383,6 +383,19 @@ func handleRequest(w http.ResponseWriter, r *http.Request) {
 	send(w, r, resp)
 }
 
+// announceReady tells the runner the server listens (a byte on SLESS_READY_FD),
+// so it need not poll.
+func announceReady() {
+	fd, err := strconv.Atoi(os.Getenv("SLESS_READY_FD"))
+	os.Unsetenv("SLESS_READY_FD")
+	if err != nil || fd < 0 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	_, _ = f.Write([]byte("1"))
+	_ = f.Close() // the handler's own child processes must not hold it
+}
+
 func serve() int {
 	host := os.Getenv("SLESS_HOST")
 	if host == "" {
@@ -403,8 +416,14 @@ func serve() int {
 	// On SIGTERM stop accepting, let in-flight requests finish briefly, exit.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	ln, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sless-runtime: %v\n", err)
+		return 1
+	}
+	announceReady()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		fmt.Fprintf(os.Stderr, "sless-runtime: %v\n", err)

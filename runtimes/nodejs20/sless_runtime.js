@@ -43,6 +43,19 @@ function wrapEvent(value) {
   return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : { body: value };
 }
 
+// Tells the runner the server listens (a byte on SLESS_READY_FD), so it need not poll.
+function announceReady() {
+  const fd = process.env.SLESS_READY_FD || '';
+  delete process.env.SLESS_READY_FD;
+  if (!/^\d+$/.test(fd)) return;
+  try {
+    fs.writeSync(Number(fd), '1');
+    fs.closeSync(Number(fd)); // the handler's own child processes must not hold it
+  } catch {
+    // Not a pipe we were given: the runner polls instead.
+  }
+}
+
 // ------------------------------------------------------------- handler load
 
 async function loadHandler() {
@@ -226,13 +239,19 @@ function readBody(req) {
   });
 }
 
-function serve(func) {
+// Listens at once (a standby holds its port), answers once `loaded` gives the handler.
+function serve(loaded) {
   const host = process.env.SLESS_HOST || '0.0.0.0';
   const port = Number(process.env.PORT || 8080);
   let active = 0;
+  let func = null;
+  loaded.then((f) => {
+    func = f;
+  }, () => {});
 
   const server = http.createServer(async (req, res) => {
     const [reqPath, rawQuery] = splitTarget(req.url);
+    if (func === null) await loaded; // healthy means loaded
     if (reqPath === '/health' && (req.method === 'GET' || req.method === 'HEAD')) {
       sendJson(req, res, 200, { status: 'ok' });
       return;
@@ -268,7 +287,7 @@ function serve(func) {
     console.error(`sless-runtime: cannot listen on ${host}:${port}: ${err.message}`);
     process.exit(1);
   });
-  server.listen(port, host);
+  server.listen(port, host, () => loaded.then(announceReady, () => {}));
 
   // As PID 1 in a container SIGTERM has no default action: stop accepting,
   // let in-flight requests finish briefly, then exit.
@@ -344,10 +363,32 @@ function main() {
     runJob();
     return;
   }
-  loadHandler().then(serve, (err) => {
+  const loaded = readFunctionDir().then(loadHandler);
+  loaded.catch((err) => {
     console.error(err instanceof Error && err.stack ? err.stack : err);
     console.error(`sless-runtime: cannot load handler: ${errorMessage(err)}`);
     process.exit(EXIT_LOAD_ERROR);
+  });
+  serve(loaded);
+}
+
+// A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; the runner
+// names the function's directory on stdin when a call needs it.
+function readFunctionDir() {
+  if (process.env.SLESS_STANDBY !== '1') return Promise.resolve();
+  delete process.env.SLESS_STANDBY;
+  return new Promise((resolve) => {
+    let text = '';
+    process.stdin.setEncoding('utf8');
+    process.stdin.on('data', (chunk) => {
+      text += chunk;
+    });
+    process.stdin.on('end', () => {
+      const line = text.split('\n')[0];
+      if (!line) process.exit(0); // let go unused
+      process.env.SLESS_FUNCTION_DIR = line;
+      resolve();
+    });
   });
 }
 

@@ -1,7 +1,7 @@
 """sless runtime for python3.11 (runtime version v0.1.0).
 
-Wraps the user's `handle(event)` in a small HTTP server, or calls it once in
-job mode (SLESS_MODE=job). Stdlib only. The contract is in runtimes/README.md.
+Wraps the user's `handle(event)` in a small asyncio HTTP/1.1 server, or calls it
+once in job mode (SLESS_MODE=job). Stdlib only. The contract is in runtimes/README.md.
 """
 
 import asyncio
@@ -13,10 +13,10 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
 
 # Exit codes shared by all runtimes.
@@ -31,6 +31,7 @@ SHUTDOWN_GRACE_SEC = 10
 
 # Response headers computed by the runtime itself; a handler's values are ignored.
 MANAGED_HEADERS = {"content-length", "transfer-encoding", "connection"}
+REASONS = {s.value: s.phrase for s in HTTPStatus}
 TOKEN_CHARS = set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -102,8 +103,8 @@ async def _await(awaitable):
 
 
 def call_handler(func, event):
+    """One call in job mode (HTTP mode runs async handlers on its own loop)."""
     result = func(event)
-    # Async handlers: each call gets its own event loop (one per request thread).
     if inspect.iscoroutine(result):
         result = asyncio.run(result)
     elif inspect.isawaitable(result):
@@ -120,6 +121,10 @@ def header_value(name, value):
         text = to_json(value)
     if any(c in text for c in "\r\n\0"):
         raise ResponseError(f"invalid value for response header {name!r}")
+    try:
+        text.encode("latin-1")  # what HTTP/1.1 header bytes can carry
+    except UnicodeEncodeError:
+        raise ResponseError(f"response header {name!r} is not Latin-1 text") from None
     return text
 
 
@@ -165,172 +170,471 @@ def build_response(result):
 
 
 # ------------------------------------------------------------------ HTTP mode
+#
+# One asyncio loop accepts connections, parses HTTP/1.1 and writes responses; sync
+# handlers run in a bounded thread pool, async handlers as tasks on that same loop
+# (no event loop per call). Requests on one connection are answered in order.
 
-class Handler(BaseHTTPRequestHandler):
-    # HTTP/1.1 keeps connections alive (the proxy pools them); every response
-    # therefore carries Content-Length.
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in two writes; with Nagle on, the body waits for the
-    # peer's delayed ACK (about 40 ms per call on a kept-alive connection).
-    disable_nagle_algorithm = True
-    timeout = IDLE_TIMEOUT_SEC
-    server_version = "sless-python"
-    sys_version = ""
-    func = None  # set by serve()
+# Sync handlers running at once; more requests wait for a free thread.
+HANDLER_THREADS = 64
+# Request line plus headers, and how many header lines (431 beyond either).
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 100
+# The proxy's default limit: a body the platform would never forward gets 413.
+MAX_BODY_BYTES = 256 * 1024 * 1024
+# Bytes read ahead of a request still being handled (pipelining) before reading pauses.
+READ_AHEAD_BYTES = 1024 * 1024
+# accept() queue: a burst of new connections must not overflow into SYN retries.
+LISTEN_BACKLOG = 1024
+IDLE_SWEEP_SEC = 30
 
-    # Any method name: BaseHTTPRequestHandler looks up do_<METHOD>.
-    def __getattr__(self, name):
-        if name.startswith("do_"):
-            return self._dispatch
-        raise AttributeError(name)
+HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+TOKEN_BYTES = frozenset(ord(c) for c in TOKEN_CHARS)
+JSON_HEADERS = [("Content-Type", "application/json")]
+END_KEEP_ALIVE = b"\r\n"
+END_CLOSE = b"Connection: close\r\n\r\n"
 
-    # No access log: stdout/stderr are the function's own logs.
-    def log_request(self, code="-", size="-"):
-        pass
 
-    def log_message(self, format, *args):
-        sys.stderr.write("sless-runtime: %s\n" % (format % args))
+class BadRequest(Exception):
+    """The request cannot be read: answered with `status` and the connection closed."""
 
-    def log_error(self, format, *args):
-        # An idle keep-alive connection timing out is normal, not an error.
-        if not format.startswith("Request timed out"):
-            self.log_message(format, *args)
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
 
-    def _read_body(self):
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks = []
-            while True:
-                line = self.rfile.readline(65537)
-                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+
+class RequestHead:
+    __slots__ = ("method", "target", "version", "headers", "keep_alive", "chunked", "length", "expect_continue")
+
+
+def find_head_end(buf):
+    """(index where the head ends, length of the blank line) or (-1, 0)."""
+    crlf = buf.find(b"\r\n\r\n")
+    lf = buf.find(b"\n\n")
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, 4
+    if lf >= 0:
+        return lf, 2
+    return -1, 0
+
+
+def parse_head(raw):
+    lines = raw.split(b"\n")
+    parts = lines[0].rstrip(b"\r").split(b" ")
+    if len(parts) != 3 or not parts[0] or not set(parts[0]) <= TOKEN_BYTES or not parts[1]:
+        raise BadRequest(400, "malformed request line")
+    version = parts[2]
+    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+        if version.startswith(b"HTTP/") and version[5:6].isdigit() and version[5:6] != b"0":
+            raise BadRequest(505, "only HTTP/1.0 and HTTP/1.1 are served")
+        raise BadRequest(400, "malformed request line")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise BadRequest(431, f"more than {MAX_HEADERS} request headers")
+    pairs = []
+    for line in lines[1:]:
+        line = line.rstrip(b"\r")
+        if line[:1] in (b" ", b"\t"):  # obsolete line folding: continues the last value
+            if not pairs:
+                raise BadRequest(400, "malformed request header")
+            name, value = pairs[-1]
+            pairs[-1] = (name, value + " " + line.strip(b" \t").decode("latin-1"))
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon or not name or not set(name) <= TOKEN_BYTES:
+            raise BadRequest(400, "malformed request header")
+        pairs.append((name.decode("latin-1").lower(), value.strip(b" \t").decode("latin-1")))
+    headers = {}
+    for name, value in pairs:
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+
+    head = RequestHead()
+    head.method = parts[0].decode("latin-1")
+    head.target = parts[1].decode("latin-1")
+    head.version = version
+    head.headers = headers
+    connection = headers.get("connection", "").lower()
+    if version == b"HTTP/1.1":
+        head.keep_alive = "close" not in connection
+    else:
+        head.keep_alive = "keep-alive" in connection
+    head.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    head.length = 0
+    if not head.chunked and "content-length" in headers:
+        values = {v.strip() for v in headers["content-length"].split(",")}
+        if len(values) != 1 or not next(iter(values)).isdigit():
+            raise BadRequest(400, "invalid Content-Length")
+        head.length = int(values.pop())
+        if head.length > MAX_BODY_BYTES:
+            raise BadRequest(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    head.expect_continue = version == b"HTTP/1.1" and headers.get("expect", "").lower() == "100-continue"
+    return head
+
+
+class ChunkedBody:
+    """A chunked request body read piece by piece from the connection buffer."""
+
+    __slots__ = ("chunks", "total", "size", "trailers")
+
+    def __init__(self):
+        self.chunks = []
+        self.total = 0
+        self.size = None
+        self.trailers = False
+
+    def feed(self, buf):
+        """Consumes what it can from `buf`; the whole body once it is complete, else None."""
+        while True:
+            if self.trailers or self.size is None:
+                eol = buf.find(b"\n")
+                if eol < 0:
+                    if len(buf) > MAX_HEAD_BYTES:
+                        raise BadRequest(400, "malformed chunked body")
+                    return None
+                line = bytes(buf[:eol]).rstrip(b"\r")
+                del buf[:eol + 1]
+                if self.trailers:
+                    if not line:
+                        return b"".join(self.chunks)
+                    continue
+                size = line.split(b";", 1)[0].strip()
+                if not size or not set(size) <= HEX_DIGITS:
+                    raise BadRequest(400, "malformed chunked body")
+                size = int(size, 16)
                 if size == 0:
-                    # Skip trailers up to the empty line.
-                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                chunks.append(self._read_exactly(size))
-                self.rfile.readline(3)  # CRLF after the chunk
-        length = int(self.headers.get("Content-Length") or 0)
-        return self._read_exactly(length) if length > 0 else b""
+                    self.trailers = True
+                    continue
+                self.total += size
+                if self.total > MAX_BODY_BYTES:
+                    raise BadRequest(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+                self.size = size
+            end = self.size
+            if buf[end:end + 2] == b"\r\n":
+                skip = 2
+            elif buf[end:end + 1] == b"\n":
+                skip = 1
+            elif len(buf) < end + 2:
+                return None
+            else:
+                raise BadRequest(400, "malformed chunked body")
+            self.chunks.append(bytes(buf[:end]))
+            del buf[:end + skip]
+            self.size = None
 
-    def _read_exactly(self, n):
-        data = self.rfile.read(n)
-        if len(data) < n:
-            # Never call the handler with a truncated body.
-            raise ConnectionAbortedError("client closed the connection mid-body")
-        return data
 
-    def _split_target(self):
-        target = self.path
-        if target.startswith("/"):
-            # Not urlsplit: it would read "//a/b" as a host name.
-            path, _, query = target.partition("?")
-            return path.partition("#")[0], query
-        parts = urlsplit(target)  # absolute-form request target
-        return parts.path or "/", parts.query
+def split_target(target):
+    if target.startswith("/"):
+        # Not urlsplit: it would read "//a/b" as a host name.
+        path, _, query = target.partition("?")
+        return path.partition("#")[0], query
+    parts = urlsplit(target)  # absolute-form request target
+    return parts.path or "/", parts.query
 
-    def _send(self, status, headers, data):
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        if status not in (204, 304):
-            self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if data and self.command != "HEAD" and status not in (204, 304):
-            self.wfile.write(data)
 
-    def _send_json(self, status, value):
-        self._send(status, [("Content-Type", "application/json")], to_json(value).encode("utf-8", "replace"))
-
-    def _dispatch(self):
-        path, query = self._split_target()
-        body = self._read_body()  # always, so a kept-alive connection stays in sync
-        if path == "/health" and self.command in ("GET", "HEAD"):
-            self._send_json(200, {"status": "ok"})
-            return
-        with self.server.active_lock:
-            self.server.active += 1
+def build_event(head, body):
+    text = body.decode("utf-8", "replace")
+    if not text.strip():
+        event = {}
+    else:
         try:
-            try:
-                event = self._build_event(body, path, query)
-                result = call_handler(self.func, event)
-                response = build_response(result)
-            except BaseException as exc:  # incl. sys.exit(): the server keeps serving
-                traceback.print_exc()
-                response = (500, [("Content-Type", "application/json")],
-                            to_json({"error": error_message(exc)}).encode("utf-8", "replace"))
-            self._send(*response)
-        finally:
-            with self.server.active_lock:
-                self.server.active -= 1
-            sys.stdout.flush()
-            sys.stderr.flush()
-
-    def _build_event(self, body, path, query):
-        text = body.decode("utf-8", "replace")
-        if not text.strip():
-            event = {}
-        else:
-            try:
-                event = wrap_event(parse_json(text))
-            except (ValueError, RecursionError):
-                event = {"body": text}
-        headers = {}
-        for name, value in self.headers.items():
-            key = name.lower()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        first = {}
-        for key, value in parse_qsl(query, keep_blank_values=True, errors="replace"):
-            first.setdefault(key, value)
-        event["_http"] = {
-            "method": self.command,
-            "path": path or "/",
-            "query": first,
-            "raw_query": query,
-            "headers": headers,
-        }
-        amqp = trigger_properties(headers.get("x-sless-amqp"))
-        if amqp is not None:
-            event["_amqp"] = amqp
-        return event
+            event = wrap_event(parse_json(text))
+        except (ValueError, RecursionError):
+            event = {"body": text}
+    path, query = split_target(head.target)
+    first = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, errors="replace"):
+        first.setdefault(key, value)
+    event["_http"] = {
+        "method": head.method,
+        "path": path or "/",
+        "query": first,
+        "raw_query": query,
+        "headers": dict(head.headers),
+    }
+    amqp = trigger_properties(head.headers.get("x-sless-amqp"))
+    if amqp is not None:
+        event["_amqp"] = amqp
+    return event
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, addr, handler):
-        if ":" in addr[0]:
-            self.address_family = socket.AF_INET6
-        self.active = 0
-        self.active_lock = threading.Lock()
-        super().__init__(addr, handler)
-
-    def handle_error(self, request, client_address):
-        # A client that went away mid-request is not worth a traceback.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
+_date = [0, ""]
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-def serve(func):
-    host = os.environ.get("SLESS_HOST") or "0.0.0.0"
-    port = int(os.environ.get("PORT") or 8080)
-    Handler.func = staticmethod(func)
-    server = Server((host, port), Handler)
+def http_date():
+    # One formatting per second; a race between threads only formats twice. Not
+    # email.utils: importing it costs a few ms of every cold start.
+    now = int(time.time())
+    if _date[0] != now:
+        t = time.gmtime(now)
+        _date[1] = (f"{WEEKDAYS[t.tm_wday]}, {t.tm_mday:02d} {MONTHS[t.tm_mon - 1]} {t.tm_year} "
+                    f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
+        _date[0] = now
+    return _date[1]
 
-    def stop(signum, frame):
-        # As PID 1 in a container SIGTERM has no default action: stop
-        # accepting, let in-flight requests finish briefly, then exit.
-        threading.Thread(target=server.shutdown, daemon=True).start()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    server.serve_forever()
-    deadline = time.monotonic() + SHUTDOWN_GRACE_SEC
-    while server.active and time.monotonic() < deadline:
-        time.sleep(0.05)
-    server.server_close()
+def render(status, headers, data, method):
+    """Status line and headers (without the blank line that ends them), and the body."""
+    lines = [f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nServer: sless-python\r\nDate: {http_date()}\r\n"]
+    for name, value in headers:
+        lines.append(f"{name}: {value}\r\n")
+    if status in (204, 304):
+        data = b""
+    else:
+        lines.append(f"Content-Length: {len(data)}\r\n")
+        if method == "HEAD":
+            data = b""
+    return "".join(lines).encode("latin-1"), data
+
+
+def error_response(exc):
+    """A 500 for a failed call; call inside the `except` so the traceback is printed."""
+    traceback.print_exc()
+    return 500, JSON_HEADERS, to_json({"error": error_message(exc)}).encode("utf-8", "replace")
+
+
+def result_response(result, method):
+    try:
+        return render(*build_response(result), method)
+    except BaseException as exc:  # not encodable, invalid shape
+        return render(*error_response(exc), method)
+
+
+def flush_logs():
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+class Server:
+    """What all connections share."""
+
+    def __init__(self, func, loop):
+        self.func = func
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.loop = loop
+        self.pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="sless-handler")
+        self.connections = set()
+        self.tasks = set()
+        self.active = 0
+        self.closing = False
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server):
+        self.server = server
+        self.transport = None
+        self.buf = bytearray()
+        self.head = None
+        self.chunked = None
+        self.busy = False
+        self.keep_alive = True
+        self.paused = False
+        self.last_active = time.monotonic()
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc):
+        self.server.connections.discard(self)
+        self.transport = None
+
+    def data_received(self, data):
+        self.buf += data
+        self.last_active = time.monotonic()
+        if not self.busy:
+            self.next_request()
+        elif len(self.buf) > READ_AHEAD_BYTES and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def next_request(self):
+        if self.transport is None or self.busy:
+            return
+        try:
+            request = self.read_request()
+        except BadRequest as exc:
+            self.busy = True
+            self.keep_alive = False
+            self.send(*render(exc.status, JSON_HEADERS, to_json({"error": str(exc)}).encode(), "GET"))
+            return
+        if request is not None:
+            self.dispatch(*request)
+
+    def read_request(self):
+        """The next complete (head, body) in the buffer, or None."""
+        buf = self.buf
+        head = self.head
+        if head is None:
+            end, blank = find_head_end(buf)
+            if end < 0 or end > MAX_HEAD_BYTES:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise BadRequest(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+                return None
+            head = self.head = parse_head(bytes(buf[:end]))
+            del buf[:end + blank]
+            self.chunked = ChunkedBody() if head.chunked else None
+            if head.expect_continue and (head.chunked or len(buf) < head.length):
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if self.chunked is not None:
+            body = self.chunked.feed(buf)
+            if body is None:
+                return None
+        else:
+            if len(buf) < head.length:
+                return None
+            body = bytes(buf[:head.length])
+            del buf[:head.length]
+        self.head = self.chunked = None
+        return head, body
+
+    def dispatch(self, head, body):
+        self.busy = True
+        self.keep_alive = head.keep_alive
+        server = self.server
+        if head.method in ("GET", "HEAD") and split_target(head.target)[0] == "/health":
+            self.send(*render(200, JSON_HEADERS, b'{"status":"ok"}', head.method))
+            return
+        server.active += 1
+        if server.is_async:
+            task = server.loop.create_task(self.call_async(head, body))
+            server.tasks.add(task)
+            task.add_done_callback(server.tasks.discard)
+        else:
+            server.pool.submit(self.call_sync, head, body)
+
+    def call_sync(self, head, body):
+        """In a pool thread: the handler, its response rendered, then back to the loop."""
+        try:
+            result = self.server.func(build_event(head, body))
+        except BaseException as exc:  # incl. sys.exit(): the server keeps serving
+            response = render(*error_response(exc), head.method)
+        else:
+            if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+                self.server.loop.call_soon_threadsafe(self.await_result, result, head.method)
+                return
+            response = result_response(result, head.method)
+        flush_logs()
+        self.server.loop.call_soon_threadsafe(self.finish, *response)
+
+    def await_result(self, awaitable, method):
+        task = self.server.loop.create_task(self.call_async(None, None, awaitable, method))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
+
+    async def call_async(self, head, body, awaitable=None, method=None):
+        method = method or head.method
+        try:
+            result = await (awaitable if awaitable is not None else self.server.func(build_event(head, body)))
+        except asyncio.CancelledError:
+            raise  # shutdown after the grace period
+        except BaseException as exc:  # incl. sys.exit(): the server keeps serving
+            response = render(*error_response(exc), method)
+        else:
+            response = result_response(result, method)
+        flush_logs()
+        self.finish(*response)
+
+    def finish(self, head_bytes, data):
+        self.server.active -= 1
+        self.send(head_bytes, data)
+
+    def send(self, head_bytes, data):
+        transport = self.transport
+        self.busy = False
+        if transport is None or transport.is_closing():
+            return
+        close = not self.keep_alive or self.server.closing
+        head_bytes += END_CLOSE if close else END_KEEP_ALIVE
+        if len(data) < 65536:
+            transport.write(head_bytes + data)  # one segment for small answers
+        else:
+            transport.write(head_bytes)
+            transport.write(data)
+        self.last_active = time.monotonic()
+        if close:
+            transport.close()
+            return
+        if self.paused:
+            self.paused = False
+            transport.resume_reading()
+        if self.buf:
+            self.server.loop.call_soon(self.next_request)  # pipelined: no recursion
+
+
+def announce_ready():
+    """Tells the runner the server listens (a byte on SLESS_READY_FD), so it need not poll."""
+    fd = os.environ.pop("SLESS_READY_FD", "")
+    if fd.isdigit():
+        try:
+            os.write(int(fd), b"1")
+            os.close(int(fd))  # the handler's own child processes must not hold it
+        except OSError:
+            pass
+
+
+async def run_server(func, sock):
+    """Serves until SIGTERM/SIGINT; True when no request was left unfinished."""
+    loop = asyncio.get_running_loop()
+    server = Server(func, loop)
+    listener = await loop.create_server(lambda: Connection(server), sock=sock, backlog=LISTEN_BACKLOG)
+    announce_ready()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # As PID 1 in a container SIGTERM has no default action.
+        loop.add_signal_handler(signum, stop.set)
+
+    async def close_idle():
+        while True:
+            await asyncio.sleep(IDLE_SWEEP_SEC)
+            limit = time.monotonic() - IDLE_TIMEOUT_SEC
+            for conn in list(server.connections):
+                if not conn.busy and conn.last_active < limit:
+                    conn.transport.close()
+
+    sweeper = loop.create_task(close_idle())
+    await stop.wait()
+    # Stop accepting, close idle connections, let in-flight requests finish briefly.
+    sweeper.cancel()
+    server.closing = True
+    listener.close()
+    for conn in list(server.connections):
+        if not conn.busy:
+            conn.transport.close()
+    deadline = time.monotonic() + SHUTDOWN_GRACE_SEC
+    while server.active and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    server.pool.shutdown(wait=not server.active)
+    return not server.active
+
+
+def listen_socket():
+    host = os.environ.get("SLESS_HOST") or "0.0.0.0"
+    port = int(os.environ.get("PORT") or 8080)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+    except OSError as exc:
+        print(f"sless-runtime: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+def await_function_dir():
+    """A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; the runner
+    names the function's directory on stdin when a call needs it."""
+    if os.environ.pop("SLESS_STANDBY", "") != "1":
+        return
+    line = sys.stdin.readline().rstrip("\n")
+    if not line:
+        sys.exit(0)  # let go unused
+    os.environ["SLESS_FUNCTION_DIR"] = line
+
+
+def serve(func, sock):
+    finished = asyncio.run(run_server(func, sock))
+    flush_logs()
+    if not finished:
+        os._exit(0)  # a handler still running past the grace must not hold the exit
 
 
 # -------------------------------------------------------------------- job mode
@@ -395,13 +699,15 @@ def main():
     if (os.environ.get("SLESS_MODE") or "http") == "job":
         run_job()
         return
+    sock = listen_socket()
+    await_function_dir()
     try:
         func = load_handler()
     except BaseException as exc:
         traceback.print_exc()
         print(f"sless-runtime: cannot load handler: {error_message(exc)}", file=sys.stderr)
         sys.exit(EXIT_LOAD_ERROR)
-    serve(func)
+    serve(func, sock)
 
 
 if __name__ == "__main__":

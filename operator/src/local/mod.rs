@@ -51,6 +51,10 @@ pub struct RunnerConfig {
     pub resync_every: Duration,
     /// Run functions even where the kernel has no Landlock to sandbox them.
     pub allow_unsandboxed: bool,
+    /// Python/Node functions not running (stopped, or waiting for code) that may keep one
+    /// pre-started runtime process each, sandboxed to their own builds: their next
+    /// start skips the interpreter's. 0 turns it off.
+    pub standby_pool: usize,
 }
 
 impl RunnerConfig {
@@ -66,6 +70,7 @@ impl RunnerConfig {
             log_lines: 1000,
             resync_every: Duration::from_secs(300),
             allow_unsandboxed: false,
+            standby_pool: 4,
         }
     }
 }
@@ -93,6 +98,8 @@ struct Shared {
     /// Trigger → the function it last named, so a change (or deletion, which no longer
     /// says) wakes only that function.
     trigger_functions: Mutex<HashMap<Key, String>>,
+    /// One permit per standby process ([`RunnerConfig::standby_pool`]).
+    standby_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// Handle to the runner; also the embedded [`RouteTable`] of the proxy.
@@ -148,6 +155,7 @@ impl LocalRunner {
             endpoints: RwLock::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
             trigger_functions: Mutex::new(HashMap::new()),
+            standby_slots: Arc::new(tokio::sync::Semaphore::new(config.standby_pool)),
             store,
             config,
         });

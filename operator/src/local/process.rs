@@ -1,14 +1,20 @@
 //! One runtime process: spawned on a free loopback port, its output captured into the
 //! log book, health-checked, stopped with SIGTERM (then SIGKILL).
+//!
+//! Readiness: the runtime writes a byte to descriptor [`READY_FD`] once it listens, so
+//! the health check runs at that moment instead of on a poll schedule; a runtime that
+//! never writes it (a Go binary built by an older sless) is found by polling.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::AsyncRead;
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::process::{Child, ChildStdin, Command};
 
 use super::sandbox::{Confinement, Guard, Sandbox};
 use crate::logs::{LogBook, Stream};
@@ -25,12 +31,43 @@ pub struct Launch<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub version: &'a str,
+    /// Pre-start: the runtime loads and takes its port, then waits on stdin for the
+    /// version directory under `dir` it is to serve ([`Instance::bind`]).
+    pub standby: bool,
 }
 
 pub struct Instance {
     pub port: u16,
     child: Child,
     guard: Guard,
+    /// Until read: where the runtime says it listens.
+    ready: Option<pipe::Receiver>,
+    /// A standby's stdin, until it is told its version directory.
+    stdin: Option<ChildStdin>,
+    /// The version its output is logged under (a standby learns it at bind).
+    version: Arc<Mutex<String>>,
+}
+
+/// The descriptor the runtime finds its end of the ready pipe on (`SLESS_READY_FD`).
+const READY_FD: i32 = 3;
+
+/// Makes the write end the child's descriptor [`READY_FD`], kept across exec.
+fn pass_ready_fd(command: &mut Command, write: &std::io::PipeWriter) {
+    let fd = write.as_raw_fd();
+    // SAFETY: dup2 and fcntl are async-signal-safe and touch only the child's table.
+    unsafe {
+        command.pre_exec(move || {
+            let ok = if fd == READY_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, READY_FD)
+            };
+            if ok < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// A free loopback port: bind port 0, read it, let it go for the child to take.
@@ -47,10 +84,11 @@ fn capture(
     stream: Stream,
     namespace: String,
     name: String,
-    version: String,
+    version: Arc<Mutex<String>>,
 ) {
     tokio::spawn(async move {
         crate::logs::read_lines(reader, crate::logs::MAX_LINE_BYTES, |line| {
+            let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
             logs.push(&namespace, &name, stream, &version, &line);
         })
         .await;
@@ -80,19 +118,34 @@ impl Instance {
                 },
             )
             .map_err(|e| e.to_string())?;
+        // Both ends close on exec; the child gets the write end as READY_FD.
+        let (ready, ready_write) =
+            std::io::pipe().map_err(|e| format!("cannot create the ready pipe: {e}"))?;
+        pass_ready_fd(&mut command, &ready_write);
+        if launch.standby {
+            command.env("SLESS_STANDBY", "1").stdin(Stdio::piped());
+        } else {
+            command
+                .env("SLESS_FUNCTION_DIR", launch.dir)
+                .stdin(Stdio::null());
+        }
         let mut child = command
             .args(launch.args)
             .current_dir(launch.dir)
             .envs(&launch.env)
             .env("PORT", port.to_string())
             .env("SLESS_HOST", "127.0.0.1")
-            .env("SLESS_FUNCTION_DIR", launch.dir)
-            .stdin(Stdio::null())
+            .env("SLESS_READY_FD", READY_FD.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(cannot)?;
+        // Only the child holds the write end now: its exit ends the pipe.
+        drop(ready_write);
+        let child_stdin = child.stdin.take();
+        let ready = pipe::Receiver::from_owned_fd(OwnedFd::from(ready)).ok();
+        let version = Arc::new(Mutex::new(launch.version.to_string()));
         for (stream, reader) in [
             (
                 Stream::Stdout,
@@ -116,18 +169,38 @@ impl Instance {
                     stream,
                     launch.namespace.to_string(),
                     launch.name.to_string(),
-                    launch.version.to_string(),
+                    version.clone(),
                 );
             }
         }
-        Ok(Self { port, child, guard })
+        Ok(Self {
+            port,
+            child,
+            guard,
+            ready,
+            stdin: child_stdin,
+            version,
+        })
+    }
+
+    /// Tells a standby which version directory to serve; then [`Instance::wait_healthy`]
+    /// as after a spawn.
+    pub async fn bind(&mut self, dir: &Path, version: &str) -> Result<(), String> {
+        let mut stdin = self.stdin.take().ok_or("not a standby process")?;
+        *self.version.lock().unwrap_or_else(|e| e.into_inner()) = version.to_string();
+        let line = format!("{}\n", dir.display());
+        stdin
+            .write_all(line.as_bytes())
+            .await
+            .map_err(|e| format!("the standby process is gone: {e}"))
     }
 
     pub fn authority(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Polls `GET /health` until it answers 200, the process exits, or time runs out.
+    /// Checks `GET /health` when the runtime says it listens (else on a backoff
+    /// schedule) until it answers 200, the process exits, or time runs out.
     pub async fn wait_healthy(
         &mut self,
         client: &reqwest::Client,
@@ -153,7 +226,11 @@ impl Instance {
                     within.as_secs()
                 ));
             }
-            tokio::time::sleep(delay).await;
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                // A byte (it listens) or the end of the pipe (it exited or closed it).
+                _ = ready_or_closed(self.ready.as_mut()) => self.ready = None,
+            }
             delay = (delay * 2).min(Duration::from_millis(200));
         }
     }
@@ -182,6 +259,15 @@ impl Instance {
             }
         }
         let _ = self.child.kill().await;
+    }
+}
+
+async fn ready_or_closed(ready: Option<&mut pipe::Receiver>) {
+    match ready {
+        Some(ready) => {
+            let _ = ready.read(&mut [0u8; 1]).await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -7,15 +7,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::build::version_of;
 use super::process::{Instance, Launch};
 use super::{Endpoint, Shared};
 use crate::logs::Stream;
 use crate::model::{
-    ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Trigger, TriggerStatus, TriggerType, WorkloadSpec,
-    WorkloadStatus,
+    ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
+    WorkloadSpec, WorkloadStatus,
 };
 use crate::proxy::{Route, no_http_trigger, trigger_stopped};
 use crate::store::{Object, RawObject, StoreError, StoreExt};
@@ -36,10 +36,31 @@ struct LaunchConfig {
     env: BTreeMap<String, String>,
 }
 
+impl LaunchConfig {
+    fn of(spec: &WorkloadSpec, version: &str) -> Self {
+        Self {
+            version: version.to_string(),
+            entrypoint: spec.entrypoint.clone(),
+            memory_mb: spec.memory_mb,
+            env: spec.env.clone(),
+        }
+    }
+}
+
 struct Running {
     config: LaunchConfig,
     instance: Instance,
     started: Instant,
+}
+
+/// A pre-started runtime process waiting to be told which version to serve: it can
+/// read only this workload's builds, and it is used only for the runtime, entrypoint,
+/// memory and env it was started with (its `config.version` is empty).
+struct Standby {
+    runtime: Runtime,
+    config: LaunchConfig,
+    instance: Instance,
+    _slot: OwnedSemaphorePermit,
 }
 
 struct Actor {
@@ -48,6 +69,7 @@ struct Actor {
     ns: String,
     name: String,
     running: Option<Running>,
+    standby: Option<Standby>,
     /// Consecutive crashes or failed starts, for the backoff.
     failures: u32,
     /// A version that built but would not start; it is retried after the backoff.
@@ -67,6 +89,7 @@ pub(super) async fn run(
         ns,
         name,
         running: None,
+        standby: None,
         failures: 0,
         failed_start: None,
     };
@@ -154,6 +177,7 @@ impl Actor {
     }
 
     async fn deleted(&mut self) {
+        self.standby = None;
         self.shared.remove_route(&self.ns, &self.name);
         self.shared.set_endpoint(&self.ns, &self.name, None);
         if let Some(running) = self.running.take() {
@@ -211,6 +235,7 @@ impl Actor {
 
         let Some(key) = spec.s3_key.clone() else {
             self.stop_instance().await;
+            self.keep_standby(&spec);
             let reason =
                 format!("{noun} {name:?} has no code yet; upload a zip to .../{name}/upload");
             match exposure {
@@ -281,6 +306,7 @@ impl Actor {
 
         if !needed {
             self.stop_instance().await;
+            self.keep_standby(&spec);
             self.unavailable(
                 exposure
                     .clone()
@@ -293,12 +319,7 @@ impl Actor {
             return Ok(true);
         }
 
-        let wanted = LaunchConfig {
-            version: version.clone(),
-            entrypoint: spec.entrypoint.clone(),
-            memory_mb: spec.memory_mb,
-            env: spec.env.clone(),
-        };
+        let wanted = LaunchConfig::of(&spec, &version);
         if self.running.as_ref().map(|r| &r.config) != Some(&wanted) {
             if let Some((config, message)) = &self.failed_start
                 && config == &wanted
@@ -321,8 +342,9 @@ impl Actor {
                     },
                 );
             }
+            let starting = Instant::now();
             match self.start(&dir, &spec, &wanted).await {
-                Ok(instance) => self.switch_to(instance, wanted),
+                Ok(instance) => self.switch_to(instance, wanted, starting.elapsed()),
                 Err(message) => {
                     self.failures += 1;
                     self.log(&message);
@@ -408,7 +430,13 @@ impl Actor {
         );
         self.mark_built(raw, key).await?;
         match result {
-            Ok(_) => Ok(Some(now())),
+            Ok(_) => {
+                self.log(&format!(
+                    "version {version} built in {} ms",
+                    started.elapsed().as_millis()
+                ));
+                Ok(Some(now()))
+            }
             Err(e) => {
                 self.log(&format!("build of version {version} failed"));
                 self.write_status(|s| {
@@ -440,19 +468,22 @@ impl Actor {
         .await
     }
 
-    async fn start(
+    /// Spawns a runtime process: one serving `dir`, or a standby that can read every
+    /// version of this workload and waits for [`Instance::bind`].
+    fn spawn(
         &self,
         dir: &Path,
-        spec: &WorkloadSpec,
+        runtime: Runtime,
         config: &LaunchConfig,
+        standby: bool,
     ) -> Result<Instance, String> {
         let shared = &self.shared;
         let (program, args) =
             shared
                 .builder
                 .wrappers
-                .command(&shared.config.toolchain, spec.runtime, dir);
-        let mut env = spec.env.clone();
+                .command(&shared.config.toolchain, runtime, dir);
+        let mut env = config.env.clone();
         env.insert("SLESS_ENTRYPOINT".into(), config.entrypoint.clone());
         let scratch = shared.scratch(self.kind, &self.ns, &self.name);
         let launch = Launch {
@@ -465,8 +496,71 @@ impl Actor {
             namespace: &self.ns,
             name: &self.name,
             version: &config.version,
+            standby,
         };
-        let mut instance = Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)?;
+        Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)
+    }
+
+    /// A Python or Node function that is not running keeps one standby process (while
+    /// the pool has room) for its next start; a standby started for other settings goes.
+    fn keep_standby(&mut self, spec: &WorkloadSpec) {
+        let wanted = LaunchConfig::of(spec, "");
+        if self
+            .standby
+            .as_ref()
+            .is_some_and(|s| s.runtime == spec.runtime && s.config == wanted)
+        {
+            return;
+        }
+        self.standby = None;
+        // A Go function's binary is built per version: nothing to pre-start.
+        if self.kind != Kind::Function || spec.runtime == Runtime::Go123 || self.running.is_some() {
+            return;
+        }
+        let Ok(slot) = self.shared.standby_slots.clone().try_acquire_owned() else {
+            return;
+        };
+        let root = self.shared.builds_root(self.kind, &self.ns, &self.name);
+        match self.spawn(&root, spec.runtime, &wanted, true) {
+            Ok(instance) => {
+                self.standby = Some(Standby {
+                    runtime: spec.runtime,
+                    config: wanted,
+                    instance,
+                    _slot: slot,
+                });
+            }
+            Err(e) => {
+                tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "no standby process");
+            }
+        }
+    }
+
+    async fn start(
+        &mut self,
+        dir: &Path,
+        spec: &WorkloadSpec,
+        config: &LaunchConfig,
+    ) -> Result<Instance, String> {
+        let unbound = LaunchConfig::of(spec, "");
+        let standby = self
+            .standby
+            .take()
+            .filter(|s| s.runtime == spec.runtime && s.config == unbound);
+        let bound = match standby {
+            Some(mut standby) => standby
+                .instance
+                .bind(dir, &config.version)
+                .await
+                .ok()
+                .map(|()| standby.instance),
+            None => None,
+        };
+        let mut instance = match bound {
+            Some(instance) => instance,
+            None => self.spawn(dir, spec.runtime, config, false)?,
+        };
+        let shared = &self.shared;
         match instance
             .wait_healthy(&shared.http, shared.config.health_timeout)
             .await
@@ -493,10 +587,12 @@ impl Actor {
     }
 
     /// The new instance is healthy: it takes the traffic, the old one drains and stops.
-    fn switch_to(&mut self, instance: Instance, config: LaunchConfig) {
+    fn switch_to(&mut self, instance: Instance, config: LaunchConfig, took: Duration) {
         self.log(&format!(
-            "version {} is serving on port {}",
-            config.version, instance.port
+            "version {} is serving on port {} (healthy {} ms after the start)",
+            config.version,
+            instance.port,
+            took.as_millis()
         ));
         self.failed_start = None;
         if let Some(old) = self.running.replace(Running {
