@@ -144,6 +144,9 @@ async fn run() {
             Duration::from_secs(300),
         )
         .await;
+        // Published before the trigger consumes: unless the queue exists, the broker
+        // drops them.
+        client.declare(&queue).await;
         for i in 0..messages {
             client.publish(&queue, b"{}", &format!("drain-{i}")).await;
         }
