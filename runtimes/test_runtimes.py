@@ -9,6 +9,7 @@ Go is skipped with a note when `go` is not installed. Ends with
 "N passed, M failed"; exits 1 on any failure.
 """
 
+import base64
 import http.client
 import json
 import os
@@ -511,6 +512,18 @@ def test_http(rt):
             lines = [line for line in out.read().splitlines() if line]
             expect(lines and set(lines) == {"hello from handler"}, lines)
 
+        def event_trigger_properties():
+            # The dispatcher passes a message's AMQP properties as base64 JSON; the
+            # handler sees them as `_amqp`. Anything unreadable is left out.
+            props = {"queue": "orders", "message_id": "m-1", "delivery_count": 3,
+                     "headers": {"x-sless-attempts": 2}, "redelivered": True}
+            encoded = base64.b64encode(json.dumps(props).encode()).decode()
+            _, ev = request_json(port, "POST", "/amqp", "{}", {"X-Sless-Amqp": encoded})
+            expect(ev.get("_amqp") == props, ev)
+            for bad in ("not base64!", base64.b64encode(b"[1, 2]").decode(), base64.b64encode(b"{nope").decode()):
+                _, ev = request_json(port, "POST", "/amqp", "{}", {"X-Sless-Amqp": bad})
+                expect("_amqp" not in ev, (bad, ev))
+
         def sixty_four_at_once():
             results = gather(port)
             expect(results == [(200, b'"met"')] * 64, {r for r in results if r != (200, b'"met"')})
@@ -522,6 +535,7 @@ def test_http(rt):
                          ("keep-alive", keep_alive), ("chunked request body", chunked_body), ("HEAD", head),
                          ("concurrent requests", concurrency), ("dependency dir", dependency),
                          ("stdout carries only handler output", logs_only_handler_output),
+                         ("event trigger properties as _amqp", event_trigger_properties),
                          ("64 concurrent calls run at once", sixty_four_at_once)]:
             check(n, name, fn)
         if n == "python3.11":
