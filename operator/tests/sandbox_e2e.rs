@@ -5,132 +5,57 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::api::Api;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-struct Tenant<'a> {
-    server: &'a TestServer,
-    user: User,
+/// A Python function with an http trigger, Ready.
+async fn deploy(tenant: &Api<'_>, name: &str, memory_mb: u32, handler: &[u8]) -> Value {
+    deploy_files(
+        tenant,
+        name,
+        "python3.11",
+        memory_mb,
+        &[("handler.py", handler)],
+    )
+    .await
 }
 
-impl<'a> Tenant<'a> {
-    fn new(server: &'a TestServer, sub: &str) -> Self {
-        Self {
-            server,
-            user: user(sub),
-        }
-    }
-
-    fn v1(&self, path: &str) -> String {
-        self.server
-            .url(&format!("/v1/namespaces/{}/{path}", self.user.ns))
-    }
-
-    async fn post(&self, path: &str, body: Value) {
-        let response = self
-            .server
-            .client
-            .post(self.v1(path))
-            .bearer_auth(&self.user.token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED, "POST {path}");
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let response = self
-            .server
-            .client
-            .get(self.v1(path))
-            .bearer_auth(&self.user.token)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "GET {path}");
-        response.json().await.unwrap()
-    }
-
-    async fn wait_until(&self, path: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let value = self.get(path).await;
-            if done(&value) {
-                return value;
-            }
-            assert!(Instant::now() < deadline, "{path}: {value}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// A Python function with an http trigger, Ready.
-    async fn deploy(&self, name: &str, memory_mb: u32, handler: &[u8]) -> Value {
-        self.deploy_files(name, "python3.11", memory_mb, &[("handler.py", handler)])
-            .await
-    }
-
-    async fn deploy_files(
-        &self,
-        name: &str,
-        runtime: &str,
-        memory_mb: u32,
-        files: &[(&str, &[u8])],
-    ) -> Value {
-        self.post(
+/// Like [`Api::deploy`], with a memory limit and an env var of its own.
+async fn deploy_files(
+    tenant: &Api<'_>,
+    name: &str,
+    runtime: &str,
+    memory_mb: u32,
+    files: &[(&str, &[u8])],
+) -> Value {
+    tenant
+        .post(
             "functions",
             json!({"name": name, "runtime": runtime, "memory_mb": memory_mb,
                    "timeout_sec": 30, "env_vars": {"OWN_SETTING": "kept"}}),
         )
         .await;
-        self.post(
+    tenant
+        .post(
             "triggers",
             json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
         )
         .await;
-        let response = self
-            .server
-            .client
-            .post(self.v1(&format!("functions/{name}/upload")))
-            .bearer_auth(&self.user.token)
-            .multipart(code_form(zip_of(files)))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let ready = self
-            .wait_until(&format!("functions/{name}"), |f| {
-                f["phase"] == "Ready" || f["phase"] == "Failed"
-            })
-            .await;
-        assert_eq!(ready["phase"], "Ready", "{ready}");
-        ready
-    }
-
-    /// POSTs to `/fn/...`, waiting out 503s while the instance (re)starts.
-    async fn invoke(&self, name: &str, body: Value) -> (StatusCode, Value) {
-        let url = self.server.url(&format!("/fn/{}/{name}", self.user.ns));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let response = self
-                .server
-                .client
-                .post(&url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            let status = response.status();
-            let value = response.json().await.unwrap_or(Value::Null);
-            if status != StatusCode::SERVICE_UNAVAILABLE || Instant::now() > deadline {
-                return (status, value);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    tenant.upload(&format!("functions/{name}"), files).await;
+    let ready = tenant
+        .wait_for(
+            &format!("functions/{name}"),
+            "phase",
+            &["Ready", "Failed"],
+            Duration::from_secs(180),
+        )
+        .await;
+    assert_eq!(ready["phase"], "Ready", "{ready}");
+    ready
 }
 
 const HOSTILE: &[u8] = br#"
@@ -210,17 +135,21 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
     // What `sless up` keeps in its data dir beside the store.
     std::fs::write(data.join("jwt-hs256.key"), "00".repeat(32)).unwrap();
 
-    let victim = Tenant::new(&server, "victim");
-    victim
-        .deploy("secret", 128, b"def handle(e):\n    return 'victim code'\n")
-        .await;
+    let victim = Api::new(&server, "victim");
+    deploy(
+        &victim,
+        "secret",
+        128,
+        b"def handle(e):\n    return 'victim code'\n",
+    )
+    .await;
     assert_eq!(victim.invoke("secret", json!({})).await.0, StatusCode::OK);
     let other_code = find(&data.join("builds"), &victim.user.ns, "handler.py");
     let other_upload = find(&data.join("objects"), &victim.user.ns, ".zip");
     let other_pid = runner.pid(&victim.user.ns, "secret").unwrap();
 
-    let attacker = Tenant::new(&server, "attacker");
-    attacker.deploy("probe", 128, HOSTILE).await;
+    let attacker = Api::new(&server, "attacker");
+    deploy(&attacker, "probe", 128, HOSTILE).await;
     let (status, outcome) = attacker
         .invoke(
             "probe",
@@ -295,15 +224,15 @@ async fn a_dependency_install_is_sandboxed_too() {
     let (server, _runner) = TestServer::platform(|_| {}).await;
     let key = "ab".repeat(32);
     std::fs::write(server.data_dir().join("jwt-hs256.key"), &key).unwrap();
-    let tenant = Tenant::new(&server, "hooked");
-    tenant
-        .deploy_files(
-            "hook",
-            "nodejs20",
-            128,
-            &[("package.json", HOOKED_PACKAGE), ("handler.js", SHOW_LEAK)],
-        )
-        .await;
+    let tenant = Api::new(&server, "hooked");
+    deploy_files(
+        &tenant,
+        "hook",
+        "nodejs20",
+        128,
+        &[("package.json", HOOKED_PACKAGE), ("handler.js", SHOW_LEAK)],
+    )
+    .await;
     let (status, leaked) = tenant.invoke("hook", json!({})).await;
     assert_eq!(status, StatusCode::OK, "{leaked}");
     let leaked = leaked.as_str().unwrap();
@@ -330,8 +259,8 @@ def handle(event):
 #[tokio::test]
 async fn memory_mb_is_enforced_and_an_oom_kill_is_recorded() {
     let (server, _runner) = TestServer::platform(|_| {}).await;
-    let tenant = Tenant::new(&server, "hungry");
-    tenant.deploy("hog", 64, HOG).await;
+    let tenant = Api::new(&server, "hungry");
+    deploy(&tenant, "hog", 64, HOG).await;
     assert_eq!(
         tenant.invoke("hog", json!({})).await,
         (StatusCode::OK, json!("small"))
@@ -349,9 +278,11 @@ async fn memory_mb_is_enforced_and_an_oom_kill_is_recorded() {
         "the failed call says why: {body}"
     );
     let logs = tenant
-        .wait_until("functions/hog/logs?tail=50", |logs| {
-            logs.to_string().contains("out of memory")
-        })
+        .wait_until(
+            "functions/hog/logs?tail=50",
+            Duration::from_secs(120),
+            |logs| logs.to_string().contains("out of memory"),
+        )
         .await;
     let text = logs.to_string();
     assert!(
@@ -372,7 +303,7 @@ async fn memory_mb_is_enforced_and_an_oom_kill_is_recorded() {
         )
         .await;
     let job = tenant
-        .wait_until("jobs/greedy", |j| {
+        .wait_until("jobs/greedy", Duration::from_secs(120), |j| {
             j["phase"] == "Failed" || j["phase"] == "Succeeded"
         })
         .await;
@@ -390,10 +321,8 @@ async fn memory_mb_is_enforced_and_an_oom_kill_is_recorded() {
 async fn the_data_dir_is_private_to_sless() {
     use std::os::unix::fs::PermissionsExt;
     let (server, _runner) = TestServer::platform(|_| {}).await;
-    let tenant = Tenant::new(&server, "modes");
-    tenant
-        .deploy("plain", 128, b"def handle(e):\n    return 1\n")
-        .await;
+    let tenant = Api::new(&server, "modes");
+    deploy(&tenant, "plain", 128, b"def handle(e):\n    return 1\n").await;
     let data = server.data_dir();
     let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data.join("sless.db")), 0o600);

@@ -135,9 +135,10 @@ impl<'a> Api<'a> {
         ready
     }
 
-    /// Calls `/fn/...` until it stops answering 503 (the instance is starting).
+    /// Calls `/fn/...` until it stops answering 503 (the instance is starting or
+    /// restarting after an out-of-memory kill); gives up after 60 s.
     pub async fn invoke(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.call_until(path, &body, Duration::from_secs(30), |s| {
+        self.call_until(path, &body, Duration::from_secs(60), |s| {
             s != StatusCode::SERVICE_UNAVAILABLE
         })
         .await
