@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use operator::model::Kind;
-use operator::proxy::{self, Proxy, ProxyConfig, Route, RouteTable};
+use operator::proxy::{self, Proxy, ProxyConfig};
+use sless_core::model::Kind;
+use sless_core::routes::{Route, RouteTable};
 use tokio::net::TcpListener;
 
 struct StaticRoute(Route);

@@ -1,19 +1,8 @@
-//! sless operator: the resource model, REST API, auth, uploads, object storage, the
-//! store seam and the runners.
+//! sless operator: the REST API, the `/fn` proxy and its serving, the event dispatcher
+//! and the Kubernetes controllers (the production runner), on top of `sless-core`.
 
 pub mod api;
-pub mod archive;
-pub mod auth;
-pub mod data_dir;
 pub mod dispatch;
-pub mod error_text;
 pub mod k8s;
-pub mod local;
-pub mod logs;
-pub mod metrics;
-pub mod model;
 pub mod proxy;
-pub mod s3;
 pub mod serve;
-pub mod store;
-pub mod upload;

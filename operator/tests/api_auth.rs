@@ -5,9 +5,9 @@ mod common;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::*;
-use operator::auth::issue_hs256;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sless_core::auth::issue_hs256;
 
 fn b64(value: &Value) -> String {
     URL_SAFE_NO_PAD.encode(value.to_string())
@@ -100,10 +100,10 @@ async fn rs256_server_refuses_hs256_signed_with_its_public_key() {
     let private_pem = std::fs::read(format!("{fixtures}/rsa_private.pem")).unwrap();
     let server = TestServer::start_with(
         operator::api::ApiConfig::default(),
-        operator::auth::KeySource::PublicKeyPem(public_pem.clone()),
+        sless_core::auth::KeySource::PublicKeyPem(public_pem.clone()),
     )
     .await;
-    let ns = operator::model::namespace_for_sub("carol");
+    let ns = sless_core::model::namespace_for_sub("carol");
     let claims = json!({"sub": "carol", "exp": now() + 600});
 
     let valid = jsonwebtoken::encode(

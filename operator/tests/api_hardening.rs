@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use common::*;
 use operator::api::ApiConfig;
-use operator::auth::KeySource;
-use operator::model::{Function, Phase};
-use operator::store::modify_status;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use sless_core::auth::KeySource;
+use sless_core::model::{Function, Phase};
+use sless_core::store::modify_status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn send(

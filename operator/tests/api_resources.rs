@@ -5,10 +5,10 @@
 mod common;
 
 use common::*;
-use operator::model::{Function, Phase};
-use operator::store::modify_status;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sless_core::model::{Function, Phase};
+use sless_core::store::modify_status;
 
 async fn send(
     server: &TestServer,

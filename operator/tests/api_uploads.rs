@@ -4,9 +4,9 @@ mod common;
 
 use common::*;
 use operator::api::ApiConfig;
-use operator::auth::KeySource;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sless_core::auth::KeySource;
 
 async fn create(server: &TestServer, user: &User, kind: &str, name: &str, runtime: &str) {
     let response = server
@@ -211,7 +211,7 @@ async fn dockerfile_per_runtime_with_and_without_dependencies() {
 
 #[tokio::test]
 async fn bad_uploads_keep_the_previous_code() {
-    let limits = operator::upload::UploadLimits {
+    let limits = sless_core::upload::UploadLimits {
         max_zip_bytes: 2 * 1024 * 1024,
         max_uncompressed_bytes: 8 * 1024 * 1024,
         ..Default::default()

@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use operator::auth::{
+use serde_json::{Value, json};
+use sless_core::auth::{
     AuthConfig, AuthError, Authenticator, JwksPolicy, KeySource, Principal, issue_hs256,
     load_or_create_signing_key,
 };
-use operator::model::namespace_for_sub;
-use serde_json::{Value, json};
+use sless_core::model::namespace_for_sub;
 
 const SECRET: &[u8] = b"test-secret-test-secret-test-sec";
 const RSA_PRIVATE: &[u8] = include_bytes!("fixtures/rsa_private.pem");

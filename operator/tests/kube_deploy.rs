@@ -12,9 +12,9 @@ use operator::k8s::manifests::{
     self, BuildJob, CronTrigger, RunJob, Workload, is_pinned, pull_secret_copy,
 };
 use operator::k8s::{Builder, KubeConfig};
-use operator::model::{Kind, Runtime, WorkloadSpec};
 use serde::Deserialize;
 use serde_json::Value;
+use sless_core::model::{Kind, Runtime, WorkloadSpec};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")

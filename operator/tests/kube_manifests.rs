@@ -14,7 +14,7 @@ use operator::k8s::names::{
     MANAGED_BY, build_job_name,
 };
 use operator::k8s::{Builder, KubeConfig};
-use operator::model::{Kind, Runtime, WorkloadSpec};
+use sless_core::model::{Kind, Runtime, WorkloadSpec};
 
 const NS: &str = "sless-cdd874dfa31ba6ca";
 const DEPLOY_NS: &str = "sless-fn-sless-cdd874dfa31ba6ca";

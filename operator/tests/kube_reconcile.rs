@@ -17,13 +17,13 @@ use kube_common::*;
 use operator::k8s::controller::{reconcile_function, reconcile_job, reconcile_trigger};
 use operator::k8s::names::{FINALIZER, build_job_name};
 use operator::k8s::{Context, KubeStore};
-use operator::model::{
+use serde_json::json;
+use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, FunctionJob, FunctionJobSpec,
     FunctionSpec, JobPhase, Phase, Runtime, Trigger, TriggerSpec, TriggerType, WorkloadSpec,
     workload_image,
 };
-use operator::store::{Store, StoreExt, modify, modify_status};
-use serde_json::json;
+use sless_core::store::{Store, StoreExt, modify, modify_status};
 
 const NS: &str = "sless-cdd874dfa31ba6ca";
 const DEPLOY_NS: &str = "sless-fn-sless-cdd874dfa31ba6ca";
@@ -908,16 +908,16 @@ async fn the_registry_secret_is_copied_and_kept_in_sync() {
 #[tokio::test]
 async fn a_service_is_always_on() {
     let c = cluster().await;
-    let spec = operator::model::ServiceSpec {
+    let spec = sless_core::model::ServiceSpec {
         workload: function_spec(Some(KEY)).workload,
     };
     c.store
-        .create_typed::<operator::model::Service>(NS, "hello", &spec)
+        .create_typed::<sless_core::model::Service>(NS, "hello", &spec)
         .await
         .unwrap();
     let reconcile = || async {
         let svc = c
-            .api::<operator::model::Service>(NS)
+            .api::<sless_core::model::Service>(NS)
             .get("hello")
             .await
             .unwrap();
@@ -929,7 +929,7 @@ async fn a_service_is_always_on() {
     c.finish_job(&build_job_name("hello", KEY), true).await;
     reconcile().await;
     let svc = c
-        .api::<operator::model::Service>(NS)
+        .api::<sless_core::model::Service>(NS)
         .get("hello")
         .await
         .unwrap();
@@ -975,16 +975,16 @@ async fn a_service_named_like_an_older_function_fails_and_the_function_keeps_ser
     let function = c.function().await;
     let function_created = function.metadata.creation_timestamp.clone().unwrap().0;
     // As `kubectl apply` creates it, past the REST API's check.
-    let mut service = operator::model::Service::new(
+    let mut service = sless_core::model::Service::new(
         "hello",
-        operator::model::ServiceSpec {
+        sless_core::model::ServiceSpec {
             workload: function_spec(Some(KEY)).workload,
         },
     );
     service.metadata.creation_timestamp = Some(Time(
         function_created + k8s_openapi::jiff::SignedDuration::from_secs(5),
     ));
-    let services = c.api::<operator::model::Service>(NS);
+    let services = c.api::<sless_core::model::Service>(NS);
     services
         .create(&PostParams::default(), &service)
         .await

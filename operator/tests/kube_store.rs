@@ -11,13 +11,13 @@ use std::time::Duration;
 use common::kube_common::fake_client;
 use common::{StoreKind, TestServer, code_form, user, zip_of};
 use operator::k8s::{ContextUrls, KubeRoutes, KubeStore, S3ContextUrls};
-use operator::model::{
-    Function, FunctionSpec, Kind, Phase, Runtime, Trigger, TriggerSpec, TriggerType, WorkloadSpec,
-};
-use operator::proxy::{Route, RouteTable};
-use operator::store::{Store, StoreError, StoreExt, modify_status};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sless_core::model::{
+    Function, FunctionSpec, Kind, Phase, Runtime, Trigger, TriggerSpec, TriggerType, WorkloadSpec,
+};
+use sless_core::routes::{Route, RouteTable};
+use sless_core::store::{Store, StoreError, StoreExt, modify_status};
 
 #[tokio::test]
 async fn upload_sets_the_key_and_building_and_the_context_can_be_presigned() {
@@ -268,7 +268,7 @@ async fn routes_follow_the_store() {
         .await
         .unwrap();
     wait_for(|r| matches!(r, Route::Ready { .. })).await;
-    operator::store::modify::<Trigger, _>(&*kube, ns, "web", |t| t.spec.enabled = false)
+    sless_core::store::modify::<Trigger, _>(&*kube, ns, "web", |t| t.spec.enabled = false)
         .await
         .unwrap();
     wait_for(|r| matches!(r, Route::Unavailable { reason } if reason.contains("is stopped"))).await;

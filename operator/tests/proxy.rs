@@ -12,9 +12,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
-use operator::model::Kind;
-use operator::proxy::{self, CallError, Proxy, ProxyConfig, Route, RouteTable};
+use operator::proxy::{self, CallError, Proxy, ProxyConfig};
 use serde_json::{Value, json};
+use sless_core::model::Kind;
+use sless_core::routes::{Route, RouteTable};
 
 const MIB: usize = 1024 * 1024;
 

@@ -691,7 +691,7 @@ async fn a_stopped_function_starts_from_its_standby_process() {
 
 async fn starts_from_standby(
     api: &Api<'_>,
-    runner: &operator::local::LocalRunner,
+    runner: &sless_embedded::LocalRunner,
     name: &str,
     runtime: &str,
     files: &[(&str, &[u8])],

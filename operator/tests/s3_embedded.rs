@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use operator::s3::{EmbeddedS3, ObjectStore, S3Config, StorageError};
+use sless_core::s3::{ObjectStore, S3Config, StorageError};
+use sless_embedded::s3::EmbeddedS3;
 use tempfile::TempDir;
 
 const BUCKET: &str = "sless-test";

@@ -5,8 +5,8 @@ use std::io::{Cursor, Read, Write};
 
 use chrono::TimeZone;
 use flate2::read::GzDecoder;
-use operator::model::Runtime;
-use operator::upload::*;
+use sless_core::model::Runtime;
+use sless_core::upload::*;
 use zip::CompressionMethod;
 use zip::write::SimpleFileOptions;
 

@@ -128,7 +128,7 @@ pub async fn deploy(base: String, token: String, token_command: String) -> anyho
         http: reqwest::Client::new(),
         base,
         token,
-        ns: operator::model::namespace_for_sub(DEMO_SUBJECT),
+        ns: sless_core::model::namespace_for_sub(DEMO_SUBJECT),
     };
     use reqwest::Method as M;
     client.send(M::POST, "ensure", None).await?;

@@ -76,18 +76,18 @@ async fn main() -> anyhow::Result<()> {
             ttl,
             admin,
         } => {
-            let key = operator::auth::load_signing_key(&data_dir)?;
+            let key = sless_core::auth::load_signing_key(&data_dir)?;
             let sub = match sub {
                 Some(sub) if !admin => sub,
                 _ => settings::EMBEDDED_ADMIN_SUBJECT.to_string(),
             };
-            let token = operator::auth::issue_hs256(&key, &sub, ttl)?;
+            let token = sless_core::auth::issue_hs256(&key, &sub, ttl)?;
             if admin {
                 eprintln!("admin token (any namespace), valid {ttl} s");
             } else {
                 eprintln!(
                     "token for namespace {}, valid {ttl} s",
-                    operator::model::namespace_for_sub(&sub)
+                    sless_core::model::namespace_for_sub(&sub)
                 );
             }
             println!("{token}");

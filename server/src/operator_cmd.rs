@@ -16,16 +16,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use clap::{Args, ValueEnum};
 use operator::api::{ApiConfig, AppState};
-use operator::auth::Authenticator;
 use operator::dispatch::Dispatcher;
 use operator::k8s::{
     Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
     KubeWorkloadLogs, LeaderElection, Readiness, S3ContextUrls,
 };
 use operator::proxy::{Proxy, ProxyConfig};
-use operator::s3::{ObjectStore, S3Config};
+use sless_core::auth::Authenticator;
+use sless_core::s3::{ObjectStore, S3Config};
 use tokio::task::JoinHandle;
 
+use crate::serve::Listeners;
 use crate::settings::{AuthArgs, EventArgs, S3Args, ServeArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -243,7 +244,7 @@ async fn run_dispatcher(args: &OperatorArgs) -> anyhow::Result<()> {
     let client = operator::k8s::connect().await?;
     let readiness = Readiness::default();
     let (store, proxy, _tasks) = routed_proxy(args, &client, &readiness).await?;
-    let listener = listen(args.listen).await?;
+    let listener = listen(args.listen, &args.serve).await?;
     let probes_task = crate::serve::serve(listener, probes(readiness), &args.serve);
     let dispatch = async {
         let election = args.leader_election.then(|| {
@@ -294,7 +295,7 @@ async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
         .await?
         .merge(probes(Readiness::default()))
         .layer(tower_http::trace::TraceLayer::new_for_http());
-    let listener = listen(args.listen).await?;
+    let listener = listen(args.listen, &args.serve).await?;
     tracing::info!(address = %args.listen, api = %args.api_url, "console listening");
     crate::serve::serve(listener, app, &args.serve).await
 }
@@ -337,10 +338,11 @@ fn leader_identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-async fn listen(address: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(address)
+async fn listen(address: SocketAddr, args: &ServeArgs) -> anyhow::Result<Listeners> {
+    let main = tokio::net::TcpListener::bind(address)
         .await
-        .with_context(|| format!("cannot listen on {address}"))
+        .with_context(|| format!("cannot listen on {address}"))?;
+    Listeners::new(main, args).await
 }
 
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
@@ -368,7 +370,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let api_task = async {
         let Some(auth) = auth else {
             // The probes of the deployment manifests work for every component.
-            let listener = listen(args.listen).await?;
+            let listener = listen(args.listen, &args.serve).await?;
             tracing::info!(address = %args.listen, "health probes listening");
             return crate::serve::serve(listener, probes(readiness.clone()), &args.serve).await;
         };
@@ -391,7 +393,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .merge(operator::proxy::router(proxy));
         let app = gate_readyz(app, readiness.clone());
-        let listener = listen(args.listen).await?;
+        let listener = listen(args.listen, &args.serve).await?;
         tracing::info!(address = %args.listen, "API and /fn proxy listening");
         crate::serve::serve(listener, app, &args.serve).await
     };

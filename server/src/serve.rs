@@ -7,8 +7,35 @@ use tokio::net::TcpListener;
 
 use crate::settings::ServeArgs;
 
-/// Serves `app` until SIGINT or SIGTERM.
-pub async fn serve(listener: TcpListener, app: Router, args: &ServeArgs) -> anyhow::Result<()> {
+/// The sockets of one process: its main address and, with `--metrics-listen`, the
+/// scrape address. Both are bound before the process says it is up, so neither a
+/// client nor a scraper finds a port still closed.
+pub struct Listeners {
+    main: TcpListener,
+    scrape: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// `main` (bound by the caller, who words its error) and the scrape address.
+    pub async fn new(main: TcpListener, args: &ServeArgs) -> anyhow::Result<Self> {
+        let scrape = match args.metrics_listen {
+            Some(address) => Some(
+                TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("listening for metrics on {address}"))?,
+            ),
+            None => None,
+        };
+        Ok(Self { main, scrape })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.main.local_addr()
+    }
+}
+
+/// Serves `app` until SIGINT or SIGTERM (and `/metrics` on the scrape address).
+pub async fn serve(listeners: Listeners, app: Router, args: &ServeArgs) -> anyhow::Result<()> {
     let threads = operator::serve::default_threads();
     let limits = args.limits().fit_open_files_limit();
     tracing::info!(
@@ -17,26 +44,24 @@ pub async fn serve(listener: TcpListener, app: Router, args: &ServeArgs) -> anyh
         max_connections = limits.max_connections,
         "connection limits"
     );
-    if let Some(address) = args.metrics_listen {
-        let scrape = TcpListener::bind(address)
-            .await
-            .with_context(|| format!("listening for metrics on {address}"))?;
-        tracing::info!(%address, "serving /metrics without a token");
+    if let Some(scrape) = listeners.scrape {
+        if let Ok(address) = scrape.local_addr() {
+            tracing::info!(%address, "serving /metrics without a token");
+        }
         let metrics = Router::new().route(
             "/metrics",
             axum::routing::get(|| async { operator::api::metrics_response() }),
         );
         let one = std::num::NonZeroUsize::MIN;
-        let scrape_limits = limits;
         tokio::spawn(async move {
             let serving =
-                operator::serve::serve(scrape, metrics, one, scrape_limits, std::future::pending());
+                operator::serve::serve(scrape, metrics, one, limits, std::future::pending());
             if let Err(e) = serving.await {
                 tracing::error!(error = %e, "the metrics listener stopped");
             }
         });
     }
-    operator::serve::serve(listener, app, threads, limits, shutdown_signal())
+    operator::serve::serve(listeners.main, app, threads, limits, shutdown_signal())
         .await
         .context("serving")
 }

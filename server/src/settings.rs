@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use operator::auth::{AuthConfig, KeySource};
-use operator::s3::S3Config;
 use operator::serve::Limits;
+use sless_core::auth::{AuthConfig, KeySource};
+use sless_core::s3::S3Config;
 
 pub const DEFAULT_DATA_DIR: &str = "sless-data";
 /// The `sub` of `sless token --admin`; listed as an admin subject in embedded mode.
@@ -65,7 +65,7 @@ impl AuthArgs {
         } else if self.insecure_skip_jwt_verify {
             KeySource::InsecureSkipVerify
         } else {
-            let key = operator::auth::load_or_create_signing_key(data_dir)
+            let key = sless_core::auth::load_or_create_signing_key(data_dir)
                 .with_context(|| format!("creating the signing key in {}", data_dir.display()))?;
             KeySource::Hs256Secret(key)
         };

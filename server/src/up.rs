@@ -5,12 +5,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use operator::api::{ApiConfig, AppState};
-use operator::auth::Authenticator;
 use operator::dispatch::Dispatcher;
-use operator::local::{LocalRunner, RunnerConfig};
 use operator::proxy::{Proxy, ProxyConfig};
-use operator::s3::{EmbeddedS3, ObjectStore};
-use operator::store::SqliteStore;
+use sless_core::auth::Authenticator;
+use sless_core::s3::ObjectStore;
+use sless_embedded::s3::EmbeddedS3;
+use sless_embedded::sqlite::SqliteStore;
+use sless_embedded::{LocalRunner, RunnerConfig};
 
 use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, EventArgs, S3Args, ServeArgs};
 
@@ -104,7 +105,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 args.listen
             )
         })?;
-    let address = listener.local_addr()?;
+    let listeners = crate::serve::Listeners::new(listener, &args.serve).await?;
+    let address = listeners.local_addr()?;
     let external_url = args
         .external_url
         .clone()
@@ -174,7 +176,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             }
         });
     }
-    crate::serve::serve(listener, app, &args.serve).await
+    crate::serve::serve(listeners, app, &args.serve).await
 }
 
 /// The exact command that prints a token this server accepts: this binary's path (it
@@ -195,9 +197,9 @@ fn demo_token(args: &UpArgs, data_dir: &std::path::Path) -> anyhow::Result<Strin
     );
     let key = match &a.jwt_hs256_secret {
         Some(secret) => secret.as_bytes().to_vec(),
-        None => operator::auth::load_or_create_signing_key(data_dir)?,
+        None => sless_core::auth::load_or_create_signing_key(data_dir)?,
     };
-    Ok(operator::auth::issue_hs256(
+    Ok(sless_core::auth::issue_hs256(
         &key,
         crate::demo::DEMO_SUBJECT,
         3600,

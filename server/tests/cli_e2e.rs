@@ -156,7 +156,7 @@ fn everyday_developer_loop() {
     let data = dir.path().join("data");
     let server = start(&data);
     let user = User::new(&server, token(&data, "cli-user"), &dir.path().join("home"));
-    let ns = operator::model::namespace_for_sub("cli-user");
+    let ns = sless_core::model::namespace_for_sub("cli-user");
 
     let py = dir.path().join("py");
     write_files(
@@ -411,7 +411,7 @@ fn errors_a_person_can_act_on() {
         &["cannot reach sless", "SLESS_ENDPOINT"],
     );
 
-    let forged = operator::auth::issue_hs256(b"some other key", "careless", 600).unwrap();
+    let forged = sless_core::auth::issue_hs256(b"some other key", "careless", 600).unwrap();
     let forger = User::new(&server, forged, &home);
     forger.sless(&["ls"]).fails_with(
         "bad token",

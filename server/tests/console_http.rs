@@ -258,7 +258,7 @@ impl Fixture {
             http,
             data,
             token,
-            ns: operator::model::namespace_for_sub(USER),
+            ns: sless_core::model::namespace_for_sub(USER),
             _dir: dir,
         }
     }
@@ -795,7 +795,7 @@ async fn a_bad_token_shows_an_error_and_logs_nobody_in() {
     // A token signed with another key is no better.
     let elsewhere = tempfile::tempdir().unwrap();
     std::fs::write(
-        elsewhere.path().join(operator::auth::SIGNING_KEY_FILE),
+        elsewhere.path().join(sless_core::auth::SIGNING_KEY_FILE),
         "5e".repeat(32),
     )
     .unwrap();
@@ -1560,7 +1560,7 @@ async fn stop_answers_once_fn_says_503_and_the_page_shows_it_stopped() {
     let item = trigger_item(&page.body, "echo-http");
     assert!(item.contains("■ Stop"), "{item}");
     // The session's token is right, the namespace is not its own.
-    let other = operator::model::namespace_for_sub("bob");
+    let other = sless_core::model::namespace_for_sub("bob");
     browser
         .post(
             SET_TRIGGER,

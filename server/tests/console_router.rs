@@ -6,8 +6,8 @@ use std::sync::Arc;
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
-use operator::auth::{AuthConfig, Authenticator, KeySource, issue_hs256};
 use sless::console::{ConsoleConfig, router};
+use sless_core::auth::{AuthConfig, Authenticator, KeySource, issue_hs256};
 use tower::ServiceExt;
 
 const SECRET: &[u8] = b"console-router-test-secret-of-32-bytes";
@@ -117,7 +117,7 @@ async fn another_namespace_is_forbidden_before_the_api_is_asked() {
 async fn a_dead_api_is_a_502_that_says_so() {
     let console = Console::new().await;
     let token = issue_hs256(SECRET, "alice", 60).unwrap();
-    let ns = operator::model::namespace_for_sub("alice");
+    let ns = sless_core::model::namespace_for_sub("alice");
     let bearer = format!("Bearer {token}");
     let answer = console
         .get(&format!("/funcs/{ns}"), &[(header::AUTHORIZATION, &bearer)])

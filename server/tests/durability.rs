@@ -15,7 +15,7 @@ async fn state_survives_sigkill() {
     let data = dir.path().join("data");
     let first = start(&data);
     let token = token(&data, "dora");
-    let ns = operator::model::namespace_for_sub("dora");
+    let ns = sless_core::model::namespace_for_sub("dora");
     let client = reqwest::Client::new();
     let api = |base: &str, path: &str| format!("{base}/v1/namespaces/{ns}/{path}");
 
@@ -108,7 +108,7 @@ async fn functions_come_back_after_sigkill_without_a_new_upload() {
     let data = dir.path().join("data");
     let first = start(&data);
     let token = token(&data, "erin");
-    let ns = operator::model::namespace_for_sub("erin");
+    let ns = sless_core::model::namespace_for_sub("erin");
     let client = reqwest::Client::new();
     let api = |base: &str, path: &str| format!("{base}/v1/namespaces/{ns}/{path}");
     for (path, body) in [

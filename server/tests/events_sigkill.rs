@@ -54,7 +54,7 @@ async fn sigkill_mid_stream_loses_no_message() {
     let env = [("SLESS_AMQP_URL", url.as_str())];
     let first = start_with_env(&data, &env);
     let token = token(&data, "kim");
-    let ns = operator::model::namespace_for_sub("kim");
+    let ns = sless_core::model::namespace_for_sub("kim");
     let client = reqwest::Client::new();
     let api = |base: &str, path: &str| format!("{base}/v1/namespaces/{ns}/{path}");
     let post = |url: String, body: Value| client.post(url).bearer_auth(&token).json(&body).send();

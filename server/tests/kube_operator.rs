@@ -16,10 +16,10 @@ use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client};
 use kube_emulator::Emulator;
 use operator::k8s::names::{build_job_name, run_job_name};
-use operator::model::{build_namespace, deploy_namespace, namespace_for_sub};
-use operator::s3::EmbeddedS3;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sless_core::model::{build_namespace, deploy_namespace, namespace_for_sub};
+use sless_embedded::s3::EmbeddedS3;
 
 const SECRET: &str = "kube-operator-test-secret-0123456789abcdef";
 const FUNCTIONS: &str = "sless.kube5s.ru/v1alpha1";
@@ -256,7 +256,7 @@ impl User {
             http: reqwest::Client::new(),
             base: operator.base.clone(),
             ns: namespace_for_sub(sub),
-            token: operator::auth::issue_hs256(SECRET.as_bytes(), sub, 3600).unwrap(),
+            token: sless_core::auth::issue_hs256(SECRET.as_bytes(), sub, 3600).unwrap(),
         }
     }
 
@@ -565,7 +565,7 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     assert_eq!(replicas(&deployment), 1);
 
     // A CR the schema refuses never reaches the controllers (kubectl apply gets 422).
-    let resource = ApiResource::erase::<operator::model::Function>(&());
+    let resource = ApiResource::erase::<sless_core::model::Function>(&());
     let functions: Api<DynamicObject> =
         Api::namespaced_with(cluster.client.clone(), &ns, &resource);
     let mut bad = DynamicObject::new("huge", &resource);
@@ -647,7 +647,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     // A Function applied as kubectl would: the leader builds it.
     let ns = "team-a";
     create_namespace(&cluster.client, ns).await;
-    let resource = ApiResource::erase::<operator::model::Function>(&());
+    let resource = ApiResource::erase::<sless_core::model::Function>(&());
     let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
     let build_ns = build_namespace(ns);
     let job = apply_function(&functions, &resource, ns, "one").await;
@@ -737,7 +737,7 @@ async fn an_unreadable_cr_is_reported_and_never_blocks_its_neighbours() {
 
     let ns = "team-b";
     create_namespace(&cluster.client, ns).await;
-    let resource = ApiResource::erase::<operator::model::Function>(&());
+    let resource = ApiResource::erase::<sless_core::model::Function>(&());
     let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
     // What the operator's types cannot hold (memoryMb is a u32), left from before.
     let mut huge = DynamicObject::new("huge", &resource);

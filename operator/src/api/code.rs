@@ -11,12 +11,12 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{ApiError, AppState};
-use crate::model::Runtime;
-use crate::upload::{
+use sless_client::apitypes::SourceFileResponse;
+use sless_core::model::Runtime;
+use sless_core::upload::{
     SourceLimits, UploadError, build_context, check_zip, object_keys, source_files, version_stamp,
     zip_key_for_context,
 };
-use sless_client::apitypes::SourceFileResponse;
 
 /// The multipart field that carries the zip.
 pub const CODE_FIELD: &str = "code";

@@ -1,8 +1,8 @@
 //! Model ⇄ API JSON.
 
-use crate::model::*;
-use crate::store::{Object, WorkloadResource};
 use sless_client::apitypes::*;
+use sless_core::model::*;
+use sless_core::store::{Object, WorkloadResource};
 
 /// Entrypoint and memory get defaults on create; PUT must name them (no zero values).
 pub fn workload_spec(

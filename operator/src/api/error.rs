@@ -2,12 +2,12 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::auth::AuthError;
-use crate::model::ValidationError;
-use crate::s3::StorageError;
-use crate::store::StoreError;
-use crate::upload::UploadError;
 use sless_client::apitypes::ErrorBody;
+use sless_core::auth::AuthError;
+use sless_core::model::ValidationError;
+use sless_core::s3::StorageError;
+use sless_core::store::StoreError;
+use sless_core::upload::UploadError;
 
 /// The API layer's one error type: each variant is a status, the message is for a person.
 #[derive(Debug, thiserror::Error)]

@@ -8,8 +8,8 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::{ApiError, AppState};
-use crate::auth::Authenticator;
-use crate::model::validate_name;
+use sless_core::auth::Authenticator;
+use sless_core::model::validate_name;
 
 /// `axum::Json` with errors in the API's `{"error"}` shape and fitting statuses.
 pub struct ApiJson<T>(pub T);

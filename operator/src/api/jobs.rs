@@ -9,11 +9,11 @@ use super::code::{delete_code, job_key_name, read_code_field, store_code, stored
 use super::convert::{job_response, job_spec};
 use super::extract::{ApiJson, Authorized};
 use super::{ApiError, AppState, load, not_found};
-use crate::model::{
+use sless_client::apitypes::{JobPatch, JobRequest, JobResponse};
+use sless_core::model::{
     FunctionJob, FunctionJobSpec, Kind, ValidationError, validate_event_json, validate_name,
 };
-use crate::store::{StoreExt, modify};
-use sless_client::apitypes::{JobPatch, JobRequest, JobResponse};
+use sless_core::store::{StoreExt, modify};
 
 pub async fn list(
     State(state): State<Arc<AppState>>,

@@ -20,15 +20,15 @@ use axum::{Json, extract::Path};
 
 pub use error::ApiError;
 
-use crate::auth::Authenticator;
-use crate::logs::WorkloadLogs;
-use crate::model::{Function, Kind, Service};
 use crate::proxy::Proxy;
-use crate::s3::ObjectStore;
-use crate::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
-use crate::upload::UploadLimits;
 use extract::Authorized;
 use sless_client::apitypes::NamespaceResponse;
+use sless_core::auth::Authenticator;
+use sless_core::logs::WorkloadLogs;
+use sless_core::model::{Function, Kind, Service};
+use sless_core::s3::ObjectStore;
+use sless_core::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
+use sless_core::upload::UploadLimits;
 
 #[derive(Clone, Debug)]
 pub struct ApiConfig {
@@ -173,7 +173,7 @@ pub fn metrics_response() -> impl IntoResponse {
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::metrics::metrics().encode(),
+        sless_core::metrics::metrics().encode(),
     )
 }
 

@@ -7,9 +7,9 @@ use axum::http::StatusCode;
 use super::convert::{trigger_response, trigger_spec};
 use super::extract::{ApiJson, Authorized};
 use super::{ApiError, AppState, load, not_found};
-use crate::model::{Function, Kind, Phase, Trigger, TriggerType, function_url, validate_name};
-use crate::store::{StoreExt, modify, modify_status};
 use sless_client::apitypes::{TriggerPatch, TriggerRequest, TriggerResponse};
+use sless_core::model::{Function, Kind, Phase, Trigger, TriggerType, function_url, validate_name};
+use sless_core::store::{StoreExt, modify, modify_status};
 
 pub async fn list(
     State(state): State<Arc<AppState>>,

@@ -12,9 +12,9 @@ use super::convert::{workload_response, workload_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::{ApiError, AppState, load};
-use crate::model::{Phase, WorkloadSpec, validate_name};
-use crate::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
 use sless_client::apitypes::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
+use sless_core::model::{Phase, WorkloadSpec, validate_name};
+use sless_core::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
 
 pub async fn list<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
@@ -229,7 +229,7 @@ pub async fn logs<R: WorkloadResource>(
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<TailQuery>,
-) -> Result<Json<Vec<crate::logs::LogLine>>, ApiError> {
+) -> Result<Json<Vec<sless_core::logs::LogLine>>, ApiError> {
     load::<R>(&state, &auth.namespace, &name).await?;
     let lines = query.tail.unwrap_or(100).min(10_000);
     Ok(Json(state.logs.tail(&auth.namespace, &name, lines)))

@@ -22,8 +22,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::{Counters, Target};
-use crate::metrics::metrics;
 use crate::proxy::{Caller, Proxy, TRIGGER_HEADER};
+use sless_core::metrics::metrics;
 
 /// Failed attempts of a message so far (absent: none), kept in the message.
 pub const ATTEMPTS_HEADER: &str = "x-sless-attempts";

@@ -21,10 +21,11 @@ use lapin::{Connection, ConnectionProperties};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::model::{Kind, Trigger, TriggerSpec, TriggerType};
-use crate::proxy::{Proxy, Route};
-use crate::store::{Object, Store, StoreExt, modify_status};
+use crate::proxy::Proxy;
 use consumer::{Consumer, ConsumerState};
+use sless_core::model::{Kind, Trigger, TriggerSpec, TriggerType};
+use sless_core::routes::Route;
+use sless_core::store::{Object, Store, StoreExt, modify_status};
 
 /// Said by every enabled event trigger when sless runs without a broker.
 pub const NO_BROKER: &str =
@@ -204,7 +205,11 @@ fn callable(route: &Route, namespace: &str, function: &str) -> Result<(), String
 
 impl Shared {
     /// Until the store changes or `limit` passes.
-    async fn wait(&self, changes: &mut broadcast::Receiver<crate::store::Change>, limit: Duration) {
+    async fn wait(
+        &self,
+        changes: &mut broadcast::Receiver<sless_core::store::Change>,
+        limit: Duration,
+    ) {
         let sleep = tokio::time::sleep(limit);
         tokio::pin!(sleep);
         loop {

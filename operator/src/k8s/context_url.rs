@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
 
-use crate::s3::ObjectStore;
+use sless_core::s3::ObjectStore;
 
 #[async_trait::async_trait]
 pub trait ContextUrls: Send + Sync + 'static {

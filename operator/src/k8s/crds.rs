@@ -4,7 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::model::{Function, FunctionJob, Service, Trigger};
+use sless_core::model::{Function, FunctionJob, Service, Trigger};
 
 /// The four CRDs, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {

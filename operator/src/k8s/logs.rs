@@ -11,8 +11,8 @@ use kube::{Api, Client, ResourceExt};
 
 use super::manifests::build::{BUILD_CONTAINER, COMPONENT as BUILD_COMPONENT};
 use super::names::{LABEL_COMPONENT, owner_selector};
-use crate::logs::{LogLine, Stream, WorkloadLogs};
-use crate::model::{Kind, build_namespace, deploy_namespace};
+use sless_core::logs::{LogLine, Stream, WorkloadLogs};
+use sless_core::model::{Kind, build_namespace, deploy_namespace};
 
 /// The largest log read from one pod.
 const MAX_LOG_BYTES: i64 = 512 * 1024;

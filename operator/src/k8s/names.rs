@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{Kind, deploy_namespace};
+use sless_core::model::{Kind, deploy_namespace};
 
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGER: &str = "sless";

@@ -15,11 +15,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
-use crate::model::{
+use sless_core::model::{
     Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus,
 };
-use crate::proxy::{Route, RouteTable, no_http_trigger, trigger_stopped};
-use crate::store::{Object, Resource, Store, StoreError};
+use sless_core::routes::{Route, RouteTable, no_http_trigger, trigger_stopped};
+use sless_core::store::{Object, Resource, Store, StoreError};
 
 pub struct KubeRoutes {
     cluster_domain: String,

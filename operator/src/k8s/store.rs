@@ -17,8 +17,8 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::Readiness;
-use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
-use crate::store::{Change, Meta, RawObject, Result, Store, StoreError};
+use sless_core::model::{Function, FunctionJob, Kind, Service, Trigger};
+use sless_core::store::{Change, Meta, RawObject, Result, Store, StoreError};
 
 /// How long `create` waits for an object of the same name that is being deleted
 /// (its finalizer is cleaning up) before reporting that the name is taken.

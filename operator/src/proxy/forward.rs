@@ -20,12 +20,13 @@ use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming};
 use tokio::time::Sleep;
 
-use crate::metrics::{InFlight, metrics};
+use sless_core::metrics::{InFlight, metrics};
 
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
 use super::headers::{set_forwarding, strip_cookie, strip_hop_by_hop, strip_set_cookie};
 use super::log::CallError;
-use super::{Caller, Invocation, InvokeError, Proxy, Route, TRIGGER_HEADER};
+use super::{Caller, Invocation, InvokeError, Proxy, TRIGGER_HEADER};
+use sless_core::routes::Route;
 
 /// How often a call waiting for a starting function looks at its route again.
 const START_POLL: Duration = Duration::from_millis(10);
@@ -299,7 +300,7 @@ impl Proxy {
             Some(Err(e)) => {
                 return Err(InvokeError::BadAnswer {
                     name: target.name.to_owned(),
-                    detail: crate::error_text::error_chain(&e),
+                    detail: sless_core::error_text::error_chain(&e),
                 });
             }
             Some(Ok(frame)) => frame,
@@ -431,7 +432,7 @@ fn classify(error: &(dyn StdError + 'static), name: &str) -> InvokeError {
     }
     InvokeError::Unreachable {
         name: name.to_owned(),
-        detail: crate::error_text::error_chain(error),
+        detail: sless_core::error_text::error_chain(error),
     }
 }
 

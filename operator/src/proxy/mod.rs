@@ -16,43 +16,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use thread_local::ThreadLocal;
 
-use crate::model::Kind;
 use body::RequestBody;
+use sless_core::routes::{Route, RouteTable};
 
 pub use error::InvokeError;
 pub use log::{CallError, Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS};
-
-/// Where a call to `/fn/{ns}/{name}` goes right now. The only part of the proxy that
-/// differs between embedded mode (the runner's local ports) and Kubernetes (Service DNS).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// No function or service of that name.
-    Unknown,
-    /// It exists but cannot take calls; the reason is for the caller.
-    Unavailable { reason: String },
-    /// An instance is being started (e.g. a trigger was just started) or its first
-    /// version built: calls wait up to [`ProxyConfig::start_wait`] for it instead of
-    /// failing at once.
-    Starting { reason: String },
-    /// Exposed but without code yet. An upload may have just been stored and not seen
-    /// by the runner: calls wait [`ProxyConfig::upload_wait`] for that before the 503.
-    NoCode { reason: String },
-    Ready {
-        kind: Kind,
-        /// `host:port` of the instance.
-        authority: String,
-        /// `None` = no limit.
-        timeout: Option<Duration>,
-    },
-    /// Running for a trigger other than http (an event trigger): `/fn` answers 503
-    /// with the reason, the trigger's own calls ([`Proxy::call`]) go through.
-    Hidden {
-        reason: String,
-        kind: Kind,
-        authority: String,
-        timeout: Option<Duration>,
-    },
-}
 
 /// Who calls through the proxy: the public `/fn` route, or sless itself on behalf of
 /// a trigger (which may reach a [`Route::Hidden`] function and set [`TRIGGER_HEADER`]).
@@ -65,22 +33,6 @@ pub enum Caller {
 /// Request header with what a trigger knows about the call (base64 of a JSON object;
 /// the runtimes put it under `_amqp`). Removed from public calls: nobody may forge it.
 pub const TRIGGER_HEADER: &str = "x-sless-amqp";
-
-/// Why `/fn` cannot call a function whose http trigger is stopped. Callers are often
-/// anonymous: how to start it belongs to the console and the CLI, not this answer.
-pub fn trigger_stopped(trigger: &str, function: &str) -> String {
-    format!("the http trigger {trigger:?} of function {function:?} is stopped")
-}
-
-/// Why `/fn` cannot call a function that has no http trigger.
-pub fn no_http_trigger(function: &str) -> String {
-    format!("function {function:?} has no http trigger, so it cannot be called here")
-}
-
-/// Answers [`Route`]s from memory: the invoke path never waits on the store.
-pub trait RouteTable: Send + Sync + 'static {
-    fn route(&self, namespace: &str, name: &str) -> Route;
-}
 
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {

@@ -15,10 +15,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use operator::api::{ApiConfig, AppState};
-use operator::auth::{AuthConfig, Authenticator, KeySource, issue_hs256};
 use operator::k8s::KubeStore;
-use operator::s3::{EmbeddedS3, ObjectStore};
-use operator::store::{SqliteStore, Store};
+use sless_core::auth::{AuthConfig, Authenticator, KeySource, issue_hs256};
+use sless_core::s3::ObjectStore;
+use sless_core::store::Store;
+use sless_embedded::s3::EmbeddedS3;
+use sless_embedded::sqlite::SqliteStore;
 use tempfile::TempDir;
 
 pub const SECRET: &[u8] = b"test-secret-0123456789abcdef0123";
@@ -52,11 +54,11 @@ pub enum StoreKind {
 }
 
 /// Tweaks of the embedded runner for one test.
-pub type RunnerTweak = fn(&mut operator::local::RunnerConfig);
+pub type RunnerTweak = fn(&mut sless_embedded::RunnerConfig);
 
 impl TestServer {
     /// The whole embedded platform: API, runner with real processes, `/fn` proxy.
-    pub async fn platform(tweak: RunnerTweak) -> (Self, operator::local::LocalRunner) {
+    pub async fn platform(tweak: RunnerTweak) -> (Self, sless_embedded::LocalRunner) {
         let (server, runner) = Self::launch(
             StoreKind::Sqlite,
             ApiConfig::default(),
@@ -71,7 +73,7 @@ impl TestServer {
     pub async fn platform_with_events(
         tweak: RunnerTweak,
         events: operator::dispatch::DispatchConfig,
-    ) -> (Self, operator::local::LocalRunner) {
+    ) -> (Self, sless_embedded::LocalRunner) {
         let (mut server, runner) = Self::platform(tweak).await;
         server.dispatcher = Some(operator::dispatch::Dispatcher::start(
             server.store.clone(),
@@ -117,7 +119,7 @@ impl TestServer {
         config: ApiConfig,
         key: KeySource,
         runner_tweak: Option<RunnerTweak>,
-    ) -> (Self, Option<operator::local::LocalRunner>) {
+    ) -> (Self, Option<sless_embedded::LocalRunner>) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = match kind {
             StoreKind::Sqlite => Arc::new(SqliteStore::open(dir.path()).await.unwrap()),
@@ -136,19 +138,19 @@ impl TestServer {
 
         let runner = runner_tweak.map(|tweak| {
             let mut runner_config =
-                operator::local::RunnerConfig::new(dir.path().to_path_buf(), base.clone());
+                sless_embedded::RunnerConfig::new(dir.path().to_path_buf(), base.clone());
             tweak(&mut runner_config);
-            operator::local::LocalRunner::start(store.clone(), objects.clone(), runner_config)
+            sless_embedded::LocalRunner::start(store.clone(), objects.clone(), runner_config)
                 .unwrap()
         });
         let (routes, logs): (
-            Arc<dyn operator::proxy::RouteTable>,
-            Arc<dyn operator::logs::WorkloadLogs>,
+            Arc<dyn sless_core::routes::RouteTable>,
+            Arc<dyn sless_core::logs::WorkloadLogs>,
         ) = match &runner {
             Some(runner) => (Arc::new(runner.clone()), Arc::new(runner.clone())),
             None => (
                 Arc::new(NoRoutes),
-                Arc::new(operator::logs::LogBook::new(100)),
+                Arc::new(sless_core::logs::LogBook::new(100)),
             ),
         };
         let proxy = Arc::new(operator::proxy::Proxy::new(
@@ -199,9 +201,9 @@ impl TestServer {
 /// The API-only server runs nothing: every name is unknown to its proxy.
 struct NoRoutes;
 
-impl operator::proxy::RouteTable for NoRoutes {
-    fn route(&self, _namespace: &str, _name: &str) -> operator::proxy::Route {
-        operator::proxy::Route::Unknown
+impl sless_core::routes::RouteTable for NoRoutes {
+    fn route(&self, _namespace: &str, _name: &str) -> sless_core::routes::Route {
+        sless_core::routes::Route::Unknown
     }
 }
 
@@ -225,14 +227,14 @@ pub struct User {
 pub fn user(sub: &str) -> User {
     User {
         token: issue_hs256(SECRET, sub, 3600).unwrap(),
-        ns: operator::model::namespace_for_sub(sub),
+        ns: sless_core::model::namespace_for_sub(sub),
     }
 }
 
 pub fn admin() -> User {
     User {
         token: issue_hs256(SECRET, ADMIN_SUB, 3600).unwrap(),
-        ns: operator::model::namespace_for_sub(ADMIN_SUB),
+        ns: sless_core::model::namespace_for_sub(ADMIN_SUB),
     }
 }
 

@@ -10,8 +10,8 @@ use axum::http::{Method, Request, Response};
 use kube::client::Body;
 use kube_fake_client::{ClientBuilder, interceptor};
 use operator::k8s::{Context, ContextUrls, KubeConfig, PodLogs};
-use operator::model::{Function, FunctionJob, Service, Trigger};
 use serde_json::{Value, json};
+use sless_core::model::{Function, FunctionJob, Service, Trigger};
 
 pub const REGISTRY: &str = "registry.test/sless";
 

@@ -59,7 +59,7 @@ pub async fn handle(
     ];
     for (field, value) in names {
         if let Some(value) = value {
-            operator::model::validate_name(field, value)
+            sless_core::model::validate_name(field, value)
                 .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
-use operator::auth::{AuthError, Authenticator, Principal};
+use sless_core::auth::{AuthError, Authenticator, Principal};
 use tower_sessions::Session;
 
 use super::ConsoleState;

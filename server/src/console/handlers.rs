@@ -41,7 +41,7 @@ impl FromRequestParts<Arc<ConsoleState>> for MaybeCaller {
 }
 
 fn check_name(what: &str, value: &str) -> Result<(), ConsoleError> {
-    operator::model::validate_name(what, value).map_err(|e| ConsoleError::NotFound(e.to_string()))
+    sless_core::model::validate_name(what, value).map_err(|e| ConsoleError::NotFound(e.to_string()))
 }
 
 fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, ConsoleError> {

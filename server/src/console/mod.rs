@@ -18,7 +18,7 @@ use std::sync::Arc;
 use app::console::{Console, ConsoleOptions};
 use axum::Router;
 use axum::routing::{get, post};
-use operator::auth::Authenticator;
+use sless_core::auth::Authenticator;
 
 /// The session cookie's name: the `/fn` proxy keeps it from functions.
 pub use session::COOKIE_NAME as SESSION_COOKIE;

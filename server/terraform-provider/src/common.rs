@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use operator::archive;
 use sless_client::client::{Client, ClientError, Collection};
+use sless_core::archive;
 use tf_provider::schema::{Attribute, AttributeConstraint, AttributeType, Block, Description};
 use tf_provider::value::Value;
 use tf_provider::{AttributePath, Diagnostics};
@@ -185,7 +185,7 @@ pub async fn remote_digest(client: &Client, collection: Collection, name: &str) 
 }
 
 /// Reports a failed validation rule on the attribute it names.
-pub fn check(diags: &mut Diagnostics, result: Result<(), operator::model::ValidationError>) {
+pub fn check(diags: &mut Diagnostics, result: Result<(), sless_core::model::ValidationError>) {
     if let Err(e) = result {
         let path = AttributePath::new(e.field.clone());
         diags.error(format!("invalid {}", e.field), e.to_string(), path);

@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use operator::model::{
-    DEFAULT_ENTRYPOINT, DEFAULT_TIMEOUT_SEC, parse_runtime, validate_entrypoint, validate_env,
-    validate_event_json, validate_name, validate_timeout_sec,
-};
 use serde::{Deserialize, Serialize};
 use sless_client::apitypes::{JobPatch, JobPhase, JobRequest, JobResponse};
 use sless_client::client::{Client, Collection, RunWait};
+use sless_core::model::{
+    DEFAULT_ENTRYPOINT, DEFAULT_TIMEOUT_SEC, parse_runtime, validate_entrypoint, validate_env,
+    validate_event_json, validate_name, validate_timeout_sec,
+};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use operator::model::{parse_trigger_type, validate_name, validate_schedule};
 use serde::{Deserialize, Serialize};
 use sless_client::apitypes::{TriggerRequest, TriggerResponse};
 use sless_client::client::{Client, Collection, TriggerWait};
+use sless_core::model::{parse_trigger_type, validate_name, validate_schedule};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use operator::archive::zip_folder;
 use serde_json::Value;
 use sless_client::apitypes::WorkloadRequest;
 use sless_client::client::{Client, Collection};
+use sless_core::archive::zip_folder;
 
 /// A running `sless up`; killed when dropped.
 struct Sless {

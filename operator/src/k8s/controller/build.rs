@@ -11,7 +11,7 @@ use crate::k8s::manifests::build::{BUILD_CONTAINER, COMPONENT, FETCH_CONTAINER};
 use crate::k8s::manifests::{self, BuildJob};
 use crate::k8s::names::{build_job_name, component_labels, selector};
 use crate::k8s::store::is_already_exists;
-use crate::model::{Kind, build_namespace};
+use sless_core::model::{Kind, build_namespace};
 
 /// How much of a failed build's log the status carries.
 const LOG_TAIL_BYTES: usize = 2000;

@@ -22,7 +22,7 @@ use crate::k8s::names::{
     ANNOTATION_BUILD_FAILED, FINALIZER, component_labels, owner_selector, run_job_name, selector,
 };
 use crate::k8s::store::is_already_exists;
-use crate::model::{
+use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_MEMORY_MB, Function, FunctionJob,
     FunctionJobStatus, JobPhase, Kind, Phase, build_namespace, deploy_namespace, workload_image,
 };

@@ -33,7 +33,7 @@ use super::manifests::PodSecurity;
 use super::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY, MANAGER, owner_of};
 use super::store::{is_conflict, is_not_found};
 use super::{ContextUrls, KubeConfig, PodLogs, Readiness, manifests};
-use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
+use sless_core::model::{Function, FunctionJob, Kind, Service, Trigger};
 
 pub use job::reconcile_job;
 pub use trigger::reconcile_trigger;
@@ -518,7 +518,7 @@ where
                 Err(ControllerError::QueueError(_)) => Some("QueueError"),
                 Err(_) => Some("ControllerError"),
             };
-            crate::metrics::metrics().reconcile(name, error);
+            sless_core::metrics::metrics().reconcile(name, error);
             if let Err(e) = result {
                 tracing::debug!(controller = name, error = %e, "reconcile error");
             }

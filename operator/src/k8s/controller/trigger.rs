@@ -18,7 +18,9 @@ use super::{
 };
 use crate::k8s::manifests::{self, CronTrigger};
 use crate::k8s::names::{FINALIZER, owner_selector};
-use crate::model::{Function, Kind, Phase, Trigger, TriggerStatus, TriggerType, deploy_namespace};
+use sless_core::model::{
+    Function, Kind, Phase, Trigger, TriggerStatus, TriggerType, deploy_namespace,
+};
 
 /// A trigger waiting for its function looks again this often.
 const MISSING_FUNCTION_RETRY: Duration = Duration::from_secs(30);

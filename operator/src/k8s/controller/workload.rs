@@ -24,7 +24,7 @@ use super::{
 use crate::k8s::manifests::{self, Workload};
 use crate::k8s::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
 use crate::k8s::store::api_resource;
-use crate::model::{
+use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
     WorkloadSpec, WorkloadStatus, build_namespace, deploy_namespace, workload_image,
 };
@@ -104,7 +104,7 @@ async fn wants_instances<K: WorkloadResource>(
     let needed = mine.iter().any(|t| t.spec.enabled);
     let exposed = mine
         .iter()
-        .any(|t| t.spec.trigger_type == crate::model::TriggerType::Http);
+        .any(|t| t.spec.trigger_type == sless_core::model::TriggerType::Http);
     Ok((needed, exposed))
 }
 
@@ -178,7 +178,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
             }
             BuildState::Failed { message } => {
                 tracing::info!(kind = %K::KIND, %namespace, %name, "build failed");
-                crate::metrics::metrics().build(&namespace, &name, false, None);
+                sless_core::metrics::metrics().build(&namespace, &name, false, None);
                 ctx.event(object, true, "BuildFailed", &message).await;
                 status.phase = Phase::Failed;
                 status.message = Some(message);
@@ -188,7 +188,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 return Ok(Action::await_change());
             }
             BuildState::Succeeded => {
-                crate::metrics::metrics().build(&namespace, &name, true, None);
+                sless_core::metrics::metrics().build(&namespace, &name, true, None);
                 ctx.event(object, false, "BuildSucceeded", &format!("built {image}"))
                     .await;
                 status.last_built_at = Some(now());

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::k8s::names::{ANNOTATION_S3_KEY, build_job_name, component_labels};
 use crate::k8s::{Builder, KubeConfig};
-use crate::model::{Kind, build_namespace};
+use sless_core::model::{Kind, build_namespace};
 
 pub const COMPONENT: &str = "build";
 /// The container whose log a failed build reports.

@@ -16,7 +16,7 @@ use crate::k8s::KubeConfig;
 use crate::k8s::names::{
     FUNCTION_PORT, LABEL_FUNCTION, component_labels, cron_job_name, ingress_name, service_host,
 };
-use crate::model::{Kind, deploy_namespace};
+use sless_core::model::{Kind, deploy_namespace};
 
 pub const CRON_COMPONENT: &str = "cron";
 pub const INGRESS_COMPONENT: &str = "ingress";

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::k8s::KubeConfig;
 use crate::k8s::names::{component_labels, run_job_name};
-use crate::model::{Kind, deploy_namespace};
+use sless_core::model::{Kind, deploy_namespace};
 
 pub const COMPONENT: &str = "run";
 pub const RUN_CONTAINER: &str = "run";

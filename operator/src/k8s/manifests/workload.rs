@@ -20,7 +20,7 @@ use crate::k8s::KubeConfig;
 use crate::k8s::names::{
     ANNOTATION_S3_KEY, FUNCTION_PORT, LABEL_COMPONENT, LABEL_NAME, component_labels,
 };
-use crate::model::{Kind, WorkloadSpec, deploy_namespace};
+use sless_core::model::{Kind, WorkloadSpec, deploy_namespace};
 
 /// Rolls a pod when a new build reuses the image tag (docs/spec.md §3).
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";

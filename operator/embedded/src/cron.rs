@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::Shared;
-use crate::logs::Stream;
-use crate::model::{Trigger, TriggerType};
-use crate::store::{Object, StoreExt, modify_status};
+use crate::Shared;
+use sless_core::logs::Stream;
+use sless_core::model::{Trigger, TriggerType};
+use sless_core::store::{Object, StoreExt, modify_status};
 
 pub(super) async fn schedule(shared: Arc<Shared>) {
     let scale = i32::try_from(shared.config.cron_time_scale.max(1)).unwrap_or(1);
@@ -65,7 +65,7 @@ async fn fire(shared: Arc<Shared>, trigger: Object<Trigger>, scheduled: DateTime
     let ns = &trigger.meta.namespace;
     let function = &trigger.spec.function_ref;
     let name = &trigger.meta.name;
-    crate::metrics::metrics().cron_fire(ns, name);
+    sless_core::metrics::metrics().cron_fire(ns, name);
     let outcome = match shared.endpoint(ns, function) {
         None => "skipped: the function is not running".to_string(),
         Some(endpoint) => {

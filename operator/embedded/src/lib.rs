@@ -1,6 +1,8 @@
-//! The embedded runner: makes the store's desired state true with local processes.
-//! It reacts to the store's change notifications; each workload and each job has one
-//! actor task that reconciles it, so work on one never blocks another.
+//! sless embedded mode: the SQLite store ([`sqlite`]), the in-process S3 endpoint
+//! ([`s3`]) and the embedded runner ([`LocalRunner`]), which makes the store's desired
+//! state true with local, sandboxed processes. It reacts to the store's change
+//! notifications; each workload and each job has one actor task that reconciles it, so
+//! work on one never blocks another.
 
 mod build;
 mod cron;
@@ -8,7 +10,9 @@ mod jobs;
 mod memory;
 mod process;
 mod runtimes;
+pub mod s3;
 mod sandbox;
+pub mod sqlite;
 mod workload;
 
 use std::collections::HashMap;
@@ -20,16 +24,16 @@ use tokio::sync::{broadcast, mpsc};
 
 pub use runtimes::Toolchain;
 
-use crate::data_dir::own_private_dir;
-use crate::logs::{LogBook, LogLine, WorkloadLogs};
-use crate::model::{Function, Kind, Trigger, TriggerType};
-use crate::proxy::{Route, RouteTable};
-use crate::s3::ObjectStore;
-use crate::store::{Store, StoreExt};
-use crate::upload::UploadLimits;
 use build::Builder;
 use runtimes::Wrappers;
 use sandbox::Sandbox;
+use sless_core::data_dir::own_private_dir;
+use sless_core::logs::{LogBook, LogLine, WorkloadLogs};
+use sless_core::model::{Function, Kind, Trigger, TriggerType};
+use sless_core::routes::{Route, RouteTable};
+use sless_core::s3::ObjectStore;
+use sless_core::store::{Store, StoreExt};
+use sless_core::upload::UploadLimits;
 
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
@@ -216,7 +220,7 @@ impl Shared {
     }
 
     fn url(&self, namespace: &str, name: &str) -> String {
-        crate::model::function_url(&self.config.external_url, namespace, name)
+        sless_core::model::function_url(&self.config.external_url, namespace, name)
     }
 
     fn set_route(&self, namespace: &str, name: &str, route: Route) {
@@ -413,7 +417,7 @@ async fn trigger_changed(shared: Arc<Shared>, namespace: String, name: String) {
     if trigger.status.message.as_ref() == Some(&message) && !trigger.status.active {
         return;
     }
-    let written = crate::store::modify_status::<Trigger, _>(store, &namespace, &name, |t| {
+    let written = sless_core::store::modify_status::<Trigger, _>(store, &namespace, &name, |t| {
         t.status.active = false;
         t.status.message = Some(message.clone());
     })
@@ -423,7 +427,7 @@ async fn trigger_changed(shared: Arc<Shared>, namespace: String, name: String) {
     }
 }
 
-async fn watch(shared: Arc<Shared>, mut changes: broadcast::Receiver<crate::store::Change>) {
+async fn watch(shared: Arc<Shared>, mut changes: broadcast::Receiver<sless_core::store::Change>) {
     shared.resync().await;
     let mut resync = tokio::time::interval(shared.config.resync_every);
     resync.tick().await;

@@ -1,7 +1,6 @@
 //! The store seam: where resources and their status live. The REST API and the runners
-//! talk only to [`Store`]; embedded mode implements it on SQLite.
-
-mod sqlite;
+//! talk only to [`Store`]; embedded mode implements it on SQLite (`sless-embedded`),
+//! Kubernetes mode on CustomResources (`sless-operator`).
 
 use std::collections::BTreeMap;
 
@@ -11,8 +10,6 @@ use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
 use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
-
-pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

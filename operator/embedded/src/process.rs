@@ -16,8 +16,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
 
-use super::sandbox::{Confinement, Guard, Sandbox};
-use crate::logs::{LogBook, Stream};
+use crate::sandbox::{Confinement, Guard, Sandbox};
+use sless_core::logs::{LogBook, Stream};
 
 /// What to start and whose logs its output belongs to.
 pub struct Launch<'a> {
@@ -87,7 +87,7 @@ fn capture(
     version: Arc<Mutex<String>>,
 ) {
     tokio::spawn(async move {
-        crate::logs::read_lines(reader, crate::logs::MAX_LINE_BYTES, |line| {
+        sless_core::logs::read_lines(reader, sless_core::logs::MAX_LINE_BYTES, |line| {
             let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
             logs.push(&namespace, &name, stream, &version, &line);
         })

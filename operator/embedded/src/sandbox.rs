@@ -14,9 +14,9 @@ use landlock::{
 };
 use tokio::process::Command;
 
-use super::memory::{MemoryCgroup, MemoryControl, rlimit_data};
-use super::runtimes::Toolchain;
-use crate::data_dir::create_private_dir;
+use crate::memory::{MemoryCgroup, MemoryControl, rlimit_data};
+use crate::runtimes::Toolchain;
+use sless_core::data_dir::create_private_dir;
 
 /// The Landlock ABI whose rights sless asks for (6: file system and signal/abstract
 /// socket scoping). Older kernels enforce the subset they know.

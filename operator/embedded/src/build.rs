@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use super::runtimes::{GO_BINARY, Toolchain, Wrappers};
-use super::sandbox::{Confinement, Sandbox};
-use crate::model::Runtime;
-use crate::s3::ObjectStore;
-use crate::upload::{UploadLimits, check_zip, unpack, zip_key_for_context};
+use crate::runtimes::{GO_BINARY, Toolchain, Wrappers};
+use crate::sandbox::{Confinement, Sandbox};
+use sless_core::model::Runtime;
+use sless_core::s3::ObjectStore;
+use sless_core::upload::{UploadLimits, check_zip, unpack, zip_key_for_context};
 
 /// A build that did not finish; the message ends with the log tail.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +118,7 @@ impl Builder {
         let count = tokio::task::spawn_blocking(move || {
             let mut files = check_zip(&zip, &limits)?;
             unpack(&mut files, &target)?;
-            Ok::<_, crate::upload::UploadError>(files.files().len())
+            Ok::<_, sless_core::upload::UploadError>(files.files().len())
         })
         .await
         .map_err(|e| BuildError(format!("unpacking: {e}")))?
@@ -224,7 +224,7 @@ impl<'a> Log<'a> {
             .await;
         let err = out.try_clone().map_err(|e| BuildError(e.to_string()))?;
         let mut command = Command::new(program);
-        super::process::die_with_parent(&mut command);
+        crate::process::die_with_parent(&mut command);
         let _guard = self
             .sandbox
             .confine(

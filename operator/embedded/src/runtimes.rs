@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::model::Runtime;
+use sless_core::model::Runtime;
 
 const PYTHON_WRAPPER: &str = include_str!("../../../runtimes/python3.11/sless_runtime.py");
 const NODE_WRAPPER: &str = include_str!("../../../runtimes/nodejs20/sless_runtime.js");
@@ -67,7 +67,7 @@ impl Wrappers {
             ("go1.23/main.go", GO_MAIN, 0o644),
             ("go1.23/build.sh", GO_BUILD, 0o755),
         ];
-        crate::data_dir::own_private_dir(root)?;
+        sless_core::data_dir::own_private_dir(root)?;
         for (path, content, mode) in files {
             let target = root.join(path);
             if let Some(parent) = target.parent() {

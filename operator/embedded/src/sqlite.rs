@@ -11,8 +11,8 @@ use sqlx::sqlite::{
 };
 use tokio::sync::broadcast;
 
-use super::{Change, Meta, Part, RawObject, Result, Store, StoreError};
-use crate::model::Kind;
+use sless_core::model::Kind;
+use sless_core::store::{Change, Meta, Part, RawObject, Result, Store, StoreError};
 
 /// The embedded store: one SQLite file in WAL mode. `synchronous=FULL` makes every
 /// acknowledged write survive a crash of the process (and of the machine).
@@ -71,7 +71,7 @@ fn row_to_object(row: &SqliteRow) -> Result<RawObject> {
 impl SqliteStore {
     /// Opens (or creates) `<data_dir>/sless.db` and applies migrations.
     pub async fn open(data_dir: &Path) -> Result<Self> {
-        crate::data_dir::create_private_dir(data_dir).map_err(|e| {
+        sless_core::data_dir::create_private_dir(data_dir).map_err(|e| {
             StoreError::Backend(format!(
                 "cannot create data dir {}: {e}",
                 data_dir.display()
@@ -79,7 +79,7 @@ impl SqliteStore {
         })?;
         let path = data_dir.join("sless.db");
         // Every tenant's env vars are in it: 0600 before SQLite creates it (or them).
-        crate::data_dir::own_private_file(&path)
+        sless_core::data_dir::own_private_file(&path)
             .map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", path.display())))?;
         let options = SqliteConnectOptions::from_str("sqlite:")
             .map_err(backend)?
@@ -371,9 +371,9 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Function;
-    use crate::model::{FunctionSpec, Runtime, WorkloadSpec, WorkloadStatus};
-    use crate::store::StoreExt;
+    use sless_core::model::Function;
+    use sless_core::model::{FunctionSpec, Runtime, WorkloadSpec, WorkloadStatus};
+    use sless_core::store::StoreExt;
 
     fn spec() -> FunctionSpec {
         FunctionSpec {

@@ -12,12 +12,12 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::Shared;
-use super::build::{tail, version_of};
-use super::process::die_with_parent;
-use super::sandbox::Confinement;
-use crate::model::{DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
-use crate::store::{StoreError, StoreExt, modify_status};
+use crate::Shared;
+use crate::build::{tail, version_of};
+use crate::process::die_with_parent;
+use crate::sandbox::Confinement;
+use sless_core::model::{DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
+use sless_core::store::{StoreError, StoreExt, modify_status};
 
 /// While a job waits for its function's build, it looks again this often.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -276,7 +276,7 @@ fn collect(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         // The result is one line: a line may be as long as the whole output allowance.
-        crate::logs::read_lines(reader, MAX_OUTPUT_BYTES, |line| {
+        sless_core::logs::read_lines(reader, MAX_OUTPUT_BYTES, |line| {
             let mut output = output.lock().unwrap_or_else(|e| e.into_inner());
             if output.1 + line.len() <= MAX_OUTPUT_BYTES {
                 output.1 += line.len();
@@ -430,7 +430,7 @@ async fn write(
     ns: &str,
     name: &str,
     run_id: i64,
-    change: impl Fn(&mut crate::model::FunctionJobStatus) + Send,
+    change: impl Fn(&mut sless_core::model::FunctionJobStatus) + Send,
 ) -> Result<(), StoreError> {
     let Some(job) = shared.store.get_typed::<FunctionJob>(ns, name).await? else {
         return Ok(());

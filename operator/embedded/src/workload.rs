@@ -9,16 +9,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use super::build::version_of;
-use super::process::{Instance, Launch};
-use super::{Endpoint, Shared};
-use crate::logs::Stream;
-use crate::model::{
+use crate::build::version_of;
+use crate::process::{Instance, Launch};
+use crate::{Endpoint, Shared};
+use sless_core::logs::Stream;
+use sless_core::model::{
     ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
     WorkloadSpec, WorkloadStatus,
 };
-use crate::proxy::{Route, no_http_trigger, trigger_stopped};
-use crate::store::{Object, RawObject, StoreError, StoreExt};
+use sless_core::routes::{Route, no_http_trigger, trigger_stopped};
+use sless_core::store::{Object, RawObject, StoreError, StoreExt};
 
 /// How long the old instance keeps serving calls already sent to it after a switch.
 const DRAIN: Duration = Duration::from_secs(1);
@@ -161,7 +161,7 @@ impl Actor {
             self.failures = 0;
         }
         self.failures += 1;
-        crate::metrics::metrics().restart(&self.ns, &self.name);
+        sless_core::metrics::metrics().restart(&self.ns, &self.name);
         let delay = self.backoff();
         self.shared.set_endpoint(&self.ns, &self.name, None);
         self.unavailable(format!(
@@ -422,7 +422,7 @@ impl Actor {
         .await?;
         let started = std::time::Instant::now();
         let result = self.shared.builder.build(root, key, spec.runtime).await;
-        crate::metrics::metrics().build(
+        sless_core::metrics::metrics().build(
             &self.ns,
             &self.name,
             result.is_ok(),
@@ -702,7 +702,7 @@ impl Actor {
             if trigger.status == wanted {
                 continue;
             }
-            let result = crate::store::modify_status::<Trigger, _>(
+            let result = sless_core::store::modify_status::<Trigger, _>(
                 &*self.shared.store,
                 &self.ns,
                 &trigger.meta.name,
