@@ -20,6 +20,7 @@ use lapin::{BasicProperties, Channel, Connection};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::timeout;
 
 use super::{Counters, Target};
 use crate::proxy::{Caller, Proxy, TRIGGER_HEADER};
@@ -36,6 +37,8 @@ const MAX_ANSWER_READ: usize = 64 * 1024;
 /// Above this, the `_amqp` header leaves the message headers out (HTTP servers cap
 /// header sizes; the runtimes' at 64 KB).
 const MAX_PROPERTIES_LEN: usize = 16 * 1024;
+/// How long a stopping consumer waits for the broker to confirm its cancel and close.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]
 pub(super) enum ConsumerState {
@@ -143,11 +146,14 @@ impl Consumer {
         };
         // No new message from here; those in hand are answered and acked, the
         // rest goes back to the queue when the channel closes.
-        let _ = channel
-            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-            .await;
+        // Bounded: on a connection that just died an answer may never come.
+        let _ = timeout(
+            SHUTDOWN_WAIT,
+            channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()),
+        )
+        .await;
         while in_hand.join_next().await.is_some() {}
-        let _ = channel.close(200, "trigger stopped".into()).await;
+        let _ = timeout(SHUTDOWN_WAIT, channel.close(200, "trigger stopped".into())).await;
         outcome
     }
 

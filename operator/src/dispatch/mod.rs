@@ -249,7 +249,9 @@ impl Shared {
                 Ok(connection) => self.ensure_consumer(&key, Target::of(trigger), connection),
                 Err(message) => {
                     self.stop_consumer(&key);
-                    (self.still_running(&key), message)
+                    // Without a broker nothing consumes, whatever is still in hand.
+                    let draining = matches!(link, Link::Up(_)) && self.still_running(&key);
+                    (draining, message)
                 }
             };
             self.write_status(trigger, &key, active, message).await;
