@@ -53,8 +53,31 @@ pub(super) struct Consumer {
     pub retry_max: Duration,
 }
 
-pub fn retry_queue(queue: &str) -> String {
-    format!("{queue}.retry")
+/// Where a retry waits `delay`: one queue per delay, since the broker only expires
+/// messages at the head of a queue (a long wait there would hold back short ones).
+/// Its TTL elapsed, the broker dead-letters the message back into `queue`.
+pub fn retry_queue(queue: &str, delay: Duration) -> String {
+    let ms = delay.as_millis();
+    if ms % 1000 == 0 {
+        format!("{queue}.retry.{}s", ms / 1000)
+    } else {
+        format!("{queue}.retry.{ms}ms")
+    }
+}
+
+fn retry_arguments(queue: &str, delay: Duration) -> FieldTable {
+    let mut arguments = FieldTable::default();
+    arguments.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString("".into()),
+    );
+    arguments.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(queue.into()),
+    );
+    let ttl = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    arguments.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ttl));
+    arguments
 }
 
 pub fn dead_queue(queue: &str) -> String {
@@ -101,20 +124,15 @@ impl Consumer {
         declare(&channel, &dead_queue(queue), FieldTable::default())
             .await
             .map_err(|e| failed("cannot declare the dead-letter queue", e))?;
-        // Retries wait in `<queue>.retry` for their per-message TTL, then the broker
-        // dead-letters them back into the queue.
-        let mut retry_arguments = FieldTable::default();
-        retry_arguments.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString("".into()),
-        );
-        retry_arguments.insert(
-            "x-dead-letter-routing-key".into(),
-            AMQPValue::LongString(queue.into()),
-        );
-        declare(&channel, &retry_queue(queue), retry_arguments)
+        for delay in self.retry_delays() {
+            declare(
+                &channel,
+                &retry_queue(queue, delay),
+                retry_arguments(queue, delay),
+            )
             .await
-            .map_err(|e| failed("cannot declare the retry queue", e))?;
+            .map_err(|e| failed("cannot declare a retry queue", e))?;
+        }
         let tag = format!("sless-{}-{}", target.namespace, target.trigger);
         let mut deliveries = channel
             .basic_consume(
@@ -228,6 +246,15 @@ impl Consumer {
         Err(answer_error(status, &text))
     }
 
+    /// The distinct waits of retries 1..=max_retries, shortest first.
+    fn retry_delays(&self) -> Vec<Duration> {
+        let mut delays: Vec<Duration> = (1..=self.target.max_retries)
+            .map(|attempt| backoff(self.retry_base, self.retry_max, attempt))
+            .collect();
+        delays.dedup();
+        delays
+    }
+
     async fn retry_later(
         &self,
         channel: &Channel,
@@ -237,11 +264,10 @@ impl Consumer {
         let delay = backoff(self.retry_base, self.retry_max, attempt);
         let mut headers = headers_of(&delivery.properties);
         headers.insert(ATTEMPTS_HEADER.into(), AMQPValue::LongUInt(attempt));
-        let properties = forwarded(&delivery.properties, headers)
-            .with_expiration(delay.as_millis().to_string().into());
+        let properties = forwarded(&delivery.properties, headers);
         publish(
             channel,
-            &retry_queue(&self.target.queue),
+            &retry_queue(&self.target.queue, delay),
             delivery,
             properties,
         )
@@ -331,7 +357,7 @@ fn headers_of(properties: &BasicProperties) -> FieldTable {
 }
 
 /// The original's properties with new headers, persistent, and without its own
-/// expiration (a retry sets one; a dead letter keeps forever).
+/// expiration (a retry waits its queue's TTL; a dead letter keeps forever).
 fn forwarded(original: &BasicProperties, headers: FieldTable) -> BasicProperties {
     let mut properties = BasicProperties::default()
         .with_headers(headers)
@@ -475,6 +501,12 @@ mod tests {
         let delays: Vec<u64> = (1..=6).map(|a| backoff(base, max, a).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
         assert_eq!(backoff(base, max, u32::MAX), max);
+    }
+
+    #[test]
+    fn retry_queues_are_named_by_their_delay() {
+        assert_eq!(retry_queue("q", Duration::from_secs(300)), "q.retry.300s");
+        assert_eq!(retry_queue("q", Duration::from_millis(50)), "q.retry.50ms");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The event dispatcher: one AMQP consumer per enabled `event` trigger (docs/spec.md
 //! §3, Trigger). Each message is one call to the function through the `/fn` proxy's
 //! call path ([`Proxy::call`]); 2xx acks it, anything else retries it later through
-//! `<queue>.retry` and finally moves it to `<queue>.dead`. Nothing is acked before the
-//! function answered 2xx or the message was safely re-published: at least once.
+//! `<queue>.retry.<delay>` and finally moves it to `<queue>.dead`. Nothing is acked
+//! before the function answered 2xx or the message was safely re-published: at least
+//! once.
 //!
 //! One implementation for both modes: `sless up --amqp-url` runs it beside the
 //! embedded runner, Kubernetes runs it as its own component (`SLESS_COMPONENTS=
