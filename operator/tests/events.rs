@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use common::api::Api;
 use common::events::*;
 use lapin::BasicProperties;
-use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use operator::dispatch::DispatchConfig;
 use reqwest::StatusCode;
@@ -203,6 +205,74 @@ async fn a_long_retry_wait_does_not_hold_back_a_short_one() {
             .await;
         assert!(declared.is_ok(), "{queue}: {declared:?}");
     }
+}
+
+/// A queue that exists with other arguments (PRECONDITION_FAILED on every declare):
+/// the status says what to do, restarts back off (1 s, 2 s, 4 s …) instead of one per
+/// pass, and the trigger consumes once the queue is fixed.
+#[tokio::test]
+async fn a_queue_with_other_arguments_is_said_and_retried_with_backoff() {
+    let broker = shared_broker().await;
+    let config = DispatchConfig {
+        reconnect_max: Duration::from_secs(30),
+        ..fast(Some(broker.url()))
+    };
+    let server = common::TestServer::platform_with_events(|_| {}, config)
+        .await
+        .0;
+    let client = broker.client().await;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-max-length".into(), AMQPValue::LongLongInt(5));
+    client
+        .channel
+        .queue_declare(
+            "clash-orders".into(),
+            QueueDeclareOptions::durable(),
+            arguments,
+        )
+        .await
+        .unwrap();
+
+    let api = Api::new(&server, "events-clash");
+    api.post(
+        "functions",
+        json!({"name": "clash", "runtime": "python3.11"}),
+    )
+    .await;
+    api.post(
+        "triggers",
+        json!({"name": "clash", "type": "event", "function_ref": "clash", "queue": "clash-orders"}),
+    )
+    .await;
+    api.upload("functions/clash", &[("handler.py", HANDLER)])
+        .await;
+    // The third failure in a row waits 4 s: the waits grew, no restart per pass.
+    let trigger = api
+        .wait_until("triggers/clash", Duration::from_secs(180), |t| {
+            t["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("retrying in 4 s"))
+        })
+        .await;
+    let message = trigger["message"].as_str().unwrap();
+    assert_eq!(trigger["active"], false);
+    for said in [
+        "queue \"clash-orders\" exists with different arguments",
+        "x-max-length",
+        "delete it so that sless declares it (durable, without arguments), or use another queue",
+    ] {
+        assert!(message.contains(said), "{said:?} missing from {message}");
+    }
+
+    client
+        .channel
+        .queue_delete("clash-orders".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    api.wait_until("triggers/clash", Duration::from_secs(30), |t| {
+        t["active"] == true && t["message"].is_null()
+    })
+    .await;
 }
 
 #[tokio::test]

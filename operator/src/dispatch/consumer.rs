@@ -16,7 +16,7 @@ use lapin::options::{
     BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Channel, Connection, ErrorKind};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -31,6 +31,8 @@ pub const ATTEMPTS_HEADER: &str = "x-sless-attempts";
 pub const ERROR_HEADER: &str = "x-sless-error";
 /// Longest error text kept in [`ERROR_HEADER`].
 const MAX_ERROR_LEN: usize = 1024;
+/// The broker's reply code to a declare that differs from the queue's.
+const PRECONDITION_FAILED: u16 = 406;
 /// Bytes of a failed answer kept as its error.
 const MAX_ANSWER_READ: usize = 64 * 1024;
 /// Above this, the `_amqp` header leaves the message headers out (HTTP servers cap
@@ -58,7 +60,7 @@ pub(super) struct Consumer {
 /// Its TTL elapsed, the broker dead-letters the message back into `queue`.
 pub fn retry_queue(queue: &str, delay: Duration) -> String {
     let ms = delay.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{queue}.retry.{}s", ms / 1000)
     } else {
         format!("{queue}.retry.{ms}ms")
@@ -118,20 +120,15 @@ impl Consumer {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| failed("cannot enable publisher confirms", e))?;
-        declare(&channel, &target.queue, FieldTable::default())
-            .await
-            .map_err(|e| failed("cannot declare the queue", e))?;
-        declare(&channel, &dead_queue(queue), FieldTable::default())
-            .await
-            .map_err(|e| failed("cannot declare the dead-letter queue", e))?;
+        declare(&channel, queue, FieldTable::default()).await?;
+        declare(&channel, &dead_queue(queue), FieldTable::default()).await?;
         for delay in self.retry_delays() {
             declare(
                 &channel,
                 &retry_queue(queue, delay),
                 retry_arguments(queue, delay),
             )
-            .await
-            .map_err(|e| failed("cannot declare a retry queue", e))?;
+            .await?;
         }
         let tag = format!("sless-{}-{}", target.namespace, target.trigger);
         let mut deliveries = channel
@@ -298,11 +295,29 @@ impl Consumer {
     }
 }
 
-async fn declare(channel: &Channel, queue: &str, arguments: FieldTable) -> lapin::Result<()> {
-    channel
+/// Declares a durable queue with `arguments`; one that exists otherwise (the broker's
+/// PRECONDITION_FAILED) is said with what to do about it.
+async fn declare(channel: &Channel, queue: &str, arguments: FieldTable) -> Result<(), String> {
+    let shape = if arguments.inner().is_empty() {
+        "durable, without arguments".to_string()
+    } else {
+        let names: Vec<&str> = arguments.inner().keys().map(|k| k.as_str()).collect();
+        format!("durable, with {}", names.join(", "))
+    };
+    let declared = channel
         .queue_declare(queue.into(), QueueDeclareOptions::durable(), arguments)
-        .await
-        .map(|_| ())
+        .await;
+    declared.map(|_| ()).map_err(|e| match e.kind() {
+        ErrorKind::ProtocolError(amqp) if amqp.get_id() == PRECONDITION_FAILED => {
+            let said = amqp.get_message().as_str();
+            let why = said.strip_prefix("PRECONDITION_FAILED - ").unwrap_or(said);
+            format!(
+                "queue {queue:?} exists with different arguments: {why}; delete it so that \
+                 sless declares it ({shape}), or use another queue"
+            )
+        }
+        _ => format!("cannot declare queue {queue:?}: {e}"),
+    })
 }
 
 /// Publishes to a queue through the default exchange and waits for the broker's
@@ -332,7 +347,7 @@ async fn publish(
 }
 
 /// `retry_base × 2^(attempt-1)`, at most `retry_max`.
-fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
+pub(super) fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
     let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
     base.saturating_mul(factor).min(max)
 }
