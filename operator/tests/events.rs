@@ -128,9 +128,7 @@ async fn a_long_retry_wait_does_not_hold_back_a_short_one() {
         retry_max: Duration::from_secs(60),
         ..fast(Some(broker.url()))
     };
-    let server = common::TestServer::platform_with_events(|_| {}, config)
-        .await
-        .0;
+    let server = platform_with(config).await;
     let client = broker.client().await;
     let api = Api::new(&server, "events-waits");
     deploy(&api, "waits", "waits-orders", json!({"max_retries": 10})).await;
@@ -217,9 +215,7 @@ async fn a_queue_with_other_arguments_is_said_and_retried_with_backoff() {
         reconnect_max: Duration::from_secs(30),
         ..fast(Some(broker.url()))
     };
-    let server = common::TestServer::platform_with_events(|_| {}, config)
-        .await
-        .0;
+    let server = platform_with(config).await;
     let client = broker.client().await;
     let mut arguments = FieldTable::default();
     arguments.insert("x-max-length".into(), AMQPValue::LongLongInt(5));
@@ -234,18 +230,7 @@ async fn a_queue_with_other_arguments_is_said_and_retried_with_backoff() {
         .unwrap();
 
     let api = Api::new(&server, "events-clash");
-    api.post(
-        "functions",
-        json!({"name": "clash", "runtime": "python3.11"}),
-    )
-    .await;
-    api.post(
-        "triggers",
-        json!({"name": "clash", "type": "event", "function_ref": "clash", "queue": "clash-orders"}),
-    )
-    .await;
-    api.upload("functions/clash", &[("handler.py", HANDLER)])
-        .await;
+    create(&api, "clash", "clash-orders", json!({})).await;
     // The third failure in a row waits 4 s: the waits grew, no restart per pass.
     let trigger = api
         .wait_until("triggers/clash", Duration::from_secs(180), |t| {
