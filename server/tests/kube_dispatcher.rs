@@ -23,6 +23,8 @@ use common::kube_cluster::{
 };
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::{AMQPValue, FieldTable};
 use operator::k8s::names::service_authority;
 use operator::model::{Trigger, deploy_namespace};
 use serde::Deserialize as _;
@@ -195,8 +197,25 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
     .await;
     cluster.finish_job(&operator::model::build_namespace(ns), &build, true);
 
-    // An event trigger applied as kubectl would.
+    // A queue that exists with other arguments, for a second trigger: refused on
+    // every declare, its consumer must back off rather than spin.
+    let client = broker.client().await;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-max-length".into(), AMQPValue::LongLongInt(5));
+    client
+        .channel
+        .queue_declare("clash".into(), QueueDeclareOptions::durable(), arguments)
+        .await
+        .unwrap();
+
+    // Event triggers applied as kubectl would.
     let (triggers, trigger_resource) = trigger_api(&cluster, ns);
+    let mut clash = DynamicObject::new("clash-in", &trigger_resource);
+    clash.data = json!({"spec": {"type": "event", "functionRef": "hello", "queue": "clash"}});
+    triggers
+        .create(&PostParams::default(), &clash)
+        .await
+        .unwrap();
     let mut trigger = DynamicObject::new("orders-in", &trigger_resource);
     trigger.data = json!({"spec": {"type": "event", "functionRef": "hello",
         "queue": "orders", "maxRetries": 1}});
@@ -228,7 +247,6 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
 
     // Published messages reach the function and are acked; one that fails is retried
     // once and then dead-lettered.
-    let client = broker.client().await;
     for (id, body) in [
         ("m1", "{\"n\": 1}"),
         ("m2", "{\"n\": 2}"),
@@ -275,6 +293,40 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
             || path.ends_with("/leases");
         assert!(allowed, "the dispatcher wrote {path}");
     }
+
+    // The clashing queue is said with what to do; restarts wait 1 s, 2 s, 4 s …: the
+    // failures in the log are about as many as the doublings of the wait.
+    let (message, waits) = eventually_within(
+        &dispatcher,
+        "the clash said, with a wait of 4 s or more",
+        std::time::Duration::from_secs(30),
+        || {
+            let status = trigger_status(&cluster, ns, "clash-in");
+            let message = status["message"].as_str()?.to_string();
+            let waits: u64 = message
+                .rsplit_once("retrying in ")?
+                .1
+                .strip_suffix(" s")?
+                .parse()
+                .ok()?;
+            (waits >= 4).then_some((message, waits))
+        },
+    )
+    .await;
+    assert!(
+        message.starts_with("queue \"clash\" exists with different arguments"),
+        "{message}"
+    );
+    let failures = dispatcher
+        .log()
+        .lines()
+        .filter(|l| l.contains("event consumer stopped") && l.contains("clash"))
+        .count();
+    let doublings = usize::try_from(waits.ilog2()).unwrap();
+    assert!(
+        (1..=doublings + 3).contains(&failures),
+        "{failures} failures for a wait of {waits} s"
+    );
 
     // Disabled: the consumer stops and a new message stays in the queue.
     triggers
