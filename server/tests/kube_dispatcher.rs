@@ -23,6 +23,7 @@ use common::kube_cluster::{
 };
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube_emulator::RequestRecord;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use operator::k8s::names::service_authority;
@@ -277,23 +278,6 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
     assert_eq!(first.amqp["queue"], "orders");
     assert_eq!(first.amqp["message_id"], "m1");
 
-    // Only the trigger's status and the dispatcher's own Lease are written, as its
-    // RBAC in dispatcher.yaml allows.
-    let writes: Vec<String> = cluster
-        .emu
-        .requests()
-        .iter()
-        .filter(|r| r.client.as_deref() == Some("dispatcher") && r.is_write())
-        .map(|r| r.path.clone())
-        .collect();
-    assert!(!writes.is_empty());
-    for path in &writes {
-        let allowed = (path.contains("/triggers/") && path.ends_with("/status"))
-            || path.contains("/leases/sless-operator-dispatcher")
-            || path.ends_with("/leases");
-        assert!(allowed, "the dispatcher wrote {path}");
-    }
-
     // The clashing queue is said with what to do; restarts wait 1 s, 2 s, 4 s …: the
     // failures in the log are about as many as the doublings of the wait.
     let (message, waits) = eventually_within(
@@ -345,8 +329,124 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
     assert_eq!(client.depth("orders").await, 1);
     assert_eq!(calls.lock().unwrap().len(), 4);
 
+    // Every request it made is one its RBAC in dispatcher.yaml allows (the emulator
+    // authorizes nothing itself); among them, status writes of triggers.
+    let rules = rbac_rules();
+    let requests: Vec<RequestRecord> = cluster
+        .emu
+        .requests()
+        .into_iter()
+        .filter(|r| r.client.as_deref() == Some("dispatcher"))
+        .collect();
+    for request in &requests {
+        let Some(needed) = authorization(request) else {
+            continue;
+        };
+        assert!(
+            rules.iter().any(|rule| rule.allows(&needed, &request.path)),
+            "dispatcher.yaml does not allow {needed:?}: {} {}?{}",
+            request.method,
+            request.path,
+            request.query
+        );
+    }
+    let status_written = requests
+        .iter()
+        .filter_map(authorization)
+        .any(|(_, resource, verb)| {
+            resource == "triggers/status" && matches!(verb.as_str(), "update" | "patch")
+        });
+    assert!(status_written, "no trigger status written");
+
     let log = dispatcher.log();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// One rule of the dispatcher's ClusterRole, or of its Role (then only in its namespace).
+struct Rule {
+    groups: Vec<String>,
+    resources: Vec<String>,
+    verbs: Vec<String>,
+    namespace: Option<String>,
+}
+
+impl Rule {
+    fn allows(&self, (group, resource, verb): &(String, String, String), path: &str) -> bool {
+        let has = |list: &[String], item: &str| list.iter().any(|i| i == item || i == "*");
+        has(&self.groups, group)
+            && has(&self.resources, resource)
+            && has(&self.verbs, verb)
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| path.contains(&format!("/namespaces/{ns}/")))
+    }
+}
+
+fn rbac_rules() -> Vec<Rule> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    serde_yaml::Deserializer::from_str(MANIFEST)
+        .map(|document| Value::deserialize(document).unwrap())
+        .filter(|object| object["kind"] == "ClusterRole" || object["kind"] == "Role")
+        .flat_map(|role| {
+            let namespace = role["metadata"]["namespace"].as_str().map(str::to_string);
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|rule| Rule {
+                    groups: strings(&rule["apiGroups"]),
+                    resources: strings(&rule["resources"]),
+                    verbs: strings(&rule["verbs"]),
+                    namespace: namespace.clone(),
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// (API group, resource[/subresource], verb) a request needs, as the API server's
+/// authorizer derives them; `None` for discovery, which every user may read.
+fn authorization(request: &RequestRecord) -> Option<(String, String, String)> {
+    let parts: Vec<&str> = request.path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    let rest = match rest {
+        ["namespaces", _, inner @ ..] if !inner.is_empty() => inner,
+        all => all,
+    };
+    let (resource, named) = match rest {
+        [] => return None,
+        [resource] => (resource.to_string(), false),
+        [resource, _] => (resource.to_string(), true),
+        [resource, _, sub] => (format!("{resource}/{sub}"), true),
+        _ => panic!("an unexpected path {}", request.path),
+    };
+    let watch = request
+        .query
+        .split('&')
+        .any(|p| p == "watch=true" || p == "watch=1");
+    let verb = match (request.method.as_str(), named) {
+        ("GET", false) if watch => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        (method, _) => panic!("an unexpected method {method}"),
+    };
+    Some((group.to_string(), resource, verb.to_string()))
 }
 
 /// `amqps://` takes the TLS path (rustls, one crypto provider in the process): a peer
