@@ -155,10 +155,19 @@ fn start_dispatcher(cluster: &Cluster, connect_to: Option<&str>) -> Operator {
     cluster.spawn("dispatcher", &args, env)
 }
 
-fn trigger_api(cluster: &Cluster, ns: &str) -> (Api<DynamicObject>, ApiResource) {
+fn triggers(cluster: &Cluster, ns: &str) -> Api<DynamicObject> {
     let resource = ApiResource::erase::<Trigger>(&());
-    let api = Api::namespaced_with(cluster.client.clone(), ns, &resource);
-    (api, resource)
+    Api::namespaced_with(cluster.client.clone(), ns, &resource)
+}
+
+/// Creates a Trigger with `spec`, as `kubectl apply` would.
+async fn apply_trigger(cluster: &Cluster, ns: &str, name: &str, spec: Value) {
+    let mut trigger = DynamicObject::new(name, &ApiResource::erase::<Trigger>(&()));
+    trigger.data = json!({ "spec": spec });
+    triggers(cluster, ns)
+        .create(&PostParams::default(), &trigger)
+        .await
+        .unwrap();
 }
 
 fn trigger_status(cluster: &Cluster, ns: &str, name: &str) -> Value {
@@ -210,20 +219,11 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
         .unwrap();
 
     // Event triggers applied as kubectl would.
-    let (triggers, trigger_resource) = trigger_api(&cluster, ns);
-    let mut clash = DynamicObject::new("clash-in", &trigger_resource);
-    clash.data = json!({"spec": {"type": "event", "functionRef": "hello", "queue": "clash"}});
-    triggers
-        .create(&PostParams::default(), &clash)
-        .await
-        .unwrap();
-    let mut trigger = DynamicObject::new("orders-in", &trigger_resource);
-    trigger.data = json!({"spec": {"type": "event", "functionRef": "hello",
-        "queue": "orders", "maxRetries": 1}});
-    triggers
-        .create(&PostParams::default(), &trigger)
-        .await
-        .unwrap();
+    let clash = json!({"type": "event", "functionRef": "hello", "queue": "clash"});
+    apply_trigger(&cluster, ns, "clash-in", clash).await;
+    let orders =
+        json!({"type": "event", "functionRef": "hello", "queue": "orders", "maxRetries": 1});
+    apply_trigger(&cluster, ns, "orders-in", orders).await;
     let deployment = eventually(&controllers, "one replica for the trigger", || {
         cluster
             .get("apps/v1", "deployments", &deploy_ns, "hello")
@@ -313,7 +313,7 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
     );
 
     // Disabled: the consumer stops and a new message stays in the queue.
-    triggers
+    triggers(&cluster, ns)
         .patch(
             "orders-in",
             &PatchParams::default(),
@@ -470,13 +470,8 @@ async fn a_tls_broker_url_to_a_plain_peer_is_a_clear_status_message() {
     wait_ready(&dispatcher).await;
     let ns = "team-t";
     create_namespace(&cluster.client, ns).await;
-    let (triggers, resource) = trigger_api(&cluster, ns);
-    let mut trigger = DynamicObject::new("secure", &resource);
-    trigger.data = json!({"spec": {"type": "event", "functionRef": "hello", "queue": "q"}});
-    triggers
-        .create(&PostParams::default(), &trigger)
-        .await
-        .unwrap();
+    let secure = json!({"type": "event", "functionRef": "hello", "queue": "q"});
+    apply_trigger(&cluster, ns, "secure", secure).await;
     let message = eventually(&dispatcher, "the broker error in the status", || {
         let status = trigger_status(&cluster, ns, "secure");
         status["message"].as_str().map(str::to_string)
