@@ -8,8 +8,12 @@ use std::time::{Duration, Instant};
 
 use common::api::Api;
 use common::events::*;
-use lapin::options::BasicGetOptions;
-use lapin::types::AMQPValue;
+use lapin::BasicProperties;
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use operator::dispatch::DispatchConfig;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -107,8 +111,153 @@ async fn a_message_failing_twice_succeeds_on_its_third_attempt() {
         .await;
     assert_eq!(trigger["dead_lettered"], 0, "{trigger}");
     assert_eq!(client.depth("flaky-orders").await, 0);
-    assert_eq!(client.depth("flaky-orders.retry").await, 0);
+    for waited in ["50ms", "100ms"] {
+        let queue = format!("flaky-orders.retry.{waited}");
+        assert_eq!(client.depth(&queue).await, 0, "{queue}");
+    }
     assert_eq!(client.depth("flaky-orders.dead").await, 0);
+}
+
+/// The broker expires messages only at the head of a queue: a message waiting long for
+/// its retry must not hold back one that waits short, so each wait has its own queue.
+#[tokio::test]
+async fn a_long_retry_wait_does_not_hold_back_a_short_one() {
+    let broker = shared_broker().await;
+    let config = DispatchConfig {
+        retry_base: Duration::from_millis(100),
+        retry_max: Duration::from_secs(60),
+        ..fast(Some(broker.url()))
+    };
+    let server = platform_with(config).await;
+    let client = broker.client().await;
+    let api = Api::new(&server, "events-waits");
+    deploy(&api, "waits", "waits-orders", json!({"max_retries": 10})).await;
+
+    // Failed 8 times before: its 9th attempt fails and waits 100 ms × 2^8 = 25.6 s.
+    let mut headers = FieldTable::default();
+    headers.insert("x-sless-attempts".into(), AMQPValue::LongUInt(8));
+    let properties = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_message_id("slow".into())
+        .with_headers(headers);
+    let body = json!({"mode": "fail"}).to_string();
+    let confirm = client
+        .channel
+        .basic_publish(
+            "".into(),
+            "waits-orders".into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            properties,
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.is_ack());
+    wait_calls(&api, "waits", Duration::from_secs(30), |c| c.len() == 1).await;
+    let waiting = "waits-orders.retry.25600ms";
+    api.wait_until("triggers/waits", Duration::from_secs(10), |t| {
+        t["failed"] == 1
+    })
+    .await;
+    assert_eq!(client.depth(waiting).await, 1, "the slow one waits");
+
+    // Behind it: fails twice (waits 100 ms, then 200 ms), then succeeds.
+    client
+        .publish(
+            "waits-orders",
+            json!({"mode": "fail-twice"}).to_string().as_bytes(),
+            "quick",
+        )
+        .await;
+    let calls = wait_calls(&api, "waits", Duration::from_secs(20), |c| {
+        c.iter().any(|c| c.id == "quick" && c.ok)
+    })
+    .await;
+    let order: Vec<(&str, u64)> = calls.iter().map(|c| (c.id.as_str(), c.attempt)).collect();
+    assert_eq!(
+        order,
+        [("slow", 9), ("quick", 1), ("quick", 2), ("quick", 3)],
+        "the quick one's retries came back while the slow one still waits"
+    );
+    assert_eq!(client.depth(waiting).await, 1);
+    // Declaring them again with the arguments sless gives a retry queue succeeds only
+    // if those are theirs (the broker refuses a differing declare).
+    for (queue, ttl) in [("waits-orders.retry.100ms", 100), (waiting, 25_600)] {
+        let mut arguments = FieldTable::default();
+        arguments.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString("".into()),
+        );
+        arguments.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString("waits-orders".into()),
+        );
+        arguments.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ttl));
+        let declared = broker
+            .client()
+            .await
+            .channel
+            .queue_declare(queue.into(), QueueDeclareOptions::durable(), arguments)
+            .await;
+        assert!(declared.is_ok(), "{queue}: {declared:?}");
+    }
+}
+
+/// A queue that exists with other arguments (PRECONDITION_FAILED on every declare):
+/// the status says what to do, restarts back off (1 s, 2 s, 4 s …) instead of one per
+/// pass, and the trigger consumes once the queue is fixed.
+#[tokio::test]
+async fn a_queue_with_other_arguments_is_said_and_retried_with_backoff() {
+    let broker = shared_broker().await;
+    let config = DispatchConfig {
+        reconnect_max: Duration::from_secs(30),
+        ..fast(Some(broker.url()))
+    };
+    let server = platform_with(config).await;
+    let client = broker.client().await;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-max-length".into(), AMQPValue::LongLongInt(5));
+    client
+        .channel
+        .queue_declare(
+            "clash-orders".into(),
+            QueueDeclareOptions::durable(),
+            arguments,
+        )
+        .await
+        .unwrap();
+
+    let api = Api::new(&server, "events-clash");
+    create(&api, "clash", "clash-orders", json!({})).await;
+    // The third failure in a row waits 4 s: the waits grew, no restart per pass.
+    let trigger = api
+        .wait_until("triggers/clash", Duration::from_secs(180), |t| {
+            t["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("retrying in 4 s"))
+        })
+        .await;
+    let message = trigger["message"].as_str().unwrap();
+    assert_eq!(trigger["active"], false);
+    for said in [
+        "queue \"clash-orders\" exists with different arguments",
+        "x-max-length",
+        "delete it so that sless declares it (durable, without arguments), or use another queue",
+    ] {
+        assert!(message.contains(said), "{said:?} missing from {message}");
+    }
+
+    client
+        .channel
+        .queue_delete("clash-orders".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    api.wait_until("triggers/clash", Duration::from_secs(30), |t| {
+        t["active"] == true && t["message"].is_null()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -138,7 +287,10 @@ async fn a_message_always_failing_ends_in_the_dead_letter_queue() {
         0,
         "the main queue is empty"
     );
-    assert_eq!(client.depth("doomed-orders.retry").await, 0);
+    for waited in ["50ms", "100ms"] {
+        let queue = format!("doomed-orders.retry.{waited}");
+        assert_eq!(client.depth(&queue).await, 0, "{queue}");
+    }
     assert_eq!(client.depth("doomed-orders.dead").await, 5);
     let dead = client
         .channel

@@ -96,6 +96,10 @@ pub struct OperatorArgs {
     /// For the Service DNS names the proxy and cron triggers call.
     #[arg(long, env = "SLESS_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub cluster_domain: String,
+    /// `SERVICE_HOST:PORT=HOST:PORT`, comma-separated: calls to that function Service
+    /// dial the given address instead (an operator outside the cluster, tests).
+    #[arg(long, env = "SLESS_CONNECT_TO", value_delimiter = ',', value_parser = parse_connect_to, hide = true)]
+    pub connect_to: Vec<(String, String)>,
     /// Ingress class of http-trigger Ingresses (only without --external-url).
     #[arg(long, env = "SLESS_INGRESS_CLASS")]
     pub ingress_class: Option<String>,
@@ -205,6 +209,21 @@ impl OperatorArgs {
     }
 }
 
+fn parse_connect_to(value: &str) -> Result<(String, String), String> {
+    let (from, to) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?} is not SERVICE_HOST:PORT=HOST:PORT"))?;
+    for address in [from, to] {
+        let port = address
+            .rsplit_once(':')
+            .map(|(_, port)| port.parse::<u16>());
+        if !matches!(port, Some(Ok(_))) {
+            return Err(format!("{address:?} is not HOST:PORT"));
+        }
+    }
+    Ok((from.to_string(), to.to_string()))
+}
+
 /// The CRDs, as `kubectl apply -f -` takes them.
 pub fn print_crds() -> anyhow::Result<()> {
     print!("{}", operator::k8s::crds::crds_yaml()?);
@@ -222,7 +241,10 @@ async fn routed_proxy(
     let store = Arc::new(KubeStore::new(client.clone()));
     // Watches keep the route table current with changes made by the controllers.
     let mut tasks = store.spawn_watchers(readiness);
-    let routes = KubeRoutes::new(args.cluster_domain.clone());
+    let routes = KubeRoutes::connecting_to(
+        args.cluster_domain.clone(),
+        args.connect_to.iter().cloned().collect(),
+    );
     tasks.push(routes.spawn(store.clone(), Duration::from_secs(60)));
     tasks.push(routes.watch_endpoints(client.clone()));
     let proxy = Arc::new(Proxy::new(

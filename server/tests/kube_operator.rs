@@ -4,232 +4,24 @@
 //! through the operator's REST API and through CRs applied as `kubectl apply` would.
 //! The test plays the Job controller and the kubelet (Job conditions, pods, logs).
 
+mod common;
+
 use std::io::Write as _;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use common::kube_cluster::{
+    FUNCTIONS, Operator, SECRET, apply_function, cluster, create_namespace, eventually,
+    eventually_within, free_port, wait_ready,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
 use kube::api::{ApiResource, DynamicObject, PostParams};
-use kube::{Api, Client};
-use kube_emulator::Emulator;
 use operator::k8s::names::{build_job_name, run_job_name};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sless_core::model::{build_namespace, deploy_namespace, namespace_for_sub};
-use sless_embedded::s3::EmbeddedS3;
-
-const SECRET: &str = "kube-operator-test-secret-0123456789abcdef";
-const FUNCTIONS: &str = "sless.kube5s.ru/v1alpha1";
-
-/// A running `sless operator`; killed when dropped. Its log is kept in a file and
-/// printed when a wait times out.
-struct Operator {
-    child: Child,
-    base: String,
-    log: PathBuf,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Operator {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-struct Cluster {
-    emu: Emulator,
-    client: Client,
-    s3: EmbeddedS3,
-    dir: tempfile::TempDir,
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(name.into());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn cluster() -> Cluster {
-    // The test's own kube client needs a provider, as the binary installs one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let (emu, addr) = Emulator::start().await.unwrap();
-    let client =
-        Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
-    // What the install manifests make: the operator's namespace and the CRDs.
-    create_namespace(&client, "sless-system").await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in operator::k8s::crds::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let s3 = EmbeddedS3::start(&dir.path().join("s3"), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    Cluster {
-        emu,
-        client,
-        s3,
-        dir,
-    }
-}
-
-impl Cluster {
-    /// Starts `sless operator` with `args`; `client` names its requests in the
-    /// emulator's log.
-    fn operator(&self, client: &str, args: &[&str]) -> Operator {
-        let kubeconfig = self.dir.path().join(format!("kubeconfig-{client}"));
-        std::fs::write(&kubeconfig, self.emu.kubeconfig_yaml_for(client)).unwrap();
-        let log = self.dir.path().join(format!("operator-{client}.log"));
-        let port = free_port();
-        let s3 = self.s3.config("sless");
-        let child = Command::new(env!("CARGO_BIN_EXE_sless"))
-            .arg("operator")
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("KUBECONFIG", &kubeconfig)
-            .env("SLESS_REGISTRY", "registry.test/sless")
-            .env("SLESS_JWT_HS256_SECRET", SECRET)
-            .env("SLESS_INGRESS_HOST", "fn.test")
-            .env("SLESS_LEASE_DURATION_SECS", "2")
-            .env("SLESS_S3_ENDPOINT", s3.endpoint.unwrap())
-            .env("SLESS_S3_ACCESS_KEY_ID", s3.access_key_id.unwrap())
-            .env("SLESS_S3_SECRET_ACCESS_KEY", s3.secret_access_key.unwrap())
-            .env("SLESS_LOG", "info,kube=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start sless operator");
-        Operator {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        }
-    }
-
-    fn get(&self, api_version: &str, plural: &str, ns: &str, name: &str) -> Option<Value> {
-        self.emu.get(api_version, plural, Some(ns), name)
-    }
-
-    fn names(&self, api_version: &str, plural: &str, ns: &str) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .emu
-            .list(api_version, plural, Some(ns))
-            .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
-            .collect();
-        names.sort();
-        names
-    }
-
-    /// What the Job controller writes when a Job's pod ends.
-    fn finish_job(&self, ns: &str, job: &str, succeeded: bool) {
-        let status = if succeeded {
-            json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
-        } else {
-            json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True",
-                   "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]})
-        };
-        self.emu
-            .update_status("batch/v1", "jobs", Some(ns), job, status)
-            .unwrap();
-    }
-
-    /// What the Job controller and the kubelet make: a pod of the Job, with a log.
-    fn job_pod_with_log(&self, ns: &str, job: &str, log: &str) {
-        let pod = format!("{job}-pod");
-        self.emu
-            .create(
-                "v1",
-                "pods",
-                json!({
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": pod, "namespace": ns,
-                                 "labels": {"batch.kubernetes.io/job-name": job}},
-                    "spec": {"containers": [{"name": "main", "image": "x"}]},
-                }),
-            )
-            .unwrap();
-        self.emu.set_pod_log(ns, &pod, log);
-    }
-
-    fn events(&self, ns: &str) -> Vec<(String, String, String)> {
-        self.emu
-            .list("events.k8s.io/v1", "events", Some(ns))
-            .iter()
-            .map(|e| {
-                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-                (
-                    text(&e["regarding"]["name"]),
-                    text(&e["reason"]),
-                    text(&e["type"]),
-                )
-            })
-            .collect()
-    }
-}
-
-async fn eventually<T>(operator: &Operator, what: &str, check: impl FnMut() -> Option<T>) -> T {
-    eventually_within(operator, what, Duration::from_secs(15), check).await
-}
-
-async fn eventually_within<T>(
-    operator: &Operator,
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(found) = check() {
-            return found;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "timed out waiting for {what}; operator log:\n{}",
-        operator.log()
-    );
-}
-
-async fn wait_ready(operator: &Operator) {
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(response) = http.get(format!("{}/readyz", operator.base)).send().await
-            && response.status() == StatusCode::OK
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never ready; operator log:\n{}",
-            operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
     let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
@@ -605,24 +397,6 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         gone.then_some(())
     })
     .await;
-}
-
-/// Applies a Function with code, as `kubectl apply` would; the name of its build Job.
-async fn apply_function(
-    functions: &Api<DynamicObject>,
-    resource: &ApiResource,
-    ns: &str,
-    name: &str,
-) -> String {
-    let key = format!("contexts/{ns}/{name}/1.tar.gz");
-    let mut function = DynamicObject::new(name, resource);
-    function.data = json!({"spec": {"runtime": "python3.11", "entrypoint": "handler.handle",
-        "memoryMb": 128, "timeoutSec": 30, "s3Key": key}});
-    functions
-        .create(&PostParams::default(), &function)
-        .await
-        .unwrap();
-    build_job_name(name, &key)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use lapin::options::{
     BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Channel, Connection, ErrorKind};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -32,6 +32,8 @@ pub const ATTEMPTS_HEADER: &str = "x-sless-attempts";
 pub const ERROR_HEADER: &str = "x-sless-error";
 /// Longest error text kept in [`ERROR_HEADER`].
 const MAX_ERROR_LEN: usize = 1024;
+/// The broker's reply code to a declare that differs from the queue's.
+const PRECONDITION_FAILED: u16 = 406;
 /// Bytes of a failed answer kept as its error.
 const MAX_ANSWER_READ: usize = 64 * 1024;
 /// Above this, the `_amqp` header leaves the message headers out (HTTP servers cap
@@ -56,8 +58,31 @@ pub(super) struct Consumer {
     pub retry_max: Duration,
 }
 
-pub fn retry_queue(queue: &str) -> String {
-    format!("{queue}.retry")
+/// Where a retry waits `delay`: one queue per delay, since the broker only expires
+/// messages at the head of a queue (a long wait there would hold back short ones).
+/// Its TTL elapsed, the broker dead-letters the message back into `queue`.
+pub fn retry_queue(queue: &str, delay: Duration) -> String {
+    let ms = delay.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{queue}.retry.{}s", ms / 1000)
+    } else {
+        format!("{queue}.retry.{ms}ms")
+    }
+}
+
+fn retry_arguments(queue: &str, delay: Duration) -> FieldTable {
+    let mut arguments = FieldTable::default();
+    arguments.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString("".into()),
+    );
+    arguments.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(queue.into()),
+    );
+    let ttl = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    arguments.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ttl));
+    arguments
 }
 
 pub fn dead_queue(queue: &str) -> String {
@@ -98,26 +123,16 @@ impl Consumer {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| failed("cannot enable publisher confirms", e))?;
-        declare(&channel, &target.queue, FieldTable::default())
-            .await
-            .map_err(|e| failed("cannot declare the queue", e))?;
-        declare(&channel, &dead_queue(queue), FieldTable::default())
-            .await
-            .map_err(|e| failed("cannot declare the dead-letter queue", e))?;
-        // Retries wait in `<queue>.retry` for their per-message TTL, then the broker
-        // dead-letters them back into the queue.
-        let mut retry_arguments = FieldTable::default();
-        retry_arguments.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString("".into()),
-        );
-        retry_arguments.insert(
-            "x-dead-letter-routing-key".into(),
-            AMQPValue::LongString(queue.into()),
-        );
-        declare(&channel, &retry_queue(queue), retry_arguments)
-            .await
-            .map_err(|e| failed("cannot declare the retry queue", e))?;
+        declare(&channel, queue, FieldTable::default()).await?;
+        declare(&channel, &dead_queue(queue), FieldTable::default()).await?;
+        for delay in self.retry_delays() {
+            declare(
+                &channel,
+                &retry_queue(queue, delay),
+                retry_arguments(queue, delay),
+            )
+            .await?;
+        }
         let tag = format!("sless-{}-{}", target.namespace, target.trigger);
         let mut deliveries = channel
             .basic_consume(
@@ -234,6 +249,15 @@ impl Consumer {
         Err(answer_error(status, &text))
     }
 
+    /// The distinct waits of retries 1..=max_retries, shortest first.
+    fn retry_delays(&self) -> Vec<Duration> {
+        let mut delays: Vec<Duration> = (1..=self.target.max_retries)
+            .map(|attempt| backoff(self.retry_base, self.retry_max, attempt))
+            .collect();
+        delays.dedup();
+        delays
+    }
+
     async fn retry_later(
         &self,
         channel: &Channel,
@@ -243,11 +267,10 @@ impl Consumer {
         let delay = backoff(self.retry_base, self.retry_max, attempt);
         let mut headers = headers_of(&delivery.properties);
         headers.insert(ATTEMPTS_HEADER.into(), AMQPValue::LongUInt(attempt));
-        let properties = forwarded(&delivery.properties, headers)
-            .with_expiration(delay.as_millis().to_string().into());
+        let properties = forwarded(&delivery.properties, headers);
         publish(
             channel,
-            &retry_queue(&self.target.queue),
+            &retry_queue(&self.target.queue, delay),
             delivery,
             properties,
         )
@@ -278,11 +301,29 @@ impl Consumer {
     }
 }
 
-async fn declare(channel: &Channel, queue: &str, arguments: FieldTable) -> lapin::Result<()> {
-    channel
+/// Declares a durable queue with `arguments`; one that exists otherwise (the broker's
+/// PRECONDITION_FAILED) is said with what to do about it.
+async fn declare(channel: &Channel, queue: &str, arguments: FieldTable) -> Result<(), String> {
+    let shape = if arguments.inner().is_empty() {
+        "durable, without arguments".to_string()
+    } else {
+        let names: Vec<&str> = arguments.inner().keys().map(|k| k.as_str()).collect();
+        format!("durable, with {}", names.join(", "))
+    };
+    let declared = channel
         .queue_declare(queue.into(), QueueDeclareOptions::durable(), arguments)
-        .await
-        .map(|_| ())
+        .await;
+    declared.map(|_| ()).map_err(|e| match e.kind() {
+        ErrorKind::ProtocolError(amqp) if amqp.get_id() == PRECONDITION_FAILED => {
+            let said = amqp.get_message().as_str();
+            let why = said.strip_prefix("PRECONDITION_FAILED - ").unwrap_or(said);
+            format!(
+                "queue {queue:?} exists with different arguments: {why}; delete it so that \
+                 sless declares it ({shape}), or use another queue"
+            )
+        }
+        _ => format!("cannot declare queue {queue:?}: {e}"),
+    })
 }
 
 /// Publishes to a queue through the default exchange and waits for the broker's
@@ -312,7 +353,7 @@ async fn publish(
 }
 
 /// `retry_base × 2^(attempt-1)`, at most `retry_max`.
-fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
+pub(super) fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
     let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
     base.saturating_mul(factor).min(max)
 }
@@ -337,7 +378,7 @@ fn headers_of(properties: &BasicProperties) -> FieldTable {
 }
 
 /// The original's properties with new headers, persistent, and without its own
-/// expiration (a retry sets one; a dead letter keeps forever).
+/// expiration (a retry waits its queue's TTL; a dead letter keeps forever).
 fn forwarded(original: &BasicProperties, headers: FieldTable) -> BasicProperties {
     let mut properties = BasicProperties::default()
         .with_headers(headers)
@@ -481,6 +522,12 @@ mod tests {
         let delays: Vec<u64> = (1..=6).map(|a| backoff(base, max, a).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
         assert_eq!(backoff(base, max, u32::MAX), max);
+    }
+
+    #[test]
+    fn retry_queues_are_named_by_their_delay() {
+        assert_eq!(retry_queue("q", Duration::from_secs(300)), "q.retry.300s");
+        assert_eq!(retry_queue("q", Duration::from_millis(50)), "q.retry.50ms");
     }
 
     #[test]

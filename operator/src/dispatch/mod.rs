@@ -1,8 +1,9 @@
 //! The event dispatcher: one AMQP consumer per enabled `event` trigger (docs/spec.md
 //! §3, Trigger). Each message is one call to the function through the `/fn` proxy's
 //! call path ([`Proxy::call`]); 2xx acks it, anything else retries it later through
-//! `<queue>.retry` and finally moves it to `<queue>.dead`. Nothing is acked before the
-//! function answered 2xx or the message was safely re-published: at least once.
+//! `<queue>.retry.<delay>` and finally moves it to `<queue>.dead`. Nothing is acked
+//! before the function answered 2xx or the message was safely re-published: at least
+//! once.
 //!
 //! One implementation for both modes: `sless up --amqp-url` runs it beside the
 //! embedded runner, Kubernetes runs it as its own component (`SLESS_COMPONENTS=
@@ -20,9 +21,10 @@ use std::time::Duration;
 use lapin::{Connection, ConnectionProperties};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::proxy::Proxy;
-use consumer::{Consumer, ConsumerState};
+use consumer::{Consumer, ConsumerState, backoff};
 use sless_core::model::{Kind, Trigger, TriggerSpec, TriggerType};
 use sless_core::routes::Route;
 use sless_core::store::{Object, Store, StoreExt, modify_status};
@@ -134,6 +136,12 @@ struct Running {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     state: Arc<Mutex<ConsumerState>>,
+    /// Failures in a row before this start; a consumer that consumes resets them.
+    failures: u32,
+    /// When a failed consumer may start again (set once its failure is seen).
+    retry_at: Option<Instant>,
+    /// What the failure before this start said, shown until it consumes.
+    last_error: Option<String>,
 }
 
 struct Shared {
@@ -289,7 +297,8 @@ impl Shared {
     }
 
     /// Starts (or restarts, after a failure or a change) the trigger's consumer; its
-    /// (active, message) now.
+    /// (active, message) now. A consumer failing again and again (e.g. its queue exists
+    /// with other arguments) is restarted after 1 s, 2 s … up to `reconnect_max`.
     fn ensure_consumer(
         self: &Arc<Self>,
         key: &Key,
@@ -300,31 +309,51 @@ impl Shared {
             .consumers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(running) = consumers.get(key) {
+        if let Some(running) = consumers.get_mut(key) {
             let state = running
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
-            let current = running.target == target && !running.task.is_finished();
-            if current {
+            let same = running.target == target;
+            let finished = running.task.is_finished();
+            if same && !finished {
                 return match state {
-                    ConsumerState::Consuming => (true, None),
-                    ConsumerState::Starting => (false, Some("starting the consumer".into())),
+                    ConsumerState::Consuming => {
+                        running.failures = 0;
+                        running.last_error = None;
+                        (true, None)
+                    }
+                    ConsumerState::Starting => {
+                        let starting = "starting the consumer".to_string();
+                        (false, Some(running.last_error.clone().unwrap_or(starting)))
+                    }
                     ConsumerState::Failed(e) => (false, Some(e)),
                 };
             }
-            if !running.task.is_finished() {
+            if !finished {
                 // A changed trigger: the old consumer drains first.
                 let _ = running.stop.send(true);
                 return (false, Some("restarting the consumer".into()));
             }
             if let ConsumerState::Failed(e) = state
-                && running.target == target
+                && same
             {
-                // Restarted on this pass; the failure stays said until it consumes.
-                consumers.insert(key.clone(), self.spawn(target, connection, key));
-                return (false, Some(e));
+                let failures = running.failures.saturating_add(1);
+                let first = Duration::from_secs(1).min(self.config.reconnect_max);
+                let delay = backoff(first, self.config.reconnect_max, failures);
+                let message = format!("{e}; retrying in {} s", delay.as_secs());
+                let retry_at = *running
+                    .retry_at
+                    .get_or_insert_with(|| Instant::now() + delay);
+                if Instant::now() < retry_at {
+                    return (false, Some(message));
+                }
+                let mut restarted = self.spawn(target, connection, key);
+                restarted.failures = failures;
+                restarted.last_error = Some(message.clone());
+                consumers.insert(key.clone(), restarted);
+                return (false, Some(message));
             }
         }
         consumers.insert(key.clone(), self.spawn(target, connection, key));
@@ -348,6 +377,9 @@ impl Shared {
             stop,
             task,
             state,
+            failures: 0,
+            retry_at: None,
+            last_error: None,
         }
     }
 

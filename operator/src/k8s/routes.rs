@@ -23,6 +23,9 @@ use sless_core::store::{Object, Resource, Store, StoreError};
 
 pub struct KubeRoutes {
     cluster_domain: String,
+    /// Service `host:port` → the `host:port` actually dialled, like curl's
+    /// `--connect-to`: an operator run outside the cluster (port-forwards, tests).
+    connect_to: HashMap<String, String>,
     /// Namespace → name → route.
     routes: RwLock<HashMap<String, HashMap<String, Route>>>,
     /// `(namespace, name)` of workloads with a ready pod, once [`KubeRoutes::watch_endpoints`]
@@ -32,7 +35,7 @@ pub struct KubeRoutes {
 
 impl RouteTable for KubeRoutes {
     fn route(&self, namespace: &str, name: &str) -> Route {
-        let route = {
+        let mut route = {
             let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
             routes
                 .get(namespace)
@@ -40,9 +43,18 @@ impl RouteTable for KubeRoutes {
                 .cloned()
                 .unwrap_or(Route::Unknown)
         };
-        let (Route::Ready { kind, .. } | Route::Hidden { kind, .. }) = &route else {
+        let (Route::Ready {
+            kind, authority, ..
+        }
+        | Route::Hidden {
+            kind, authority, ..
+        }) = &mut route
+        else {
             return route;
         };
+        if let Some(dialled) = self.connect_to.get(authority.as_str()) {
+            authority.clone_from(dialled);
+        }
         let ready = self
             .ready_instances
             .read()
@@ -188,8 +200,17 @@ async fn decodable<R: Resource>(
 
 impl KubeRoutes {
     pub fn new(cluster_domain: impl Into<String>) -> Arc<Self> {
+        Self::connecting_to(cluster_domain, HashMap::new())
+    }
+
+    /// Calls to a Service `host:port` found in `connect_to` dial its value instead.
+    pub fn connecting_to(
+        cluster_domain: impl Into<String>,
+        connect_to: HashMap<String, String>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             cluster_domain: cluster_domain.into(),
+            connect_to,
             routes: RwLock::new(HashMap::new()),
             ready_instances: RwLock::new(None),
         })

@@ -42,7 +42,11 @@ pub fn fast(url: Option<String>) -> DispatchConfig {
 }
 
 pub async fn platform(url: Option<String>) -> TestServer {
-    TestServer::platform_with_events(|_| {}, fast(url)).await.0
+    platform_with(fast(url)).await
+}
+
+pub async fn platform_with(config: DispatchConfig) -> TestServer {
+    TestServer::platform_with_events(|_| {}, config).await.0
 }
 
 /// What most tests need: the shared broker, a platform consuming from it, and a
@@ -62,9 +66,9 @@ pub async fn world() -> World {
     }
 }
 
-/// A function fed by an event trigger on `queue` (with `extra` trigger fields), built
-/// and consuming.
-pub async fn deploy(api: &Api<'_>, name: &str, queue: &str, extra: Value) {
+/// A function fed by an event trigger on `queue` (with `extra` trigger fields), its
+/// code uploaded.
+pub async fn create(api: &Api<'_>, name: &str, queue: &str, extra: Value) {
     api.post(
         "functions",
         json!({"name": name, "runtime": "python3.11", "timeout_sec": 10}),
@@ -78,6 +82,11 @@ pub async fn deploy(api: &Api<'_>, name: &str, queue: &str, extra: Value) {
     api.post("triggers", trigger).await;
     api.upload(&format!("functions/{name}"), &[("handler.py", HANDLER)])
         .await;
+}
+
+/// [`create`], then until the trigger consumes.
+pub async fn deploy(api: &Api<'_>, name: &str, queue: &str, extra: Value) {
+    create(api, name, queue, extra).await;
     api.wait_until(&format!("triggers/{name}"), Duration::from_secs(180), |t| {
         t["active"] == true
     })

@@ -7,14 +7,17 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sless_client::apitypes::{TriggerRequest, TriggerResponse};
 use sless_client::client::{Client, Collection, TriggerWait};
-use sless_core::model::{parse_trigger_type, validate_name, validate_schedule};
+use sless_core::model::{
+    DEFAULT_EVENT_CONCURRENCY, DEFAULT_EVENT_RETRIES, TriggerSpec, TriggerType, parse_trigger_type,
+    validate_name, validate_schedule,
+};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
-    POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found, report, text,
+    POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found, report, text, to_u32,
 };
 
 /// How long apply waits for the platform to start or stop what a trigger calls.
@@ -30,6 +33,8 @@ pub struct TriggerState {
     schedule: Value<String>,
     queue: Value<String>,
     enabled: Value<bool>,
+    concurrency: Value<i64>,
+    max_retries: Value<i64>,
     url: Value<String>,
     active: Value<bool>,
 }
@@ -52,9 +57,15 @@ fn request(state: &TriggerState) -> TriggerRequest {
         schedule: state.schedule.as_ref_option().cloned(),
         queue: state.queue.as_ref_option().cloned(),
         enabled: state.enabled.as_ref_option().copied(),
-        // Not Terraform attributes yet: the API's defaults apply.
-        concurrency: None,
-        max_retries: None,
+        // Validated (not negative) before any plan.
+        concurrency: state
+            .concurrency
+            .as_ref_option()
+            .and_then(|&n| n.try_into().ok()),
+        max_retries: state
+            .max_retries
+            .as_ref_option()
+            .and_then(|&n| n.try_into().ok()),
         resource_version: None,
     }
 }
@@ -67,8 +78,67 @@ fn fill(state: &mut TriggerState, trigger: &TriggerResponse) {
     state.schedule = trigger.schedule.clone().into();
     state.queue = trigger.queue.clone().into();
     state.enabled = Value::Value(trigger.enabled);
+    state.concurrency = trigger.concurrency.map(i64::from).into();
+    state.max_retries = trigger.max_retries.map(i64::from).into();
     state.url = trigger.url.clone().into();
     state.active = Value::Value(trigger.active);
+}
+
+/// What is planned for `concurrency` and `max_retries` left out of the configuration:
+/// the API's defaults for an event trigger, nothing for the others (Terraform would
+/// propose the last value instead).
+fn plan_event_defaults(proposed: &mut TriggerState, config: &TriggerState) {
+    let event = match &config.trigger_type {
+        Value::Value(kind) => Some(kind == "event"),
+        _ => None,
+    };
+    for (planned, configured, default) in [
+        (
+            &mut proposed.concurrency,
+            &config.concurrency,
+            DEFAULT_EVENT_CONCURRENCY,
+        ),
+        (
+            &mut proposed.max_retries,
+            &config.max_retries,
+            DEFAULT_EVENT_RETRIES,
+        ),
+    ] {
+        if configured.is_null() {
+            *planned = match event {
+                Some(true) => Value::Value(default.into()),
+                Some(false) => Value::Null,
+                None => Value::Unknown,
+            };
+        }
+    }
+}
+
+/// `concurrency` and `max_retries` by the API's own rule ([`TriggerSpec::validate`]),
+/// once the type is known. The other fields are checked on their own: stand-ins that
+/// pass keep its answer to these two.
+fn check_event_fields(diags: &mut Diagnostics, config: &TriggerState) {
+    if config.concurrency.is_null() && config.max_retries.is_null() {
+        return;
+    }
+    let Value::Value(kind) = &config.trigger_type else {
+        return;
+    };
+    let Ok(trigger_type) = parse_trigger_type("type", kind) else {
+        return;
+    };
+    let concurrency = to_u32(diags, "concurrency", &config.concurrency);
+    let max_retries = to_u32(diags, "max_retries", &config.max_retries);
+    let spec = TriggerSpec {
+        trigger_type,
+        function_ref: "function".into(),
+        schedule: (trigger_type == TriggerType::Cron).then(|| "* * * * *".into()),
+        queue: (trigger_type == TriggerType::Event).then(|| "queue".into()),
+        enabled: true,
+        concurrency,
+        max_retries,
+    };
+    check(diags, spec.validate());
 }
 
 /// Waits until the platform has acted on `enabled` (the function started or stopped),
@@ -113,7 +183,7 @@ impl Resource for TriggerResource {
     type ProviderMetaState<'a> = ValueEmpty;
 
     fn schema(&self, _diags: &mut Diagnostics) -> Option<Schema> {
-        use AttributeType::{Bool, String};
+        use AttributeType::{Bool, Number, String};
         Some(Schema {
             version: 1,
             block: block(
@@ -154,6 +224,22 @@ impl Resource for TriggerResource {
                             Bool,
                             OptionalComputed,
                             "false stops it in place: /fn answers 503, cron stops firing (default true).",
+                        ),
+                    ),
+                    (
+                        "concurrency".into(),
+                        attribute(
+                            Number,
+                            OptionalComputed,
+                            "Event triggers: messages handled at once, 1-64 (default 1).",
+                        ),
+                    ),
+                    (
+                        "max_retries".into(),
+                        attribute(
+                            Number,
+                            OptionalComputed,
+                            "Event triggers: retries of a failed message before <queue>.dead, 0-100 (default 5).",
                         ),
                     ),
                     (
@@ -198,6 +284,7 @@ impl Resource for TriggerResource {
         if let Value::Value(schedule) = &config.schedule {
             check(diags, validate_schedule("schedule", schedule));
         }
+        check_event_fields(diags, &config);
         Some(())
     }
 
@@ -229,6 +316,7 @@ impl Resource for TriggerResource {
         if config.enabled.is_null() {
             proposed.enabled = Value::Value(true);
         }
+        plan_event_defaults(&mut proposed, &config);
         proposed.url = Value::Unknown;
         proposed.active = Value::Unknown;
         Some((proposed, ValueEmpty::default()))
@@ -248,6 +336,7 @@ impl Resource for TriggerResource {
         if config.enabled.is_null() {
             proposed.enabled = Value::Value(true);
         }
+        plan_event_defaults(&mut proposed, &config);
         let mut replace = Vec::new();
         for (attribute, changed) in [
             ("name", proposed.name != prior.name),
@@ -307,7 +396,9 @@ impl Resource for TriggerResource {
         let name = text(&planned.name).to_string();
         let spec_changed = planned.function != prior.function
             || planned.schedule != prior.schedule
-            || planned.queue != prior.queue;
+            || planned.queue != prior.queue
+            || planned.concurrency != prior.concurrency
+            || planned.max_retries != prior.max_retries;
         let result = if spec_changed {
             let body = TriggerRequest {
                 name: None,

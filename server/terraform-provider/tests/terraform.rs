@@ -346,7 +346,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         "plan after a new entrypoint:\n{}{}",
         plan.stdout, plan.stderr
     );
-    std::fs::write(&main_tf, config).unwrap();
+    std::fs::write(&main_tf, &config).unwrap();
     tf.apply(&[], "apply of the default entrypoint");
     let (status, body) = call(&runtime, &format!("{hello}?name=tf"));
     assert_eq!(
@@ -354,6 +354,72 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         (200, true),
         "{body}"
     );
+
+    // An event trigger's concurrency and max_retries: set, read back, changed in place,
+    // left out (the API's default); refused like the API refuses them. Stopped, it
+    // settles without a broker.
+    let event_trigger = |settings: &str| {
+        format!(
+            "{config}\nresource \"sless_trigger\" \"orders\" {{\n  name     = \"orders\"\n  \
+             type     = \"event\"\n  function = sless_function.hello.name\n  queue    = \"orders\"\n  \
+             enabled  = false\n{settings}}}\n"
+        )
+    };
+    std::fs::write(
+        &main_tf,
+        event_trigger("  concurrency = 4\n  max_retries = 2\n"),
+    )
+    .unwrap();
+    tf.apply(&[], "apply of an event trigger");
+    let orders = tf.resource("sless_trigger.orders");
+    assert_eq!(
+        (&orders["concurrency"], &orders["max_retries"]),
+        (&4.into(), &2.into())
+    );
+    let read = |runtime: &tokio::runtime::Runtime| {
+        let trigger = runtime.block_on(client.get_trigger("orders")).unwrap();
+        (trigger.concurrency, trigger.max_retries)
+    };
+    assert_eq!(read(&runtime), (Some(4), Some(2)));
+    assert_eq!(tf.plan(&[]).code, 0, "plan after an event trigger");
+    std::fs::write(
+        &main_tf,
+        event_trigger("  concurrency = 4\n  max_retries = 3\n"),
+    )
+    .unwrap();
+    let plan = tf.plan(&[]);
+    assert!(
+        plan.stdout.contains("0 to add, 1 to change, 0 to destroy"),
+        "{}",
+        plan.stdout
+    );
+    tf.apply(&[], "apply of max_retries 3");
+    assert_eq!(read(&runtime), (Some(4), Some(3)));
+    std::fs::write(&main_tf, event_trigger("")).unwrap();
+    tf.apply(&[], "apply without concurrency and max_retries");
+    assert_eq!(read(&runtime), (Some(1), Some(5)), "the API's defaults");
+    assert_eq!(tf.plan(&[]).code, 0, "plan after the defaults");
+    let refused = event_trigger("  concurrency = 0\n  max_retries = -1\n").replace(
+        "  function = sless_function.hello.name\n}",
+        "  function = sless_function.hello.name\n  max_retries = 1\n}",
+    );
+    std::fs::write(&main_tf, refused).unwrap();
+    let plan = tf.plan(&[]);
+    assert_eq!(plan.code, 1, "{}{}", plan.stdout, plan.stderr);
+    for said in [
+        "0 is out of range: messages handled at once, 1 to 64",
+        "max_retries must not be negative",
+        "applies to event triggers only",
+    ] {
+        assert!(
+            plan.stderr.contains(said),
+            "{said:?} missing:\n{}",
+            plan.stderr
+        );
+    }
+    assert!(!plan.stderr.contains("panicked"), "{}", plan.stderr);
+    std::fs::write(&main_tf, &config).unwrap();
+    tf.apply(&[], "apply without the event trigger");
 
     // A stopped trigger: /fn answers 503; the other functions still answer.
     let greeter_off = "greeter_enabled=false";

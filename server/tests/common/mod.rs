@@ -1,6 +1,8 @@
 //! `sless up` as a real process on a random loopback port, for the binary's tests.
 #![allow(dead_code)]
 
+pub mod kube_cluster;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -11,8 +11,9 @@ pub const MAX_REPLICAS: i32 = 100;
 pub const MAX_NAME_LEN: usize = 63;
 pub const MAX_EVENT_CONCURRENCY: u32 = 64;
 pub const MAX_EVENT_RETRIES: u32 = 100;
-/// AMQP caps queue names at 255 bytes; sless adds `.retry` / `.dead` to the queue's.
-pub const MAX_QUEUE_LEN: usize = 255 - ".retry".len();
+/// AMQP caps queue names at 255 bytes; sless adds `.retry.<delay>` (at most 5 min) /
+/// `.dead` to the queue's.
+pub const MAX_QUEUE_LEN: usize = 255 - ".retry.300s".len();
 
 // The same rules as the CRD schemas state them (RE2 patterns and CEL), so `kubectl
 // apply` of an invalid resource is refused by the API server itself.
@@ -319,12 +320,13 @@ impl TriggerSpec {
     }
 }
 
-/// An AMQP queue name sless may consume and declare `<queue>.retry` / `<queue>.dead` for.
+/// An AMQP queue name sless may consume and declare `<queue>.retry.<delay>` /
+/// `<queue>.dead` for.
 pub fn validate_queue(field: &str, value: &str) -> Result {
     let rule = |why: &str| ValidationError::new(field, format!("{value:?} {why}"));
     if value.len() > MAX_QUEUE_LEN {
         return Err(rule(&format!(
-            "is too long: at most {MAX_QUEUE_LEN} bytes (sless adds \".retry\" and \".dead\")"
+            "is too long: at most {MAX_QUEUE_LEN} bytes (sless adds \".retry.<delay>\" and \".dead\")"
         )));
     }
     if value.starts_with("amq.") {
