@@ -47,7 +47,7 @@ impl RouteTable for TestRoutes {
 fn ready(authority: &str, timeout: Option<Duration>) -> Route {
     Route::Ready {
         kind: Kind::Function,
-        authority: authority.to_owned(),
+        authority: authority.into(),
         timeout,
     }
 }

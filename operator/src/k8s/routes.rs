@@ -123,7 +123,7 @@ pub fn function_route(
         .filter(|t| t.spec.trigger_type == TriggerType::Http && &t.spec.function_ref == name)
         .collect();
     let not_ready = not_ready(Kind::Function, name, spec, &function.status);
-    let authority = || service_authority(&function.meta.namespace, name, cluster_domain);
+    let authority = || service_authority(&function.meta.namespace, name, cluster_domain).into();
     if !http.iter().any(|t| t.spec.enabled) {
         let reason = match http.first() {
             Some(stopped) => trigger_stopped(&stopped.meta.name, name),
@@ -158,7 +158,7 @@ pub fn service_route(service: &Object<Service>, cluster_domain: &str) -> Route {
     let spec = &service.spec.workload;
     not_ready(Kind::Service, name, spec, &service.status).unwrap_or_else(|| Route::Ready {
         kind: Kind::Service,
-        authority: service_authority(&service.meta.namespace, name, cluster_domain),
+        authority: service_authority(&service.meta.namespace, name, cluster_domain).into(),
         timeout: timeout(spec),
     })
 }
