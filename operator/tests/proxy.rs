@@ -717,7 +717,11 @@ async fn timeout_sec_bounds_the_body_too() {
     );
     let call = last_call(&h, "stall").await;
     assert_eq!((call.status, call.error), (504, Some(CallError::Timeout)));
-    assert!(call.duration >= Duration::from_millis(1100), "{:?}", call.duration);
+    assert!(
+        call.duration >= Duration::from_millis(1100),
+        "{:?}",
+        call.duration
+    );
 }
 
 /// An upstream that answers every request with `answer` and closes.
