@@ -246,7 +246,7 @@ async fn serve_connection(
         let response = app.clone().call(request);
         async move {
             let response = response.await?;
-            Ok::<_, Infallible>(response.map(|body| Body::new(CallBody { body, _call: call })))
+            Ok::<_, Infallible>(response.map(|body| CallBody { body, _call: call }))
         }
     });
     let mut conn = std::pin::pin!(builder.serve_connection_with_upgrades(io, service));
@@ -281,7 +281,10 @@ enum Wait {
 }
 
 /// Shared by a connection's socket, its calls and its watch. All of them run on one
-/// thread; atomics only make it `Sync`.
+/// thread; atomics only make it `Sync`. Only the start of a head wakes the watch (it may
+/// bring the deadline forward); the end of a call does not, which spares a wake-up per
+/// call: while calls are in flight the watch looks again after an idle timeout, never
+/// later than the idle deadline of a call ending meanwhile.
 struct Activity {
     started: Instant,
     in_flight: AtomicUsize,
@@ -325,7 +328,11 @@ impl Activity {
         loop {
             let changed = self.changed.notified();
             if self.in_flight.load(Ordering::Relaxed) > 0 {
-                changed.await;
+                // A call ending from now on starts an idle timeout ending after this.
+                tokio::select! {
+                    () = tokio::time::sleep(limits.idle_timeout) => {}
+                    () = changed => {}
+                }
                 continue;
             }
             let (wait, limit) = if self.waiting_for_head.load(Ordering::Relaxed) {
@@ -335,11 +342,14 @@ impl Activity {
             };
             let since = Duration::from_millis(self.waiting_since_ms.load(Ordering::Relaxed));
             let deadline = self.started + since + limit;
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return wait;
             }
+            // A call may start and end unseen meanwhile; its idle deadline is no earlier
+            // than an idle timeout from now.
             tokio::select! {
-                () = tokio::time::sleep_until(deadline) => {}
+                () = tokio::time::sleep_until(deadline.min(now + limits.idle_timeout)) => {}
                 () = changed => {}
             }
         }
@@ -364,7 +374,6 @@ impl Drop for Call {
                 .waiting_since_ms
                 .store(activity.now_ms(), Ordering::Relaxed);
             activity.waiting_for_head.store(false, Ordering::Relaxed);
-            activity.changed.notify_one();
         }
     }
 }

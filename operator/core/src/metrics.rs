@@ -2,7 +2,7 @@
 //! One registry per process: the proxy, the runners and the controllers all count into
 //! [`metrics()`], so nothing has to be threaded through their constructors.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -183,27 +183,16 @@ impl Metrics {
         text
     }
 
-    pub fn call(&self, namespace: &str, name: &str, status: u16, took: Duration) {
-        self.calls
-            .get_or_create(&Call {
-                namespace: namespace.into(),
-                name: name.into(),
-                class: format!("{}xx", status / 100),
-            })
-            .inc();
-        self.call_seconds
-            .get_or_create(&workload(namespace, name))
-            .observe(took.as_secs_f64());
-    }
-
-    /// Counts a call in flight until the guard is dropped.
-    pub fn in_flight(&self, namespace: &str, name: &str) -> InFlight {
-        let gauge = self
-            .in_flight
-            .get_or_create(&workload(namespace, name))
-            .clone();
-        gauge.inc();
-        InFlight(gauge)
+    /// The call metrics of one function or service, for its caller to keep: a call
+    /// then builds no label set and takes no lock of the registry.
+    pub fn calls_of(&self, namespace: &str, name: &str) -> CallMetrics {
+        let workload = workload(namespace, name);
+        CallMetrics {
+            seconds: self.call_seconds.get_or_create(&workload).clone(),
+            in_flight: self.in_flight.get_or_create(&workload).clone(),
+            classes: Arc::default(),
+            workload: Arc::new(workload),
+        }
     }
 
     /// A finished build; its duration where the runner timed it (embedded mode).
@@ -275,6 +264,42 @@ fn workload(namespace: &str, name: &str) -> Workload {
     Workload {
         namespace: namespace.into(),
         name: name.into(),
+    }
+}
+
+/// Handles to one workload's call metrics ([`Metrics::calls_of`]).
+#[derive(Clone)]
+pub struct CallMetrics {
+    workload: Arc<Workload>,
+    /// The calls counter of each status class (index: status / 100), created at its
+    /// first call so that classes never seen stay out of the exposition.
+    classes: Arc<[OnceLock<Counter>; 10]>,
+    seconds: Histogram,
+    in_flight: Gauge,
+}
+
+impl CallMetrics {
+    pub fn call(&self, status: u16, took: Duration) {
+        let class = usize::from(status / 100).min(9);
+        self.classes[class]
+            .get_or_init(|| {
+                metrics()
+                    .calls
+                    .get_or_create(&Call {
+                        namespace: self.workload.namespace.clone(),
+                        name: self.workload.name.clone(),
+                        class: format!("{class}xx"),
+                    })
+                    .clone()
+            })
+            .inc();
+        self.seconds.observe(took.as_secs_f64());
+    }
+
+    /// Counts a call in flight until the guard is dropped.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Where `/fn/{ns}/{name}` goes: the seam between the runners (embedded processes or
 //! Kubernetes Services), which know, and the proxy (`sless-operator`), which asks.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::Kind;
@@ -22,8 +23,8 @@ pub enum Route {
     NoCode { reason: String },
     Ready {
         kind: Kind,
-        /// `host:port` of the instance.
-        authority: String,
+        /// `host:port` of the instance; shared, as every call clones its route.
+        authority: Arc<str>,
         /// `None` = no limit.
         timeout: Option<Duration>,
     },
@@ -32,7 +33,7 @@ pub enum Route {
     Hidden {
         reason: String,
         kind: Kind,
-        authority: String,
+        authority: Arc<str>,
         timeout: Option<Duration>,
     },
 }

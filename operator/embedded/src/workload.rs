@@ -382,13 +382,13 @@ impl Actor {
             let route = match &exposure {
                 Ok(()) => Route::Ready {
                     kind: self.kind,
-                    authority,
+                    authority: authority.into(),
                     timeout,
                 },
                 Err(reason) => Route::Hidden {
                     reason: reason.clone(),
                     kind: self.kind,
-                    authority,
+                    authority: authority.into(),
                     timeout,
                 },
             };

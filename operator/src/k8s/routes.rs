@@ -25,7 +25,7 @@ pub struct KubeRoutes {
     cluster_domain: String,
     /// Service `host:port` → the `host:port` actually dialled, like curl's
     /// `--connect-to`: an operator run outside the cluster (port-forwards, tests).
-    connect_to: HashMap<String, String>,
+    connect_to: HashMap<String, Arc<str>>,
     /// Namespace → name → route.
     routes: RwLock<HashMap<String, HashMap<String, Route>>>,
     /// `(namespace, name)` of workloads with a ready pod, once [`KubeRoutes::watch_endpoints`]
@@ -52,8 +52,8 @@ impl RouteTable for KubeRoutes {
         else {
             return route;
         };
-        if let Some(dialled) = self.connect_to.get(authority.as_str()) {
-            authority.clone_from(dialled);
+        if let Some(dialled) = self.connect_to.get(&**authority) {
+            *authority = dialled.clone();
         }
         let ready = self
             .ready_instances
@@ -135,7 +135,7 @@ pub fn function_route(
         .filter(|t| t.spec.trigger_type == TriggerType::Http && &t.spec.function_ref == name)
         .collect();
     let not_ready = not_ready(Kind::Function, name, spec, &function.status);
-    let authority = || service_authority(&function.meta.namespace, name, cluster_domain);
+    let authority = || service_authority(&function.meta.namespace, name, cluster_domain).into();
     if !http.iter().any(|t| t.spec.enabled) {
         let reason = match http.first() {
             Some(stopped) => trigger_stopped(&stopped.meta.name, name),
@@ -170,7 +170,7 @@ pub fn service_route(service: &Object<Service>, cluster_domain: &str) -> Route {
     let spec = &service.spec.workload;
     not_ready(Kind::Service, name, spec, &service.status).unwrap_or_else(|| Route::Ready {
         kind: Kind::Service,
-        authority: service_authority(&service.meta.namespace, name, cluster_domain),
+        authority: service_authority(&service.meta.namespace, name, cluster_domain).into(),
         timeout: timeout(spec),
     })
 }
@@ -210,7 +210,10 @@ impl KubeRoutes {
     ) -> Arc<Self> {
         Arc::new(Self {
             cluster_domain: cluster_domain.into(),
-            connect_to,
+            connect_to: connect_to
+                .into_iter()
+                .map(|(service, dialled)| (service, dialled.into()))
+                .collect(),
             routes: RwLock::new(HashMap::new()),
             ready_instances: RwLock::new(None),
         })

@@ -15,16 +15,16 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, Version, response};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::Utc;
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming};
 use tokio::time::Sleep;
 
-use sless_core::metrics::{InFlight, metrics};
+use sless_core::metrics::InFlight;
 
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
-use super::headers::{set_forwarding, strip_cookie, strip_hop_by_hop, strip_set_cookie};
-use super::log::CallError;
+use super::headers::{sandbox, set_forwarding, strip_cookie, strip_hop_by_hop, strip_set_cookie};
+use super::log::{CallError, Calls};
 use super::{Caller, Invocation, InvokeError, Proxy, TRIGGER_HEADER};
 use sless_core::routes::Route;
 
@@ -67,7 +67,9 @@ impl<'a> Target<'a> {
 
 pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, mut request: Request) -> Response {
     request.headers_mut().remove(TRIGGER_HEADER);
-    proxy.call(request, Caller::Public).await
+    let mut response = proxy.call(request, Caller::Public).await;
+    sandbox(response.headers_mut());
+    response
 }
 
 impl Proxy {
@@ -122,7 +124,14 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
         }
         Route::Unavailable { reason } | Route::Starting { reason } | Route::NoCode { reason } => {
             let response = InvokeError::Unavailable(reason).into_response();
-            proxy.record(&target, &parts.method, response.status(), started);
+            let calls = proxy.invocations.calls(target.namespace, target.name);
+            calls.record(invocation(
+                parts.method,
+                target.rest.to_owned(),
+                response.status(),
+                started,
+                None,
+            ));
             return response;
         }
         Route::Ready {
@@ -132,7 +141,8 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
             authority, timeout, ..
         } => (authority, timeout),
     };
-    let in_flight = metrics().in_flight(target.namespace, target.name);
+    let calls = proxy.invocations.calls(target.namespace, target.name);
+    let in_flight = calls.in_flight();
 
     let method = parts.method.clone();
     let response = match proxy
@@ -153,7 +163,7 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
             rest,
             deadline,
         }) => {
-            let record = proxy.record_later(&target, &method, parts.status, started, in_flight);
+            let record = record_later(calls, &target, method, parts.status, started, in_flight);
             let body = ResponseBody::new(first, rest, deadline, record);
             return Response::from_parts(parts, Body::new(body));
         }
@@ -163,7 +173,13 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
             .into_response(),
         Err(e) => e.into_response(),
     };
-    proxy.record(&target, &method, response.status(), started);
+    calls.record(invocation(
+        method,
+        target.rest.to_owned(),
+        response.status(),
+        started,
+        None,
+    ));
     response
 }
 
@@ -228,7 +244,7 @@ impl Proxy {
                     };
                 }
                 Route::Ready { authority: now, .. } | Route::Hidden { authority: now, .. }
-                    if now == authority && Instant::now() < deadline =>
+                    if *now == *authority && Instant::now() < deadline =>
                 {
                     tokio::time::sleep(START_POLL).await;
                 }
@@ -319,73 +335,43 @@ impl Proxy {
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
         })
     }
+}
 
-    fn record(&self, target: &Target<'_>, method: &Method, status: StatusCode, started: Instant) {
-        metrics().call(
-            target.namespace,
-            target.name,
-            status.as_u16(),
-            started.elapsed(),
-        );
-        self.invocations.record(
-            target.namespace,
-            target.name,
-            invocation(
-                method.as_str().to_owned(),
-                target.rest.to_owned(),
-                status.as_u16(),
-                started,
-                None,
-            ),
-        );
-    }
-
-    /// Records the call once its streaming body ends, as cut when it was.
-    fn record_later(
-        self: &Arc<Self>,
-        target: &Target<'_>,
-        method: &Method,
-        status: StatusCode,
-        started: Instant,
-        in_flight: InFlight,
-    ) -> impl FnOnce(Option<CallError>) + Send + 'static {
-        let proxy = self.clone();
-        let namespace = target.namespace.to_owned();
-        let name = target.name.to_owned();
-        let path = target.rest.to_owned();
-        let method = method.as_str().to_owned();
-        move |error| {
-            let status = match error {
-                Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
-                Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
-                None => status,
-            };
-            drop(in_flight);
-            metrics().call(&namespace, &name, status.as_u16(), started.elapsed());
-            proxy.invocations.record(
-                &namespace,
-                &name,
-                invocation(method, path, status.as_u16(), started, error),
-            );
-        }
+/// Records the call once its streaming body ends, as cut when it was.
+fn record_later(
+    calls: Arc<Calls>,
+    target: &Target<'_>,
+    method: Method,
+    status: StatusCode,
+    started: Instant,
+    in_flight: InFlight,
+) -> impl FnOnce(Option<CallError>) + Send + 'static {
+    let path = target.rest.to_owned();
+    move |error| {
+        let status = match error {
+            Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
+            Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
+            None => status,
+        };
+        drop(in_flight);
+        calls.record(invocation(method, path, status, started, error));
     }
 }
 
 fn invocation(
-    method: String,
+    method: Method,
     path: String,
-    status: u16,
+    status: StatusCode,
     started: Instant,
     error: Option<CallError>,
 ) -> Invocation {
-    let elapsed = started.elapsed();
-    let arrived: DateTime<Utc> = Utc::now() - elapsed;
+    let duration = started.elapsed();
     Invocation {
-        time: arrived.to_rfc3339_opts(SecondsFormat::Millis, true),
+        time: Utc::now() - duration,
         method,
         path,
-        status,
-        duration_ms: elapsed.as_secs_f64() * 1000.0,
+        status: status.as_u16(),
+        duration,
         error,
     }
 }

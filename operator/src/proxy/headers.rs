@@ -10,7 +10,6 @@ use axum::http::header::{
     SET_COOKIE, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use axum::response::Response;
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -73,11 +72,8 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 const SANDBOX: HeaderValue =
     HeaderValue::from_static("sandbox allow-scripts allow-forms allow-popups allow-downloads");
 
-pub(crate) async fn sandbox(mut response: Response) -> Response {
-    response
-        .headers_mut()
-        .append(CONTENT_SECURITY_POLICY, SANDBOX);
-    response
+pub(crate) fn sandbox(headers: &mut HeaderMap) {
+    headers.append(CONTENT_SECURITY_POLICY, SANDBOX);
 }
 
 /// Removes the cookie `name` from the Cookie header(s), keeping the other pairs as sent.

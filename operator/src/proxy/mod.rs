@@ -125,6 +125,5 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/fn/{ns}/{name}", any(forward::invoke))
         .route("/fn/{ns}/{name}/", any(forward::invoke))
         .route("/fn/{ns}/{name}/{*rest}", any(forward::invoke))
-        .layer(axum::middleware::map_response(headers::sandbox))
         .with_state(proxy)
 }
