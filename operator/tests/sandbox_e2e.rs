@@ -32,30 +32,9 @@ async fn deploy_files(
     memory_mb: u32,
     files: &[(&str, &[u8])],
 ) -> Value {
-    tenant
-        .post(
-            "functions",
-            json!({"name": name, "runtime": runtime, "memory_mb": memory_mb,
-                   "timeout_sec": 30, "env_vars": {"OWN_SETTING": "kept"}}),
-        )
-        .await;
-    tenant
-        .post(
-            "triggers",
-            json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
-        )
-        .await;
-    tenant.upload(&format!("functions/{name}"), files).await;
-    let ready = tenant
-        .wait_for(
-            &format!("functions/{name}"),
-            "phase",
-            &["Ready", "Failed"],
-            Duration::from_secs(180),
-        )
-        .await;
-    assert_eq!(ready["phase"], "Ready", "{ready}");
-    ready
+    let spec = json!({"name": name, "runtime": runtime, "memory_mb": memory_mb,
+                      "timeout_sec": 30, "env_vars": {"OWN_SETTING": "kept"}});
+    tenant.deploy_spec(spec, files).await
 }
 
 const HOSTILE: &[u8] = br#"

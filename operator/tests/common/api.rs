@@ -112,11 +112,14 @@ impl<'a> Api<'a> {
 
     /// A function with an http trigger, uploaded and Ready.
     pub async fn deploy(&self, name: &str, runtime: &str, files: &[(&str, &[u8])]) -> Value {
-        self.post(
-            "functions",
-            json!({"name": name, "runtime": runtime, "timeout_sec": 5}),
-        )
-        .await;
+        let spec = json!({"name": name, "runtime": runtime, "timeout_sec": 5});
+        self.deploy_spec(spec, files).await
+    }
+
+    /// Like [`Api::deploy`], with the function's whole request body (`name` included).
+    pub async fn deploy_spec(&self, spec: Value, files: &[(&str, &[u8])]) -> Value {
+        let name = spec["name"].as_str().expect("spec has a name").to_owned();
+        self.post("functions", spec).await;
         self.post(
             "triggers",
             json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
