@@ -50,7 +50,7 @@ async fn main() -> std::io::Result<()> {
     let threads = operator::serve::default_threads();
     operator::serve::serve(
         listener,
-        proxy::router(proxy),
+        operator::serve::App::with_proxy(proxy::router(proxy.clone()), proxy),
         threads,
         operator::serve::Limits::default().fit_open_files_limit(),
         std::future::pending(),

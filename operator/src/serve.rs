@@ -27,6 +27,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
+use bytes::{Bytes, BytesMut};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -35,6 +36,36 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tower::Service;
+
+use crate::proxy::{Proxy, fast};
+
+/// What a server serves: its router and, when it has one, the proxy whose common `/fn`
+/// calls skip the router and the HTTP stack ([`crate::proxy::fast`]).
+#[derive(Clone)]
+pub struct App {
+    router: Router,
+    proxy: Option<Arc<Proxy>>,
+}
+
+impl App {
+    /// `router` must route `/fn` to `proxy` ([`crate::proxy::router`]): the calls the
+    /// fast path leaves go there.
+    pub fn with_proxy(router: Router, proxy: Arc<Proxy>) -> Self {
+        Self {
+            router,
+            proxy: Some(proxy),
+        }
+    }
+}
+
+impl From<Router> for App {
+    fn from(router: Router) -> Self {
+        Self {
+            router,
+            proxy: None,
+        }
+    }
+}
 
 /// How long a connection may take and how many there may be.
 #[derive(Clone, Copy, Debug)]
@@ -126,11 +157,12 @@ pub fn default_threads() -> NonZeroUsize {
 /// stops them all and is returned.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: impl Into<App>,
     threads: NonZeroUsize,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    let app = app.into();
     let listener = listener.into_std()?;
     let (stop, stopped) = watch::channel(false);
     let (exit, mut exits) = tokio::sync::mpsc::unbounded_channel();
@@ -168,7 +200,7 @@ pub async fn serve(
 
 fn serve_on_this_thread(
     listener: std::net::TcpListener,
-    app: Router,
+    app: App,
     limits: Limits,
     connections: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
@@ -225,19 +257,28 @@ fn serve_on_this_thread(
 }
 
 async fn serve_connection(
-    stream: TcpStream,
+    mut stream: TcpStream,
     remote: SocketAddr,
-    app: Router,
+    app: App,
     builder: Arc<auto::Builder<TokioExecutor>>,
     limits: Limits,
     mut stopped: watch::Receiver<bool>,
     _held: (OwnedSemaphorePermit, watch::Sender<()>),
 ) {
+    let mut read = BytesMut::new();
+    if let Some(proxy) = &app.proxy {
+        match fast::serve(proxy, &mut stream, &mut read, remote, limits, &mut stopped).await {
+            fast::End::Closed => return,
+            fast::End::HandOver => {}
+        }
+    }
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched {
         inner: stream,
+        read: read.freeze(),
         activity: activity.clone(),
     });
+    let app = app.router;
     let calls = activity.clone();
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         request.extensions_mut().insert(ConnectInfo(remote));
@@ -267,7 +308,7 @@ async fn serve_connection(
 }
 
 /// The guard `wait_for` returns must not live across an await (it is not `Send`).
-async fn stop_requested(stopped: &mut watch::Receiver<bool>) {
+pub(crate) async fn stop_requested(stopped: &mut watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
@@ -407,6 +448,8 @@ impl hyper::body::Body for CallBody {
 /// The socket, telling [`Activity`] when bytes arrive.
 struct Watched {
     inner: TcpStream,
+    /// Read before hyper took over the connection; served first.
+    read: Bytes,
     activity: Arc<Activity>,
 }
 
@@ -416,6 +459,13 @@ impl AsyncRead for Watched {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if !self.read.is_empty() {
+            let take = self.read.len().min(buf.remaining());
+            let read = self.read.split_to(take);
+            buf.put_slice(&read);
+            self.activity.read();
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {

@@ -142,6 +142,26 @@ async fn serve(router: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, task)
 }
 
+/// The proxy served as `sless` serves it: its fast path first, hyper and the router for
+/// the rest.
+async fn serve_proxy(proxy: Arc<Proxy>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = operator::serve::App::with_proxy(proxy::router(proxy.clone()), proxy);
+    let task = tokio::spawn(async move {
+        operator::serve::serve(
+            listener,
+            app,
+            std::num::NonZeroUsize::new(2).unwrap(),
+            operator::serve::Limits::default(),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    });
+    (addr, task)
+}
+
 struct Harness {
     base: String,
     proxy_addr: SocketAddr,
@@ -172,7 +192,7 @@ impl Harness {
         let routes = Arc::new(TestRoutes::default());
         routes.set("ns", "f", ready(&upstream, Some(Duration::from_secs(30))));
         let proxy = Arc::new(Proxy::new(routes.clone(), config));
-        let (proxy_addr, proxy_task) = serve(proxy::router(proxy.clone())).await;
+        let (proxy_addr, proxy_task) = serve_proxy(proxy.clone()).await;
         Self {
             base: format!("http://{proxy_addr}"),
             proxy_addr,

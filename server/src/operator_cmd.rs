@@ -413,8 +413,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         });
         let app = operator::api::router(state)
             .layer(tower_http::trace::TraceLayer::new_for_http())
-            .merge(operator::proxy::router(proxy));
-        let app = gate_readyz(app, readiness.clone());
+            .merge(operator::proxy::router(proxy.clone()));
+        let app = operator::serve::App::with_proxy(gate_readyz(app, readiness.clone()), proxy);
         let listener = listen(args.listen, &args.serve).await?;
         tracing::info!(address = %args.listen, "API and /fn proxy listening");
         crate::serve::serve(listener, app, &args.serve).await

@@ -35,7 +35,11 @@ impl Listeners {
 }
 
 /// Serves `app` until SIGINT or SIGTERM (and `/metrics` on the scrape address).
-pub async fn serve(listeners: Listeners, app: Router, args: &ServeArgs) -> anyhow::Result<()> {
+pub async fn serve(
+    listeners: Listeners,
+    app: impl Into<operator::serve::App>,
+    args: &ServeArgs,
+) -> anyhow::Result<()> {
     let threads = operator::serve::default_threads();
     let limits = args.limits().fit_open_files_limit();
     tracing::info!(

@@ -150,8 +150,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let console = crate::console::router(console, state.auth.clone()).await?;
     let app = operator::api::router(state)
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .merge(operator::proxy::router(proxy))
+        .merge(operator::proxy::router(proxy.clone()))
         .merge(console);
+    let app = operator::serve::App::with_proxy(app, proxy);
 
     println!("sless is up on http://{address}");
     println!("  API:       http://{address}/v1/namespaces/<namespace>/...");

@@ -37,17 +37,22 @@ const EXIT_WAIT: Duration = Duration::from_millis(500);
 /// The parts of `/fn/{ns}/{name}{rest}?{query}`, borrowed from the request URI as
 /// received (no percent-decoding).
 #[derive(Debug, PartialEq)]
-struct Target<'a> {
-    namespace: &'a str,
-    name: &'a str,
+pub(super) struct Target<'a> {
+    pub(super) namespace: &'a str,
+    pub(super) name: &'a str,
     /// Starts with `/`.
-    rest: &'a str,
-    query: Option<&'a str>,
+    pub(super) rest: &'a str,
+    pub(super) query: Option<&'a str>,
 }
 
 impl<'a> Target<'a> {
     fn parse(uri: &'a Uri) -> Option<Self> {
-        let after = uri.path().strip_prefix("/fn/")?;
+        Self::from_path(uri.path(), uri.query())
+    }
+
+    /// From the path and query of a request target as received.
+    pub(super) fn from_path(path: &'a str, query: Option<&'a str>) -> Option<Self> {
+        let after = path.strip_prefix("/fn/")?;
         let (namespace, after) = after.split_once('/')?;
         let (name, rest) = match after.find('/') {
             Some(i) => after.split_at(i),
@@ -60,7 +65,7 @@ impl<'a> Target<'a> {
             namespace,
             name,
             rest,
-            query: uri.query(),
+            query,
         })
     }
 }
@@ -225,7 +230,7 @@ impl Proxy {
 
     /// An unreachable function whose instance has just exited: the reason the runner
     /// gives its route joins the error. A live instance's route stays as it was.
-    async fn why_unreachable(
+    pub(super) async fn why_unreachable(
         &self,
         target: &Target<'_>,
         authority: &str,
@@ -358,7 +363,7 @@ fn record_later(
     }
 }
 
-fn invocation(
+pub(super) fn invocation(
     method: Method,
     path: String,
     status: StatusCode,
@@ -386,7 +391,11 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-fn upstream_uri(authority: &str, rest: &str, query: Option<&str>) -> Result<Uri, String> {
+pub(super) fn upstream_uri(
+    authority: &str,
+    rest: &str,
+    query: Option<&str>,
+) -> Result<Uri, String> {
     let query_len = query.map_or(0, |q| q.len() + 1);
     let mut uri = String::with_capacity("http://".len() + authority.len() + rest.len() + query_len);
     uri.push_str("http://");

@@ -3,6 +3,7 @@
 //! nothing of the console's login crosses over: its cookie is neither forwarded nor set
 //! by a function, and function pages run sandboxed.
 
+use std::io::Write as _;
 use std::net::IpAddr;
 
 use axum::http::header::{
@@ -13,9 +14,9 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 const HOP_BY_HOP: [HeaderName; 9] = [
     CONNECTION,
@@ -32,8 +33,11 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 /// Removes the fixed hop-by-hop headers and every header the Connection header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if names_extra_headers(headers) {
-        let named: Vec<HeaderName> = connection_tokens(headers)
-            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .flat_map(|v| connection_tokens(v.as_bytes()))
+            .filter_map(|token| HeaderName::from_bytes(token).ok())
             .collect();
         for name in named {
             headers.remove(name);
@@ -47,21 +51,30 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// Whether Connection lists anything beyond `close` and the fixed hop-by-hop names, so
 /// the common `Connection: keep-alive` costs no allocation.
 fn names_extra_headers(headers: &HeaderMap) -> bool {
-    connection_tokens(headers).any(|token| {
-        !token.eq_ignore_ascii_case("close")
-            && !HOP_BY_HOP
-                .iter()
-                .any(|h| token.eq_ignore_ascii_case(h.as_str()))
-    })
-}
-
-fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
+        .flat_map(|v| connection_tokens(v.as_bytes()))
+        .any(names_extra_header)
+}
+
+/// Whether a header of this name stays on its own hop whatever Connection says.
+pub(crate) fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h.as_str().as_bytes()))
+}
+
+/// Whether a Connection token names a header to drop beyond the fixed ones.
+pub(crate) fn names_extra_header(token: &[u8]) -> bool {
+    !token.eq_ignore_ascii_case(b"close") && !is_hop_by_hop(token)
+}
+
+/// The tokens of one Connection header value.
+pub(crate) fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
         .filter(|token| !token.is_empty())
 }
 
@@ -69,11 +82,14 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 /// its scripts can neither read the console (same host) nor send its cookie along.
 /// Scripts, forms, popups and downloads stay allowed for the function's own pages. A
 /// policy the function sets is kept: browsers enforce both.
-const SANDBOX: HeaderValue =
-    HeaderValue::from_static("sandbox allow-scripts allow-forms allow-popups allow-downloads");
+pub(crate) const SANDBOX_POLICY: &str =
+    "sandbox allow-scripts allow-forms allow-popups allow-downloads";
 
 pub(crate) fn sandbox(headers: &mut HeaderMap) {
-    headers.append(CONTENT_SECURITY_POLICY, SANDBOX);
+    headers.append(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(SANDBOX_POLICY),
+    );
 }
 
 /// Removes the cookie `name` from the Cookie header(s), keeping the other pairs as sent.
@@ -82,7 +98,7 @@ pub(crate) fn strip_cookie(headers: &mut HeaderMap, name: &str) {
     if !headers
         .get_all(COOKIE)
         .iter()
-        .any(|v| cookie_pairs(v).any(|pair| cookie_name(pair) == name.as_bytes()))
+        .any(|v| has_cookie(v.as_bytes(), name))
     {
         return;
     }
@@ -90,10 +106,8 @@ pub(crate) fn strip_cookie(headers: &mut HeaderMap, name: &str) {
         .get_all(COOKIE)
         .iter()
         .filter_map(|value| {
-            let pairs: Vec<&[u8]> = cookie_pairs(value)
-                .filter(|pair| cookie_name(pair) != name.as_bytes())
-                .collect();
-            (!pairs.is_empty()).then(|| HeaderValue::from_bytes(&pairs.join(&b"; "[..])))
+            let kept = cookie_without(value.as_bytes(), name);
+            (!kept.is_empty()).then(|| HeaderValue::from_bytes(&kept))
         })
         // Parts of a valid value make a valid value.
         .filter_map(Result::ok)
@@ -104,16 +118,23 @@ pub(crate) fn strip_cookie(headers: &mut HeaderMap, name: &str) {
     }
 }
 
+/// Whether a Cookie header value carries the cookie `name`.
+pub(crate) fn has_cookie(value: &[u8], name: &str) -> bool {
+    cookie_pairs(value).any(|pair| cookie_name(pair) == name.as_bytes())
+}
+
+/// A Cookie header value without the cookie `name` (pairs joined by `; `); empty when
+/// nothing else is left.
+pub(crate) fn cookie_without(value: &[u8], name: &str) -> Vec<u8> {
+    let pairs: Vec<&[u8]> = cookie_pairs(value)
+        .filter(|pair| cookie_name(pair) != name.as_bytes())
+        .collect();
+    pairs.join(&b"; "[..])
+}
+
 /// Drops every Set-Cookie of `name`: a function must not plant a console session.
 pub(crate) fn strip_set_cookie(headers: &mut HeaderMap, name: &str) {
-    let sets = |v: &HeaderValue| {
-        cookie_name(
-            v.as_bytes()
-                .split(|b| *b == b';')
-                .next()
-                .unwrap_or_default(),
-        ) == name.as_bytes()
-    };
+    let sets = |v: &HeaderValue| sets_cookie(v.as_bytes(), name);
     if !headers.get_all(SET_COOKIE).iter().any(sets) {
         return;
     }
@@ -129,9 +150,13 @@ pub(crate) fn strip_set_cookie(headers: &mut HeaderMap, name: &str) {
     }
 }
 
-fn cookie_pairs(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
+/// Whether a Set-Cookie header value sets the cookie `name`.
+pub(crate) fn sets_cookie(value: &[u8], name: &str) -> bool {
+    cookie_name(value.split(|b| *b == b';').next().unwrap_or_default()) == name.as_bytes()
+}
+
+fn cookie_pairs(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value
-        .as_bytes()
         .split(|b| *b == b';')
         .map(<[u8]>::trim_ascii)
         .filter(|pair| !pair.is_empty())
@@ -169,28 +194,39 @@ pub(crate) fn set_forwarding(
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     }
     if let Some(ip) = client_ip {
-        append_forwarded_for(headers, ip.to_canonical());
+        append_forwarded_for(headers, ip);
     }
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, ip: IpAddr) {
-    let ip = ip.to_string();
     let mut value = Vec::new();
-    for earlier in headers.get_all(X_FORWARDED_FOR) {
-        value.extend_from_slice(earlier.as_bytes());
-        value.extend_from_slice(b", ");
-    }
-    let value = if value.is_empty() {
-        HeaderValue::try_from(ip)
-    } else {
-        value.extend_from_slice(ip.as_bytes());
-        HeaderValue::from_bytes(&value)
-    };
+    write_forwarded_for(
+        &mut value,
+        headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .map(HeaderValue::as_bytes),
+        ip,
+    );
     // An address always makes a valid value, and so do the earlier values it is
     // joined to.
-    if let Ok(value) = value {
+    if let Ok(value) = HeaderValue::from_bytes(&value) {
         headers.insert(X_FORWARDED_FOR, value);
     }
+}
+
+/// X-Forwarded-For after this hop: the earlier values, then the caller's address.
+pub(crate) fn write_forwarded_for<'a>(
+    out: &mut Vec<u8>,
+    earlier: impl IntoIterator<Item = &'a [u8]>,
+    ip: IpAddr,
+) {
+    for value in earlier {
+        out.extend_from_slice(value);
+        out.extend_from_slice(b", ");
+    }
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{}", ip.to_canonical());
 }
 
 #[cfg(test)]

@@ -166,10 +166,15 @@ impl TestServer {
             config,
         });
         let app = operator::api::router(state).merge(operator::proxy::router(proxy.clone()));
+        // Served as `sless` serves it: the proxy's fast path first.
+        let app = operator::serve::App::with_proxy(app, proxy.clone());
         let server = tokio::spawn(async move {
-            axum::serve(
+            operator::serve::serve(
                 listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
+                app,
+                std::num::NonZeroUsize::new(2).unwrap(),
+                operator::serve::Limits::default(),
+                std::future::pending(),
             )
             .await
             .unwrap();

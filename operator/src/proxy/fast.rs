@@ -1,0 +1,1056 @@
+//! The common `/fn` call, forwarded on the caller's own connection task without the
+//! HTTP stack: an HTTP/1.1 request without a body or with a Content-Length one, to a
+//! function that is ready. The head is parsed in place (httparse), rewritten by the
+//! header rules of the full path ([`super::headers`]) and written with the body to an
+//! upstream connection that this caller's connection keeps for itself; the answer
+//! streams back as it comes. A call is then one read and one write on each socket, on
+//! one task, which is what brings `/fn` to nginx's cost per call (docs/benchmarks.md).
+//!
+//! Everything else leaves the connection to hyper and the router from that request
+//! on, with the bytes already read ([`End::HandOver`]): other versions, HEAD, chunked
+//! or `Expect` request bodies, upgrades, large heads, and functions that are not
+//! ready (starting, stopped, unknown), whose waits and errors live there. Both paths
+//! record calls, count metrics and keep the same limits and timeouts.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::header::{
+    CONNECTION, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, COOKIE, EXPECT, HOST, SET_COOKIE,
+    TRANSFER_ENCODING, UPGRADE,
+};
+use axum::http::{HeaderName, Method, StatusCode};
+use axum::response::IntoResponse;
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::forward::{Target, invocation, upstream_uri};
+use super::headers::{
+    SANDBOX_POLICY, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, connection_tokens,
+    cookie_without, has_cookie, is_hop_by_hop, names_extra_header, sets_cookie,
+    write_forwarded_for,
+};
+use super::log::{CallError, Calls};
+use super::{CONNECT_TIMEOUT, InvokeError, Proxy, TRIGGER_HEADER};
+use crate::serve::{Limits, stop_requested};
+use sless_core::routes::Route;
+
+/// Request heads with more headers or bytes go to hyper, which has the limits and the
+/// errors (431) for them.
+const MAX_REQUEST_HEADERS: usize = 64;
+const MAX_REQUEST_HEAD: usize = 16 * 1024;
+/// A function's answer head: the limits of hyper's client.
+const MAX_RESPONSE_HEADERS: usize = 100;
+const MAX_RESPONSE_HEAD: usize = 400 * 1024;
+/// A chunk-size line of a chunked answer, extensions included.
+const MAX_CHUNK_LINE: usize = 4096;
+/// Trailers of a chunked answer, all together.
+const MAX_TRAILERS: usize = 16 * 1024;
+/// Bytes read at a time.
+const READ_SIZE: usize = 16 * 1024;
+
+/// How the fast path left a connection.
+pub(crate) enum End {
+    /// Done: closed by either side, timed out, cut or shut down.
+    Closed,
+    /// Hyper serves the rest; the buffer holds what was read of the next request.
+    HandOver,
+}
+
+/// Serves the fast calls of one caller's connection, reading into `buf`.
+pub(crate) async fn serve(
+    proxy: &Arc<Proxy>,
+    client: &mut TcpStream,
+    buf: &mut BytesMut,
+    remote: SocketAddr,
+    limits: Limits,
+    stopped: &mut watch::Receiver<bool>,
+) -> End {
+    let mut conn = Connection {
+        proxy,
+        client,
+        remote,
+        upstream: None,
+        out: Vec::with_capacity(1024),
+        answer: BytesMut::with_capacity(READ_SIZE),
+    };
+    let mut first = true;
+    loop {
+        let Some(call) = conn.next_call(buf, limits, first, stopped).await else {
+            return End::Closed;
+        };
+        first = false;
+        let call = match call {
+            Next::Call(call) => call,
+            Next::HandOver => return End::HandOver,
+        };
+        let close = call.close;
+        if !conn.forward(call, buf).await || close {
+            return End::Closed;
+        }
+    }
+}
+
+enum Next {
+    Call(Call),
+    HandOver,
+}
+
+/// What `prepare` learnt of a request head.
+enum Step {
+    Partial,
+    HandOver,
+    Call(Call),
+}
+
+/// A request the fast path takes; its upstream head is in `Connection::out`.
+struct Call {
+    started: Instant,
+    method: Method,
+    head_len: usize,
+    body_len: u64,
+    /// The caller asked to close after this answer.
+    close: bool,
+    namespace: String,
+    name: String,
+    /// The path after the function's name, for the invocation record.
+    rest: String,
+    authority: Arc<str>,
+    timeout: Option<Duration>,
+    calls: Arc<Calls>,
+}
+
+struct Upstream {
+    authority: Arc<str>,
+    stream: TcpStream,
+}
+
+struct Connection<'a> {
+    proxy: &'a Arc<Proxy>,
+    client: &'a mut TcpStream,
+    remote: SocketAddr,
+    /// Kept between calls while the function's instance stays the same.
+    upstream: Option<Upstream>,
+    /// The head being written (the upstream request, then the caller's answer).
+    out: Vec<u8>,
+    /// What was read of the function's answer.
+    answer: BytesMut,
+}
+
+/// How a function's answer body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Read until the function closes; re-framed as chunked for the caller.
+    UntilClose,
+}
+
+/// Why an answer stopped after its head went to the caller.
+enum Cut {
+    Timeout,
+    BadAnswer,
+    CallerGone,
+}
+
+impl Connection<'_> {
+    /// Waits for the next request head: the header timeout from the connection's start
+    /// or a request's first byte, the idle timeout before that byte. None when the
+    /// connection is to close.
+    async fn next_call(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: Limits,
+        first: bool,
+        stopped: &mut watch::Receiver<bool>,
+    ) -> Option<Next> {
+        let mut deadline = tokio::time::Instant::now()
+            + if first || !buf.is_empty() {
+                limits.header_timeout
+            } else {
+                limits.idle_timeout
+            };
+        loop {
+            if !buf.is_empty() {
+                match prepare(self.proxy, buf, self.remote, &mut self.out) {
+                    Step::Partial => {}
+                    Step::HandOver => return Some(Next::HandOver),
+                    Step::Call(call) => return Some(Next::Call(call)),
+                }
+            }
+            let was_empty = buf.is_empty();
+            buf.reserve(READ_SIZE);
+            let read = tokio::select! {
+                read = tokio::time::timeout_at(deadline, self.client.read_buf(buf)) => read,
+                () = closed(&self.upstream) => {
+                    self.upstream = None;
+                    continue;
+                }
+                () = stop_requested(stopped), if was_empty => return None,
+            };
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+                Ok(Ok(_)) if was_empty && !first => {
+                    deadline = tokio::time::Instant::now() + limits.header_timeout;
+                }
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// One call; false when the caller's connection must close after it.
+    async fn forward(&mut self, call: Call, buf: &mut BytesMut) -> bool {
+        let in_flight = call.calls.in_flight();
+        let deadline = call.timeout.map(|timeout| {
+            tokio::time::Instant::now() + timeout.saturating_add(self.proxy.config.timeout_margin)
+        });
+        let exchange = within(deadline, self.exchange(&call, buf)).await;
+        let (status, framing, reusable) = match exchange {
+            Some(Ok(head)) => head,
+            Some(Err((error, body_sent))) => {
+                self.upstream = None;
+                let error = match error {
+                    InvokeError::Unreachable { name, detail } => {
+                        let target = call.target();
+                        self.proxy
+                            .why_unreachable(&target, &call.authority, name, detail)
+                            .await
+                    }
+                    error => error,
+                };
+                return self.fail(&call, error, body_sent, buf).await;
+            }
+            None => {
+                self.upstream = None;
+                let error = InvokeError::Timeout {
+                    name: call.name.clone(),
+                    timeout: call.timeout.unwrap_or_default(),
+                };
+                // How much of the body went up is unknown here: the caller's
+                // connection closes after the answer.
+                return self.fail(&call, error, false, buf).await;
+            }
+        };
+        let cut = match within(deadline, self.relay(framing)).await {
+            Some(Ok(())) => None,
+            Some(Err(cut)) => Some(cut),
+            None => Some(Cut::Timeout),
+        };
+        if cut.is_some() || !reusable || !self.answer.is_empty() {
+            self.upstream = None;
+            self.answer.clear();
+        }
+        let error = match cut {
+            Some(Cut::Timeout) => Some(CallError::Timeout),
+            Some(Cut::BadAnswer) => Some(CallError::BadAnswer),
+            Some(Cut::CallerGone) | None => None,
+        };
+        let recorded = match error {
+            Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
+            Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
+            None => status,
+        };
+        drop(in_flight);
+        call.calls.record(invocation(
+            call.method.clone(),
+            call.rest.clone(),
+            recorded,
+            call.started,
+            error,
+        ));
+        cut.is_none()
+    }
+
+    /// Sends the request and reads the answer's head, written into `out` for the
+    /// caller. Ok: the status, framing and whether the upstream connection may serve
+    /// again. Err: what went wrong and whether the request body was read whole.
+    async fn exchange(
+        &mut self,
+        call: &Call,
+        buf: &mut BytesMut,
+    ) -> Result<(StatusCode, Framing, bool), (InvokeError, bool)> {
+        // The whole request when it is in hand: then it can be sent again when a kept
+        // connection turns out closed.
+        let whole = usize::try_from(call.body_len)
+            .ok()
+            .and_then(|len| call.head_len.checked_add(len))
+            .filter(|end| *end <= buf.len());
+        let head_len = self.out.len();
+        let mut retried = false;
+        loop {
+            let reused = self.connect(call).await.map_err(|e| (e, false))?;
+            let upstream = &mut self
+                .upstream
+                .as_mut()
+                .expect("connect leaves an upstream")
+                .stream;
+            let sent = match whole {
+                Some(end) => {
+                    self.out.extend_from_slice(&buf[call.head_len..end]);
+                    upstream.write_all(&self.out).await.map_err(Failed::Io)
+                }
+                None => send_streaming(upstream, self.client, &self.out, call, buf).await,
+            };
+            // A kept connection may fail and the request go again: consumed after.
+            if let Some(end) = whole
+                && !reused
+            {
+                buf.advance(end);
+            }
+            self.answer.clear();
+            let head = match sent {
+                Ok(()) => self.read_head(call).await,
+                Err(failed) => Err(failed),
+            };
+            let failed = match head {
+                Ok(head) => {
+                    if let Some(end) = whole
+                        && reused
+                    {
+                        buf.advance(end);
+                    }
+                    return Ok(head);
+                }
+                Err(failed) => failed,
+            };
+            if let (Some(_), Failed::Io(_)) = (whole, &failed)
+                && reused
+                && !retried
+                && self.answer.is_empty()
+            {
+                // The function closed the kept connection as the call went out.
+                self.upstream = None;
+                self.out.truncate(head_len);
+                retried = true;
+                continue;
+            }
+            if let Some(end) = whole
+                && reused
+            {
+                buf.advance(end);
+            }
+            let name = call.name.clone();
+            return Err(match failed {
+                Failed::Io(e) => (
+                    InvokeError::Unreachable {
+                        name,
+                        detail: sless_core::error_text::error_chain(&e),
+                    },
+                    whole.is_some(),
+                ),
+                Failed::Answer(detail) => (InvokeError::Unreachable { name, detail }, true),
+                Failed::Body(detail) => (InvokeError::BadAnswer { name, detail }, true),
+                Failed::Caller(detail) => (InvokeError::BadRequestBody(detail), false),
+            });
+        }
+    }
+
+    /// A connection to the call's instance; true when it is a kept one.
+    async fn connect(&mut self, call: &Call) -> Result<bool, InvokeError> {
+        if self
+            .upstream
+            .as_ref()
+            .is_some_and(|u| u.authority == call.authority)
+        {
+            return Ok(true);
+        }
+        self.upstream = None;
+        let unreachable = |detail: String| InvokeError::Unreachable {
+            name: call.name.clone(),
+            detail,
+        };
+        let authority = &*call.authority;
+        upstream_uri(authority, "/", None)
+            .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(authority))
+            .await
+            .map_err(|_| unreachable(format!("connecting to {authority} timed out")))?
+            .map_err(|e| unreachable(format!("connecting to {authority}: {e}")))?;
+        // The head goes out before the body: without this the body would wait for
+        // the function's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        self.upstream = Some(Upstream {
+            authority: call.authority.clone(),
+            stream,
+        });
+        Ok(false)
+    }
+
+    /// Reads the function's answer head (skipping interim 1xx answers) and the start
+    /// of its body, and writes the caller's head into `out`.
+    async fn read_head(&mut self, call: &Call) -> Result<(StatusCode, Framing, bool), Failed> {
+        let upstream = &mut self.upstream.as_mut().expect("connected").stream;
+        loop {
+            let parsed = parse_answer(
+                &self.answer,
+                &mut self.out,
+                self.proxy.config.console_cookie.as_deref(),
+                call.close,
+            );
+            match parsed {
+                Parsed::Interim(len) => {
+                    self.answer.advance(len);
+                    continue;
+                }
+                Parsed::Head {
+                    len,
+                    status,
+                    framing,
+                    reusable,
+                } => {
+                    self.answer.advance(len);
+                    first_body_bytes(upstream, &mut self.answer, framing).await?;
+                    return Ok((status, framing, reusable));
+                }
+                Parsed::Partial if self.answer.len() < MAX_RESPONSE_HEAD => {}
+                Parsed::Partial => {
+                    return Err(Failed::Answer("its answer head is too large".into()));
+                }
+                Parsed::Invalid(detail) => return Err(Failed::Answer(detail)),
+            }
+            self.answer.reserve(READ_SIZE);
+            let read = upstream
+                .read_buf(&mut self.answer)
+                .await
+                .map_err(Failed::Io)?;
+            if read == 0 {
+                return Err(Failed::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed before the answer's head was complete",
+                )));
+            }
+        }
+    }
+
+    /// Streams the answer's body after the head in `out`, which goes out with the
+    /// first bytes.
+    async fn relay(&mut self, framing: Framing) -> Result<(), Cut> {
+        let upstream = &mut self.upstream.as_mut().expect("connected").stream;
+        let mut chunked = ChunkedScan::default();
+        let mut remaining = match framing {
+            Framing::Length(len) => len,
+            _ => 0,
+        };
+        let mut upstream_done = false;
+        loop {
+            let done = match framing {
+                Framing::Empty => true,
+                Framing::Length(_) => {
+                    let take = usize::try_from(remaining)
+                        .unwrap_or(usize::MAX)
+                        .min(self.answer.len());
+                    self.out.extend_from_slice(&self.answer[..take]);
+                    self.answer.advance(take);
+                    remaining -= take as u64;
+                    remaining == 0
+                }
+                Framing::Chunked => {
+                    let take = chunked.scan(&self.answer).ok_or(Cut::BadAnswer)?;
+                    self.out.extend_from_slice(&self.answer[..take]);
+                    self.answer.advance(take);
+                    chunked.done()
+                }
+                Framing::UntilClose => {
+                    if !self.answer.is_empty() {
+                        self.out
+                            .extend_from_slice(format!("{:x}\r\n", self.answer.len()).as_bytes());
+                        self.out.extend_from_slice(&self.answer);
+                        self.out.extend_from_slice(b"\r\n");
+                        self.answer.clear();
+                    }
+                    if upstream_done {
+                        self.out.extend_from_slice(b"0\r\n\r\n");
+                    }
+                    upstream_done
+                }
+            };
+            if !self.out.is_empty() {
+                self.client
+                    .write_all(&self.out)
+                    .await
+                    .map_err(|_| Cut::CallerGone)?;
+                self.out.clear();
+            }
+            if done {
+                return Ok(());
+            }
+            if upstream_done {
+                return Err(Cut::BadAnswer);
+            }
+            self.answer.reserve(READ_SIZE);
+            match upstream.read_buf(&mut self.answer).await {
+                Ok(0) => upstream_done = true,
+                Ok(_) => {}
+                Err(_) if framing == Framing::UntilClose => upstream_done = true,
+                Err(_) => return Err(Cut::BadAnswer),
+            }
+        }
+    }
+
+    /// Answers with `error` before any of the function's answer went out; false when
+    /// the connection closes after it.
+    async fn fail(
+        &mut self,
+        call: &Call,
+        error: InvokeError,
+        body_sent: bool,
+        buf: &mut BytesMut,
+    ) -> bool {
+        let status = error.status();
+        let response = error.into_response();
+        let (parts, body) = response.into_parts();
+        // A small in-memory JSON body.
+        let body = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .unwrap_or_default();
+        let keep = body_sent && !call.close;
+        if !body_sent {
+            // The rest of the request is unread: the next request cannot be found.
+            buf.clear();
+        }
+        self.out.clear();
+        write_status_line(&mut self.out, status.as_u16(), "");
+        for (name, value) in &parts.headers {
+            write_header(&mut self.out, name.as_str().as_bytes(), value.as_bytes());
+        }
+        write_header(
+            &mut self.out,
+            CONTENT_LENGTH.as_str().as_bytes(),
+            body.len().to_string().as_bytes(),
+        );
+        write_header(
+            &mut self.out,
+            CONTENT_SECURITY_POLICY.as_str().as_bytes(),
+            SANDBOX_POLICY.as_bytes(),
+        );
+        if !keep {
+            write_header(&mut self.out, CONNECTION.as_str().as_bytes(), b"close");
+        }
+        self.out.extend_from_slice(b"\r\n");
+        self.out.extend_from_slice(&body);
+        let written = self.client.write_all(&self.out).await.is_ok();
+        self.out.clear();
+        call.calls.record(invocation(
+            call.method.clone(),
+            call.rest.clone(),
+            status,
+            call.started,
+            None,
+        ));
+        written && keep
+    }
+}
+
+impl Call {
+    fn target(&self) -> Target<'_> {
+        Target {
+            namespace: &self.namespace,
+            name: &self.name,
+            rest: &self.rest,
+            query: None,
+        }
+    }
+}
+
+/// Why sending a request or reading its answer's head failed.
+enum Failed {
+    /// On the function's connection.
+    Io(io::Error),
+    /// The caller's body broke off.
+    Caller(String),
+    Answer(String),
+    /// The head came, then the body was missing or malformed from its start.
+    Body(String),
+}
+
+/// Waits for the start of the body, as the full path waits for its first frame: an
+/// answer that breaks off or is malformed there is still a 502 the caller can read.
+async fn first_body_bytes(
+    upstream: &mut TcpStream,
+    answer: &mut BytesMut,
+    framing: Framing,
+) -> Result<(), Failed> {
+    loop {
+        let enough = match framing {
+            Framing::Empty | Framing::Length(0) => true,
+            Framing::Length(_) | Framing::UntilClose => !answer.is_empty(),
+            Framing::Chunked => match httparse::parse_chunk_size(answer) {
+                Ok(httparse::Status::Complete(_)) => true,
+                Ok(httparse::Status::Partial) if answer.len() < MAX_CHUNK_LINE => false,
+                _ => return Err(Failed::Body("invalid chunk size line".into())),
+            },
+        };
+        if enough {
+            return Ok(());
+        }
+        answer.reserve(READ_SIZE);
+        if upstream.read_buf(answer).await.map_err(Failed::Io)? == 0 {
+            return match framing {
+                Framing::UntilClose => Ok(()),
+                _ => Err(Failed::Body("the answer broke off before its body".into())),
+            };
+        }
+    }
+}
+
+/// Resolves when the kept upstream connection closes (or sends what nobody asked for):
+/// it must not take the next call. Never without one.
+async fn closed(upstream: &Option<Upstream>) {
+    let Some(upstream) = upstream else {
+        return std::future::pending().await;
+    };
+    let mut byte = [0u8; 1];
+    loop {
+        if upstream.stream.readable().await.is_err() {
+            return;
+        }
+        match upstream.stream.try_read(&mut byte) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            _ => return,
+        }
+    }
+}
+
+/// Writes the request head and streams a body that has not all arrived yet.
+async fn send_streaming(
+    upstream: &mut TcpStream,
+    client: &mut TcpStream,
+    head: &[u8],
+    call: &Call,
+    buf: &mut BytesMut,
+) -> Result<(), Failed> {
+    upstream.write_all(head).await.map_err(Failed::Io)?;
+    buf.advance(call.head_len);
+    let mut remaining = call.body_len;
+    loop {
+        let take = usize::try_from(remaining)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        upstream.write_all(&buf[..take]).await.map_err(Failed::Io)?;
+        buf.advance(take);
+        remaining -= take as u64;
+        if remaining == 0 {
+            return Ok(());
+        }
+        buf.reserve(READ_SIZE);
+        match client.read_buf(buf).await {
+            Ok(0) => {
+                return Err(Failed::Caller(
+                    "the caller closed before sending the whole body".into(),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(Failed::Caller(e.to_string())),
+        }
+    }
+}
+
+/// `future`'s output, or None when `deadline` passed first.
+async fn within<F: Future>(deadline: Option<tokio::time::Instant>, future: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
+fn is(name: &str, header: &HeaderName) -> bool {
+    name.eq_ignore_ascii_case(header.as_str())
+}
+
+/// Whether any Connection header names `name` for removal.
+fn named_by_connection(headers: &[httparse::Header<'_>], name: &str) -> bool {
+    headers
+        .iter()
+        .filter(|h| is(h.name, &CONNECTION))
+        .flat_map(|h| connection_tokens(h.value))
+        .any(|token| names_extra_header(token) && token.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// Decides on a request head in `buf` and, for a fast call, writes its upstream head
+/// into `out`.
+fn prepare(proxy: &Proxy, buf: &[u8], remote: SocketAddr, out: &mut Vec<u8>) -> Step {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    let head_len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() < MAX_REQUEST_HEAD => return Step::Partial,
+        _ => return Step::HandOver,
+    };
+    let (Some(method), Some(path), Some(1)) = (request.method, request.path, request.version)
+    else {
+        return Step::HandOver;
+    };
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Step::HandOver;
+    };
+    // HEAD answers carry no body whatever their framing says; CONNECT is a tunnel.
+    if method == Method::HEAD || method == Method::CONNECT {
+        return Step::HandOver;
+    }
+    // What a URI may hold, as sent on: no fragment, nothing to escape.
+    if !path.bytes().all(|b| b.is_ascii_graphic() && b != b'#') {
+        return Step::HandOver;
+    }
+    let (path_only, query) = match path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path, None),
+    };
+    let Some(target) = Target::from_path(path_only, query) else {
+        return Step::HandOver;
+    };
+
+    let headers = &*request.headers;
+    let mut body_len = 0;
+    let mut lengths = 0;
+    let mut hosts = 0;
+    let mut close = false;
+    for header in headers {
+        let name = header.name;
+        if is(name, &TRANSFER_ENCODING) || is(name, &UPGRADE) || is(name, &EXPECT) {
+            return Step::HandOver;
+        }
+        if is(name, &CONTENT_LENGTH) {
+            lengths += 1;
+            match decimal(header.value) {
+                Some(len) => body_len = len,
+                None => return Step::HandOver,
+            }
+        } else if is(name, &HOST) {
+            hosts += 1;
+        } else if is(name, &CONNECTION) {
+            close |= connection_tokens(header.value).any(|t| t.eq_ignore_ascii_case(b"close"));
+        }
+    }
+    // Over the limit: the full path's 413.
+    if lengths > 1 || hosts > 1 || body_len > proxy.config.max_body_bytes {
+        return Step::HandOver;
+    }
+    let Route::Ready {
+        authority, timeout, ..
+    } = proxy.routes.route(target.namespace, target.name)
+    else {
+        return Step::HandOver;
+    };
+
+    out.clear();
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.rest.as_bytes());
+    if let Some(query) = target.query {
+        out.push(b'?');
+        out.extend_from_slice(query.as_bytes());
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let extra_named = headers
+        .iter()
+        .filter(|h| is(h.name, &CONNECTION))
+        .flat_map(|h| connection_tokens(h.value))
+        .any(names_extra_header);
+    let console_cookie = proxy.config.console_cookie.as_deref();
+    let mut host = None;
+    let mut has_proto = false;
+    for header in headers {
+        let name = header.name;
+        if is_hop_by_hop(name.as_bytes())
+            || (extra_named && named_by_connection(headers, name))
+            || name.eq_ignore_ascii_case(TRIGGER_HEADER)
+            || is(name, &X_FORWARDED_HOST)
+            || is(name, &X_FORWARDED_FOR)
+        {
+            continue;
+        }
+        if is(name, &HOST) {
+            host = Some(header.value);
+            continue;
+        }
+        if is(name, &X_FORWARDED_PROTO) {
+            has_proto = true;
+        }
+        if let Some(cookie) = console_cookie
+            && is(name, &COOKIE)
+            && has_cookie(header.value, cookie)
+        {
+            let kept = cookie_without(header.value, cookie);
+            if !kept.is_empty() {
+                write_header(out, name.as_bytes(), &kept);
+            }
+            continue;
+        }
+        write_header(out, name.as_bytes(), header.value);
+    }
+    write_header(out, HOST.as_str().as_bytes(), authority.as_bytes());
+    if let Some(host) = host {
+        write_header(out, X_FORWARDED_HOST.as_str().as_bytes(), host);
+    }
+    if !has_proto {
+        write_header(out, X_FORWARDED_PROTO.as_str().as_bytes(), b"http");
+    }
+    out.extend_from_slice(X_FORWARDED_FOR.as_str().as_bytes());
+    out.extend_from_slice(b": ");
+    write_forwarded_for(
+        out,
+        headers
+            .iter()
+            .filter(|h| is(h.name, &X_FORWARDED_FOR))
+            .map(|h| h.value),
+        remote.ip(),
+    );
+    out.extend_from_slice(b"\r\n\r\n");
+
+    Step::Call(Call {
+        started: Instant::now(),
+        method,
+        head_len,
+        body_len,
+        close,
+        namespace: target.namespace.to_owned(),
+        name: target.name.to_owned(),
+        rest: target.rest.to_owned(),
+        authority,
+        timeout,
+        calls: proxy.invocations.calls(target.namespace, target.name),
+    })
+}
+
+/// What `parse_answer` found in the bytes read so far.
+enum Parsed {
+    Partial,
+    Invalid(String),
+    /// A 1xx answer before the real one, `len` bytes long.
+    Interim(usize),
+    Head {
+        len: usize,
+        status: StatusCode,
+        framing: Framing,
+        /// The upstream connection may take another call after this answer.
+        reusable: bool,
+    },
+}
+
+/// Parses a function's answer head and writes the caller's head into `out`.
+fn parse_answer(
+    answer: &[u8],
+    out: &mut Vec<u8>,
+    console_cookie: Option<&str>,
+    close: bool,
+) -> Parsed {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let len = match response.parse(answer) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(e) => return Parsed::Invalid(format!("invalid answer head: {e}")),
+    };
+    let (Some(code), Some(version)) = (response.code, response.version) else {
+        return Parsed::Invalid("invalid answer head".into());
+    };
+    let Ok(status) = StatusCode::from_u16(code) else {
+        return Parsed::Invalid(format!("invalid status {code}"));
+    };
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Parsed::Invalid("switched protocols without being asked".into());
+    }
+    if status.is_informational() {
+        return Parsed::Interim(len);
+    }
+    let headers = &*response.headers;
+    let mut framing = None;
+    let mut length = None;
+    let mut keep_alive = version == 1;
+    for header in headers {
+        if is(header.name, &TRANSFER_ENCODING) {
+            let last = header
+                .value
+                .rsplit(|b| *b == b',')
+                .next()
+                .unwrap_or_default();
+            framing = Some(if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                Framing::Chunked
+            } else {
+                Framing::UntilClose
+            });
+        } else if is(header.name, &CONTENT_LENGTH) {
+            match (decimal(header.value), length) {
+                (Some(len), None) => length = Some(len),
+                (Some(len), Some(earlier)) if len == earlier => {}
+                _ => return Parsed::Invalid("invalid content-length".into()),
+            }
+        } else if is(header.name, &CONNECTION) {
+            keep_alive &=
+                !connection_tokens(header.value).any(|t| t.eq_ignore_ascii_case(b"close"));
+        }
+    }
+    let framing = if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        Framing::Empty
+    } else {
+        framing.unwrap_or(length.map_or(Framing::UntilClose, Framing::Length))
+    };
+
+    out.clear();
+    write_status_line(out, code, response.reason.unwrap_or_default());
+    let extra_named = headers
+        .iter()
+        .filter(|h| is(h.name, &CONNECTION))
+        .flat_map(|h| connection_tokens(h.value))
+        .any(names_extra_header);
+    for header in headers {
+        let name = header.name;
+        if is_hop_by_hop(name.as_bytes())
+            || (extra_named && named_by_connection(headers, name))
+            || (is(name, &CONTENT_LENGTH) && status != StatusCode::NOT_MODIFIED)
+            || console_cookie.is_some_and(|c| is(name, &SET_COOKIE) && sets_cookie(header.value, c))
+        {
+            continue;
+        }
+        write_header(out, name.as_bytes(), header.value);
+    }
+    match framing {
+        Framing::Empty => {}
+        Framing::Length(len) => write_header(
+            out,
+            CONTENT_LENGTH.as_str().as_bytes(),
+            len.to_string().as_bytes(),
+        ),
+        Framing::Chunked | Framing::UntilClose => {
+            write_header(out, TRANSFER_ENCODING.as_str().as_bytes(), b"chunked")
+        }
+    }
+    write_header(
+        out,
+        CONTENT_SECURITY_POLICY.as_str().as_bytes(),
+        SANDBOX_POLICY.as_bytes(),
+    );
+    if close {
+        write_header(out, CONNECTION.as_str().as_bytes(), b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+    Parsed::Head {
+        len,
+        status,
+        framing,
+        reusable: keep_alive && framing != Framing::UntilClose,
+    }
+}
+
+fn write_status_line(out: &mut Vec<u8>, code: u16, reason: &str) {
+    let reason = if reason.is_empty() {
+        StatusCode::from_u16(code)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or_default()
+    } else {
+        reason
+    };
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(code.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A Content-Length value: digits only (no sign), surrounding blanks allowed.
+fn decimal(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// Follows a chunked body as it passes through, to find where it ends.
+#[derive(Debug, Default)]
+struct ChunkedScan {
+    state: ChunkState,
+    trailer_bytes: usize,
+}
+
+#[derive(Debug, Default, PartialEq)]
+enum ChunkState {
+    #[default]
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+impl ChunkedScan {
+    /// How many bytes of `bytes` belong to the body (whole framing elements only);
+    /// None when the framing is broken.
+    fn scan(&mut self, bytes: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        loop {
+            let rest = &bytes[at..];
+            match self.state {
+                ChunkState::Done => return Some(at),
+                ChunkState::Size => match httparse::parse_chunk_size(rest) {
+                    Ok(httparse::Status::Complete((len, 0))) => {
+                        at += len;
+                        self.state = ChunkState::Trailers;
+                    }
+                    Ok(httparse::Status::Complete((len, size))) => {
+                        at += len;
+                        self.state = ChunkState::Data(size);
+                    }
+                    Ok(httparse::Status::Partial) if rest.len() < MAX_CHUNK_LINE => {
+                        return Some(at);
+                    }
+                    _ => return None,
+                },
+                ChunkState::Data(size) => {
+                    if rest.is_empty() {
+                        return Some(at);
+                    }
+                    let take = usize::try_from(size).unwrap_or(usize::MAX).min(rest.len());
+                    at += take;
+                    let left = size - take as u64;
+                    self.state = if left == 0 {
+                        ChunkState::DataEnd
+                    } else {
+                        ChunkState::Data(left)
+                    };
+                }
+                ChunkState::DataEnd => {
+                    if rest.len() < 2 {
+                        return Some(at);
+                    }
+                    if &rest[..2] != b"\r\n" {
+                        return None;
+                    }
+                    at += 2;
+                    self.state = ChunkState::Size;
+                }
+                ChunkState::Trailers => {
+                    let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
+                        return (self.trailer_bytes + rest.len() < MAX_TRAILERS).then_some(at);
+                    };
+                    at += end + 2;
+                    self.trailer_bytes += end + 2;
+                    if end == 0 {
+                        self.state = ChunkState::Done;
+                    } else if self.trailer_bytes > MAX_TRAILERS {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+}
