@@ -144,7 +144,10 @@ async fn serve(router: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
 
 /// The proxy served as `sless` serves it: its fast path first, hyper and the router for
 /// the rest.
-async fn serve_proxy(proxy: Arc<Proxy>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+async fn serve_proxy(
+    proxy: Arc<Proxy>,
+    limits: operator::serve::Limits,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = operator::serve::App::with_proxy(proxy::router(proxy.clone()), proxy);
@@ -153,7 +156,7 @@ async fn serve_proxy(proxy: Arc<Proxy>) -> (SocketAddr, tokio::task::JoinHandle<
             listener,
             app,
             std::num::NonZeroUsize::new(2).unwrap(),
-            operator::serve::Limits::default(),
+            limits,
             std::future::pending(),
         )
         .await
@@ -185,14 +188,18 @@ impl Harness {
         Self::start_with(ProxyConfig::default()).await
     }
 
-    /// Upstream `ns/f` ready with a 30 s timeout.
     async fn start_with(config: ProxyConfig) -> Self {
+        Self::start_with_limits(config, operator::serve::Limits::default()).await
+    }
+
+    /// Upstream `ns/f` ready with a 30 s timeout.
+    async fn start_with_limits(config: ProxyConfig, limits: operator::serve::Limits) -> Self {
         let (upstream_addr, upstream_task) = serve(Router::new().fallback(upstream)).await;
         let upstream = upstream_addr.to_string();
         let routes = Arc::new(TestRoutes::default());
         routes.set("ns", "f", ready(&upstream, Some(Duration::from_secs(30))));
         let proxy = Arc::new(Proxy::new(routes.clone(), config));
-        let (proxy_addr, proxy_task) = serve_proxy(proxy.clone()).await;
+        let (proxy_addr, proxy_task) = serve_proxy(proxy.clone(), limits).await;
         Self {
             base: format!("http://{proxy_addr}"),
             proxy_addr,
@@ -804,4 +811,285 @@ async fn malformed_answers_are_502_and_recorded_so() {
     }
     let call = last_call(&h, "short").await;
     assert_eq!(call.status, 502);
+}
+
+/// Reads answers from `stream` until it closes: (status, lowercased headers, body) each.
+/// `heads[i]`: the i-th request was HEAD (its answer has no body).
+async fn read_answers(
+    stream: &mut tokio::net::TcpStream,
+    heads: &[bool],
+) -> Vec<(u16, HashMap<String, String>, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut bytes = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut bytes))
+        .await
+        .expect("the connection stays open")
+        .unwrap();
+    let mut answers = Vec::new();
+    let mut at = 0;
+    for head_request in heads {
+        let mut parsed = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut parsed);
+        let httparse::Status::Complete(len) = response.parse(&bytes[at..]).unwrap() else {
+            panic!(
+                "incomplete answer: {:?}",
+                String::from_utf8_lossy(&bytes[at..])
+            );
+        };
+        let headers: HashMap<String, String> = response
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        let status = response.code.unwrap();
+        at += len;
+        let mut body = Vec::new();
+        if *head_request || status == 204 {
+        } else if let Some(length) = headers.get("content-length") {
+            let length: usize = length.parse().unwrap();
+            body.extend_from_slice(&bytes[at..at + length]);
+            at += length;
+        } else {
+            assert_eq!(headers["transfer-encoding"], "chunked");
+            loop {
+                let httparse::Status::Complete((line, size)) =
+                    httparse::parse_chunk_size(&bytes[at..]).unwrap()
+                else {
+                    panic!("broken chunk");
+                };
+                at += line;
+                let size = size as usize;
+                body.extend_from_slice(&bytes[at..at + size]);
+                at += size + 2;
+                if size == 0 {
+                    break;
+                }
+            }
+        }
+        answers.push((status, headers, body));
+    }
+    assert_eq!(at, bytes.len(), "more answers than requests");
+    answers
+}
+
+async fn connect(h: &Harness) -> tokio::net::TcpStream {
+    tokio::net::TcpStream::connect(h.proxy_addr).await.unwrap()
+}
+
+#[tokio::test]
+async fn pipelined_calls_of_both_paths_share_a_connection() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start().await;
+    let mut stream = connect(&h).await;
+    // Fast, fast with a body, HEAD (the HTTP stack from there on), then the rest.
+    stream
+        .write_all(
+            b"GET /fn/ns/f/one HTTP/1.1\r\nHost: x\r\n\r\n\
+              POST /fn/ns/f/two HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+              HEAD /fn/ns/f/three HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/f/four HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let answers = read_answers(&mut stream, &[false, false, true, false]).await;
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(statuses, [200, 200, 200, 200]);
+    let seen = |i: usize| -> Value { serde_json::from_slice(&answers[i].2).unwrap() };
+    assert_eq!(seen(0)["path"], "/one");
+    assert_eq!(
+        (seen(1)["path"].clone(), seen(1)["body_len"].clone()),
+        ("/two".into(), 5.into())
+    );
+    assert_eq!(seen(3)["path"], "/four");
+    for (_, headers, _) in &answers {
+        assert!(headers["content-security-policy"].starts_with("sandbox"));
+    }
+    let paths: Vec<String> = h
+        .proxy
+        .invocations()
+        .recent("ns", "f", 10)
+        .into_iter()
+        .map(|call| call.path)
+        .collect();
+    assert_eq!(paths, ["/four", "/three", "/two", "/one"]);
+}
+
+#[tokio::test]
+async fn ambiguous_request_framing_never_reaches_a_function() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start().await;
+    for framing in [
+        "Content-Length: 5\r\nContent-Length: 40",
+        "Content-Length: +5",
+        "Content-Length: 5, 6",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity",
+    ] {
+        let mut stream = connect(&h).await;
+        let request = format!(
+            "POST /fn/ns/f/a HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\nhelloGET /fn/ns/f/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let answers = read_answers(&mut stream, &[false]).await;
+        assert_eq!(answers[0].0, 400, "{framing}");
+    }
+    assert!(
+        h.proxy.invocations().recent("ns", "f", 10).is_empty(),
+        "a request reached the function"
+    );
+}
+
+#[tokio::test]
+async fn kept_upstream_connections_the_function_closes_are_replaced() {
+    // Answers one call per connection without saying so, then closes.
+    let closing = raw_upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let h = Harness::start().await;
+    h.routes.set("ns", "closing", ready(&closing, None));
+    for i in 0..20 {
+        let response = h
+            .client
+            .post(h.url("/fn/ns/closing/"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "call {i}");
+        assert_eq!(response.text().await.unwrap(), "ok");
+        if i % 2 == 0 {
+            // Time for the close to arrive before the next call.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn answers_framed_by_close_interim_heads_and_empty_answers_arrive_whole() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start().await;
+    let until_close = raw_upstream(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nX-Kind: close\r\n\r\nbody until close",
+    )
+    .await;
+    let empty = raw_upstream(b"HTTP/1.1 204 No Content\r\nX-Kind: empty\r\n\r\n").await;
+    let old = raw_upstream(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nabc").await;
+    h.routes.set("ns", "close", ready(&until_close, None));
+    h.routes.set("ns", "empty", ready(&empty, None));
+    h.routes.set("ns", "old", ready(&old, None));
+    let mut stream = connect(&h).await;
+    stream
+        .write_all(
+            b"GET /fn/ns/close/ HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/empty/ HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/old/ HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/close/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let answers = read_answers(&mut stream, &[false; 4]).await;
+    assert_eq!(answers[0].0, 200);
+    assert_eq!(answers[0].1["x-kind"], "close");
+    assert_eq!(answers[0].2, b"body until close");
+    assert_eq!(answers[1].0, 204);
+    assert_eq!((answers[2].0, answers[2].2.as_slice()), (200, &b"abc"[..]));
+    assert_eq!(answers[3].2, b"body until close");
+}
+
+#[tokio::test]
+async fn slow_and_idle_callers_of_functions_are_cut() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = Harness::start_with_limits(
+        ProxyConfig::default(),
+        operator::serve::Limits {
+            header_timeout: Duration::from_millis(500),
+            idle_timeout: Duration::from_millis(800),
+            max_connections: 100,
+        },
+    )
+    .await;
+    let closed_after = |mut stream: tokio::net::TcpStream| async move {
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("still open after 5 s"),
+            }
+        }
+    };
+    // A head that never ends: cut at the header timeout.
+    let mut stream = connect(&h).await;
+    stream
+        .write_all(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let closed = closed_after(stream).await;
+    assert!(
+        closed < Duration::from_millis(1500),
+        "closed after {closed:?}"
+    );
+
+    // After an answer, an idle connection is closed at the idle timeout.
+    let mut stream = connect(&h).await;
+    stream
+        .write_all(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let closed = closed_after(stream).await;
+    assert!(
+        closed >= Duration::from_millis(700) && closed < Duration::from_millis(2500),
+        "closed after {closed:?}"
+    );
+}
+
+#[tokio::test]
+async fn callers_that_close_their_connections_reuse_the_functions() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Keep-alive, counting its connections.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let function = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        request.drain(..end + 4);
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    let h = Harness::start().await;
+    h.routes.set("ns", "counted", ready(&function, None));
+    for _ in 0..20 {
+        let mut stream = connect(&h).await;
+        stream
+            .write_all(b"GET /fn/ns/counted/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answers = read_answers(&mut stream, &[false]).await;
+        assert_eq!((answers[0].0, answers[0].2.as_slice()), (200, &b"ok"[..]));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One per serving thread, and one more if a caller came before the last left.
+    let connections = accepted.load(Ordering::SeqCst);
+    assert!(connections <= 4, "{connections} connections for 20 calls");
 }

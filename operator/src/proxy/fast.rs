@@ -80,16 +80,22 @@ pub(crate) async fn serve(
     };
     let mut first = true;
     loop {
-        let Some(call) = conn.next_call(buf, limits, first, stopped).await else {
-            return End::Closed;
-        };
+        let next = conn.next_call(buf, limits, first, stopped).await;
         first = false;
-        let call = match call {
-            Next::Call(call) => call,
-            Next::HandOver => return End::HandOver,
+        let call = match next {
+            Some(Next::Call(call)) => call,
+            Some(Next::HandOver) => {
+                conn.release();
+                return End::HandOver;
+            }
+            None => {
+                conn.release();
+                return End::Closed;
+            }
         };
         let close = call.close;
         if !conn.forward(call, buf).await || close {
+            conn.release();
             return End::Closed;
         }
     }
@@ -159,6 +165,13 @@ enum Cut {
 }
 
 impl Connection<'_> {
+    /// Leaves the kept upstream connection for the next caller on this thread.
+    fn release(&mut self) {
+        if let Some(upstream) = self.upstream.take() {
+            idle::put(upstream);
+        }
+    }
+
     /// Waits for the next request head: the header timeout from the connection's start
     /// or a request's first byte, the idle timeout before that byte. None when the
     /// connection is to close.
@@ -359,7 +372,10 @@ impl Connection<'_> {
         {
             return Ok(true);
         }
-        self.upstream = None;
+        self.upstream = idle::take(&call.authority);
+        if self.upstream.is_some() {
+            return Ok(true);
+        }
         let unreachable = |detail: String| InvokeError::Unreachable {
             name: call.name.clone(),
             detail,
@@ -554,6 +570,68 @@ impl Call {
             rest: &self.rest,
             query: None,
         }
+    }
+}
+
+/// Idle upstream connections of this serving thread, by instance. A caller's
+/// connection that ends leaves its upstream connection here for the next one, so
+/// callers that do not keep their connections alive do not cost a connection to the
+/// function (and a port in TIME_WAIT) per call. Per thread: a connection belongs to
+/// the runtime of the thread that opened it ([`crate::serve`]).
+mod idle {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::io;
+    use std::sync::Arc;
+
+    use tokio::net::TcpStream;
+    use tokio::time::Instant;
+
+    use super::Upstream;
+    use crate::proxy::POOL_IDLE_TIMEOUT;
+
+    /// Idle connections kept per instance and thread.
+    const MAX_PER_INSTANCE: usize = 64;
+
+    type Idle = HashMap<Arc<str>, Vec<(Instant, TcpStream)>>;
+
+    thread_local! {
+        static IDLE: RefCell<Idle> = RefCell::new(HashMap::new());
+    }
+
+    /// A kept connection to `authority` that the function has not closed.
+    pub(super) fn take(authority: &Arc<str>) -> Option<Upstream> {
+        IDLE.with_borrow_mut(|idle| {
+            let kept = idle.get_mut(authority)?;
+            while let Some((since, stream)) = kept.pop() {
+                let mut byte = [0u8; 1];
+                let open = matches!(
+                    stream.try_read(&mut byte),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock
+                );
+                if open && since.elapsed() < POOL_IDLE_TIMEOUT {
+                    return Some(Upstream {
+                        authority: authority.clone(),
+                        stream,
+                    });
+                }
+            }
+            None
+        })
+    }
+
+    pub(super) fn put(upstream: Upstream) {
+        IDLE.with_borrow_mut(|idle| {
+            // Connections past the idle timeout go, and instances left without any.
+            idle.retain(|_, kept| {
+                kept.retain(|(since, _)| since.elapsed() < POOL_IDLE_TIMEOUT);
+                !kept.is_empty()
+            });
+            let kept = idle.entry(upstream.authority).or_default();
+            if kept.len() < MAX_PER_INSTANCE {
+                kept.push((Instant::now(), upstream.stream));
+            }
+        });
     }
 }
 
@@ -1052,5 +1130,297 @@ impl ChunkedScan {
 
     fn done(&self) -> bool {
         self.state == ChunkState::Done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::ProxyConfig;
+    use crate::proxy::headers::{set_forwarding, strip_cookie, strip_hop_by_hop};
+    use axum::http::{HeaderMap, HeaderValue};
+    use sless_core::model::Kind;
+    use sless_core::routes::RouteTable;
+
+    struct OneFunction;
+
+    impl RouteTable for OneFunction {
+        fn route(&self, namespace: &str, name: &str) -> Route {
+            match (namespace, name) {
+                ("ns", "f") => Route::Ready {
+                    kind: Kind::Function,
+                    authority: "127.0.0.1:9000".into(),
+                    timeout: None,
+                },
+                _ => Route::Unknown,
+            }
+        }
+    }
+
+    fn proxy() -> Proxy {
+        Proxy::new(
+            Arc::new(OneFunction),
+            ProxyConfig {
+                console_cookie: Some("sless_session".into()),
+                max_body_bytes: 100,
+                ..ProxyConfig::default()
+            },
+        )
+    }
+
+    const REMOTE: &str = "10.1.2.3:4567";
+
+    /// The upstream head `prepare` writes for `request`, if it takes it.
+    fn prepared(request: &str) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        match prepare(
+            &proxy(),
+            request.as_bytes(),
+            REMOTE.parse().unwrap(),
+            &mut out,
+        ) {
+            Step::Call(_) => Some(out),
+            Step::Partial | Step::HandOver => None,
+        }
+    }
+
+    /// Header (name, value) pairs, names lowercased, sorted.
+    fn sorted(pairs: impl IntoIterator<Item = (String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
+        let mut pairs: Vec<_> = pairs.into_iter().collect();
+        pairs.sort();
+        pairs
+    }
+
+    #[test]
+    fn rewrites_heads_as_the_full_path_does() {
+        let headers = [
+            ("Host", "public.example:8080"),
+            ("Connection", "keep-alive, X-Custom-Hop"),
+            ("X-Custom-Hop", "drop me"),
+            ("Keep-Alive", "timeout=5"),
+            ("TE", "trailers"),
+            ("Proxy-Authorization", "Basic eA=="),
+            ("Cookie", "a=1; sless_session=secret; b=2"),
+            ("Cookie", "sless_session=only"),
+            ("X-Forwarded-For", "192.0.2.1"),
+            ("X-Forwarded-Host", "forged"),
+            ("X-Sless-Amqp", "e30="),
+            ("Content-Length", "5"),
+            ("X-Ordinary", "kept"),
+            ("Accept", "*/*"),
+        ];
+        let mut request = String::from("POST /fn/ns/f/a/b?x=1 HTTP/1.1\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\nhello");
+        let fast = prepared(&request).expect("taken by the fast path");
+        let mut parsed = [httparse::EMPTY_HEADER; 32];
+        let mut upstream = httparse::Request::new(&mut parsed);
+        assert!(upstream.parse(&fast).unwrap().is_complete());
+        assert_eq!(upstream.method, Some("POST"));
+        assert_eq!(upstream.path, Some("/a/b?x=1"));
+        let fast = sorted(
+            upstream
+                .headers
+                .iter()
+                .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec())),
+        );
+
+        // The full path: the router's handler and `forward`.
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map.remove(TRIGGER_HEADER);
+        strip_hop_by_hop(&mut map);
+        strip_cookie(&mut map, "sless_session");
+        set_forwarding(
+            &mut map,
+            HeaderValue::from_static("127.0.0.1:9000"),
+            Some(REMOTE.parse::<SocketAddr>().unwrap().ip()),
+            None,
+        );
+        let full = sorted(
+            map.iter()
+                .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec())),
+        );
+        assert_eq!(fast, full);
+    }
+
+    #[test]
+    fn leaves_other_requests_to_the_http_stack() {
+        let get = |extra: &str| format!("GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
+        assert!(prepared(&get("")).is_some());
+        for other in [
+            "GET /fn/ns/f/ HTTP/1.0\r\n\r\n".to_owned(),
+            "HEAD /fn/ns/f/ HTTP/1.1\r\n\r\n".to_owned(),
+            "GET /fn/ns/unknown/ HTTP/1.1\r\n\r\n".to_owned(),
+            "GET /v1/namespaces HTTP/1.1\r\n\r\n".to_owned(),
+            "GET http://x/fn/ns/f/ HTTP/1.1\r\n\r\n".to_owned(),
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_owned(),
+            get("Transfer-Encoding: chunked\r\n"),
+            get("Content-Length: 5\r\nContent-Length: 5\r\n"),
+            get("Content-Length: +5\r\n"),
+            get("Content-Length: 101\r\n"),
+            get("Expect: 100-continue\r\n"),
+            get("Upgrade: websocket\r\nConnection: upgrade\r\n"),
+            get("Host: y\r\n"),
+            "GET /fn/ns/f/\u{e9} HTTP/1.1\r\n\r\n".to_owned(),
+            format!("GET /fn/ns/f/ HTTP/1.1\r\n{}\r\n", "X-A: 1\r\n".repeat(70)),
+        ] {
+            assert!(prepared(&other).is_none(), "{other:?}");
+        }
+        let mut out = Vec::new();
+        let partial = b"GET /fn/ns/f/ HTTP/1.1\r\nHost:";
+        assert!(matches!(
+            prepare(&proxy(), partial, REMOTE.parse().unwrap(), &mut out),
+            Step::Partial
+        ));
+        let endless = format!(
+            "GET /fn/ns/f/ HTTP/1.1\r\nX-A: {}",
+            "a".repeat(MAX_REQUEST_HEAD)
+        );
+        assert!(matches!(
+            prepare(
+                &proxy(),
+                endless.as_bytes(),
+                REMOTE.parse().unwrap(),
+                &mut out
+            ),
+            Step::HandOver
+        ));
+    }
+
+    /// (status, framing, reusable, the caller's head) of an answer head.
+    fn answer(head: &str, close: bool) -> (u16, Framing, bool, String) {
+        let mut out = Vec::new();
+        match parse_answer(head.as_bytes(), &mut out, Some("sless_session"), close) {
+            Parsed::Head {
+                status,
+                framing,
+                reusable,
+                ..
+            } => (
+                status.as_u16(),
+                framing,
+                reusable,
+                String::from_utf8(out).unwrap(),
+            ),
+            Parsed::Interim(_) => (100, Framing::Empty, false, String::new()),
+            Parsed::Partial => panic!("partial: {head:?}"),
+            Parsed::Invalid(e) => panic!("invalid: {e}"),
+        }
+    }
+
+    #[test]
+    fn frames_answers_for_the_caller() {
+        let (status, framing, reusable, head) = answer(
+            "HTTP/1.1 201 Created\r\nContent-Length: 3\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\nSet-Cookie: sless_session=planted\r\nSet-Cookie: theme=dark\r\n\r\n",
+            false,
+        );
+        assert_eq!((status, framing, reusable), (201, Framing::Length(3), true));
+        assert_eq!(
+            head,
+            format!(
+                "HTTP/1.1 201 Created\r\nset-cookie: theme=dark\r\ncontent-length: 3\r\ncontent-security-policy: {SANDBOX_POLICY}\r\n\r\n"
+            )
+            .replace("set-cookie", "Set-Cookie")
+        );
+
+        // Chunked wins over a Content-Length, which does not reach the caller.
+        let (_, framing, _, head) = answer(
+            "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n",
+            true,
+        );
+        assert_eq!(framing, Framing::Chunked);
+        assert!(
+            !head.to_ascii_lowercase().contains("content-length"),
+            "{head}"
+        );
+        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+        assert!(head.contains("connection: close\r\n"), "{head}");
+
+        let (_, framing, reusable, head) = answer("HTTP/1.1 200 OK\r\n\r\n", false);
+        assert_eq!((framing, reusable), (Framing::UntilClose, false));
+        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+        let (_, framing, reusable, _) = answer(
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\n",
+            false,
+        );
+        assert_eq!((framing, reusable), (Framing::Length(1), false));
+        let (_, _, reusable, _) = answer("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false);
+        assert!(!reusable);
+        let (status, framing, _, _) = answer("HTTP/1.1 204 No Content\r\n\r\n", false);
+        assert_eq!((status, framing), (204, Framing::Empty));
+        let (status, ..) = answer("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", false);
+        assert_eq!(status, 100, "interim");
+
+        let mut out = Vec::new();
+        for bad in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            "HTTP/1.1 2000 Wrong\r\n\r\n",
+            "NOT HTTP\r\n\r\n",
+        ] {
+            assert!(
+                matches!(
+                    parse_answer(bad.as_bytes(), &mut out, None, false),
+                    Parsed::Invalid(_)
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_end_where_their_framing_says_in_any_split() {
+        let body = b"5;ext=1\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n";
+        let mut next = body.to_vec();
+        next.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        for split in 0..body.len() {
+            let mut scan = ChunkedScan::default();
+            let first = scan.scan(&next[..split]).unwrap();
+            let mut at = first;
+            while !scan.done() {
+                let taken = scan.scan(&next[at..]).unwrap();
+                assert!(taken > 0 || at < body.len(), "stuck at {at}");
+                at += taken;
+            }
+            assert_eq!(at, body.len(), "split at {split}");
+        }
+        for broken in [&b"zz\r\n"[..], b"5\r\nhelloXX", b"ffffffffffffffffffff\r\n"] {
+            let mut scan = ChunkedScan::default();
+            assert_eq!(
+                scan.scan(broken),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(broken)
+            );
+        }
+        let mut scan = ChunkedScan::default();
+        let endless_trailers =
+            [&b"0\r\n"[..], &b"X-A: 1\r\n".repeat(MAX_TRAILERS / 8 + 1)].concat();
+        assert_eq!(scan.scan(&endless_trailers), None);
+    }
+
+    #[test]
+    fn content_lengths_are_plain_digits() {
+        assert_eq!(decimal(b" 42 "), Some(42));
+        assert_eq!(decimal(b"0"), Some(0));
+        for bad in [
+            &b""[..],
+            b"+5",
+            b"-5",
+            b"5 5",
+            b"0x10",
+            b"99999999999999999999999",
+        ] {
+            assert_eq!(decimal(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

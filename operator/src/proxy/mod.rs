@@ -63,7 +63,7 @@ impl Default for ProxyConfig {
 }
 
 /// Idle upstream connections are kept this long for reuse.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// A function that does not accept a connection in this time is unreachable, also when
 /// it has no call timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
