@@ -12,8 +12,10 @@
 //! ready (starting, stopped, unknown), whose waits and errors live there. Both paths
 //! record calls, count metrics and keep the same limits and timeouts.
 
-use std::io;
+use std::future::Future;
+use std::io::{self, Write as _};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +29,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Sleep;
 
 use super::forward::{Target, invocation, upstream_uri};
 use super::headers::{
@@ -70,17 +73,23 @@ pub(crate) async fn serve(
     limits: Limits,
     stopped: &mut watch::Receiver<bool>,
 ) -> End {
+    // Created once: a stop future per request would register with the watch per call.
     let mut conn = Connection {
         proxy,
         client,
-        remote,
+        caller_ip: remote.ip().to_canonical().to_string(),
+        function: None,
         upstream: None,
         out: Vec::with_capacity(1024),
         answer: BytesMut::with_capacity(READ_SIZE),
+        head_deadline: LazyDeadline::new(tokio::time::Instant::now() + limits.header_timeout),
+        call_deadline: None,
     };
+    let stop = stop_requested(stopped);
+    tokio::pin!(stop);
     let mut first = true;
     loop {
-        let next = conn.next_call(buf, limits, first, stopped).await;
+        let next = conn.next_call(buf, limits, first, stop.as_mut()).await;
         first = false;
         let call = match next {
             Some(Next::Call(call)) => call,
@@ -121,12 +130,18 @@ struct Call {
     body_len: u64,
     /// The caller asked to close after this answer.
     close: bool,
-    namespace: String,
-    name: String,
+    function: Arc<Function>,
     /// The path after the function's name, for the invocation record.
     rest: String,
     authority: Arc<str>,
     timeout: Option<Duration>,
+}
+
+/// The function a connection called last, kept for its next call: a caller usually
+/// calls the same function again.
+struct Function {
+    namespace: String,
+    name: String,
     calls: Arc<Calls>,
 }
 
@@ -138,13 +153,67 @@ struct Upstream {
 struct Connection<'a> {
     proxy: &'a Arc<Proxy>,
     client: &'a mut TcpStream,
-    remote: SocketAddr,
+    /// For X-Forwarded-For.
+    caller_ip: String,
+    function: Option<Arc<Function>>,
     /// Kept between calls while the function's instance stays the same.
     upstream: Option<Upstream>,
     /// The head being written (the upstream request, then the caller's answer).
     out: Vec<u8>,
     /// What was read of the function's answer.
     answer: BytesMut,
+    /// The header or idle timeout of the next request.
+    head_deadline: LazyDeadline,
+    /// The function's timeout of the call in flight.
+    call_deadline: Option<LazyDeadline>,
+}
+
+/// A deadline that costs a timer operation only when it moves earlier than its timer,
+/// or when the timer fires before the deadline (then it is set again). On a kept-alive
+/// connection each request and call moves its deadline later than the last one, so
+/// the timer is touched about once per timeout instead of twice per call.
+struct LazyDeadline {
+    timer: Pin<Box<Sleep>>,
+    deadline: tokio::time::Instant,
+}
+
+impl LazyDeadline {
+    fn new(deadline: tokio::time::Instant) -> Self {
+        Self {
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            deadline,
+        }
+    }
+
+    fn set(&mut self, deadline: tokio::time::Instant) {
+        self.deadline = deadline;
+        if deadline < self.timer.deadline() {
+            self.timer.as_mut().reset(deadline);
+        }
+    }
+
+    async fn passed(&mut self) {
+        loop {
+            self.timer.as_mut().await;
+            if tokio::time::Instant::now() >= self.deadline {
+                return;
+            }
+            let deadline = self.deadline;
+            self.timer.as_mut().reset(deadline);
+        }
+    }
+}
+
+/// `future`'s output, or None when `deadline` passed first.
+async fn within<F: Future>(deadline: Option<&mut LazyDeadline>, future: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::select! {
+            biased;
+            output = future => Some(output),
+            () = deadline.passed() => None,
+        },
+        None => Some(future.await),
+    }
 }
 
 /// How a function's answer body is delimited.
@@ -156,6 +225,11 @@ enum Framing {
     /// Read until the function closes; re-framed as chunked for the caller.
     UntilClose,
 }
+
+/// A request sent and its answer's head read: Ok(status, framing, whether the upstream
+/// connection may serve again), or Err(what went wrong, whether the request body was
+/// read whole).
+type Exchanged = Result<(StatusCode, Framing, bool), (InvokeError, bool)>;
 
 /// Why an answer stopped after its head went to the caller.
 enum Cut {
@@ -175,22 +249,31 @@ impl Connection<'_> {
     /// Waits for the next request head: the header timeout from the connection's start
     /// or a request's first byte, the idle timeout before that byte. None when the
     /// connection is to close.
-    async fn next_call(
+    async fn next_call<S: Future<Output = ()>>(
         &mut self,
         buf: &mut BytesMut,
         limits: Limits,
         first: bool,
-        stopped: &mut watch::Receiver<bool>,
+        mut stop: Pin<&mut S>,
     ) -> Option<Next> {
-        let mut deadline = tokio::time::Instant::now()
-            + if first || !buf.is_empty() {
-                limits.header_timeout
-            } else {
+        if !first {
+            let wait = if buf.is_empty() {
                 limits.idle_timeout
+            } else {
+                limits.header_timeout
             };
+            self.head_deadline.set(tokio::time::Instant::now() + wait);
+        }
         loop {
             if !buf.is_empty() {
-                match prepare(self.proxy, buf, self.remote, &mut self.out) {
+                let prepared = prepare(
+                    self.proxy,
+                    buf,
+                    &self.caller_ip,
+                    &mut self.function,
+                    &mut self.out,
+                );
+                match prepared {
                     Step::Partial => {}
                     Step::HandOver => return Some(Next::HandOver),
                     Step::Call(call) => return Some(Next::Call(call)),
@@ -199,37 +282,61 @@ impl Connection<'_> {
             let was_empty = buf.is_empty();
             buf.reserve(READ_SIZE);
             let read = tokio::select! {
-                read = tokio::time::timeout_at(deadline, self.client.read_buf(buf)) => read,
+                read = self.client.read_buf(buf) => read,
                 () = closed(&self.upstream) => {
                     self.upstream = None;
                     continue;
                 }
-                () = stop_requested(stopped), if was_empty => return None,
+                () = self.head_deadline.passed() => return None,
+                () = stop.as_mut(), if was_empty => return None,
             };
             match read {
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
-                Ok(Ok(_)) if was_empty && !first => {
-                    deadline = tokio::time::Instant::now() + limits.header_timeout;
+                Ok(0) | Err(_) => return None,
+                Ok(_) if was_empty && !first => {
+                    self.head_deadline
+                        .set(tokio::time::Instant::now() + limits.header_timeout);
                 }
-                Ok(Ok(_)) => {}
+                Ok(_) => {}
             }
         }
     }
 
     /// One call; false when the caller's connection must close after it.
     async fn forward(&mut self, call: Call, buf: &mut BytesMut) -> bool {
-        let in_flight = call.calls.in_flight();
-        let deadline = call.timeout.map(|timeout| {
-            tokio::time::Instant::now() + timeout.saturating_add(self.proxy.config.timeout_margin)
+        let in_flight = call.function.calls.in_flight();
+        // Out of `self` while the call borrows it.
+        let mut deadline = call.timeout.map(|timeout| {
+            let at = tokio::time::Instant::now()
+                + timeout.saturating_add(self.proxy.config.timeout_margin);
+            let mut deadline = self
+                .call_deadline
+                .take()
+                .unwrap_or_else(|| LazyDeadline::new(at));
+            deadline.set(at);
+            deadline
         });
-        let exchange = within(deadline, self.exchange(&call, buf)).await;
+        let exchange = within(deadline.as_mut(), self.exchange(&call, buf)).await;
+        let outcome = self.finish(call, exchange, deadline.as_mut(), buf).await;
+        drop(in_flight);
+        self.call_deadline = deadline.or(self.call_deadline.take());
+        outcome
+    }
+
+    /// The rest of a call once the answer's head is in (or failed).
+    async fn finish(
+        &mut self,
+        call: Call,
+        exchange: Option<Exchanged>,
+        deadline: Option<&mut LazyDeadline>,
+        buf: &mut BytesMut,
+    ) -> bool {
         let (status, framing, reusable) = match exchange {
             Some(Ok(head)) => head,
             Some(Err((error, body_sent))) => {
                 self.upstream = None;
                 let error = match error {
                     InvokeError::Unreachable { name, detail } => {
-                        let target = call.target();
+                        let target = call.function.target();
                         self.proxy
                             .why_unreachable(&target, &call.authority, name, detail)
                             .await
@@ -241,7 +348,7 @@ impl Connection<'_> {
             None => {
                 self.upstream = None;
                 let error = InvokeError::Timeout {
-                    name: call.name.clone(),
+                    name: call.function.name.clone(),
                     timeout: call.timeout.unwrap_or_default(),
                 };
                 // How much of the body went up is unknown here: the caller's
@@ -268,10 +375,9 @@ impl Connection<'_> {
             Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
             None => status,
         };
-        drop(in_flight);
-        call.calls.record(invocation(
-            call.method.clone(),
-            call.rest.clone(),
+        call.function.calls.record(invocation(
+            call.method,
+            call.rest,
             recorded,
             call.started,
             error,
@@ -282,11 +388,7 @@ impl Connection<'_> {
     /// Sends the request and reads the answer's head, written into `out` for the
     /// caller. Ok: the status, framing and whether the upstream connection may serve
     /// again. Err: what went wrong and whether the request body was read whole.
-    async fn exchange(
-        &mut self,
-        call: &Call,
-        buf: &mut BytesMut,
-    ) -> Result<(StatusCode, Framing, bool), (InvokeError, bool)> {
+    async fn exchange(&mut self, call: &Call, buf: &mut BytesMut) -> Exchanged {
         // The whole request when it is in hand: then it can be sent again when a kept
         // connection turns out closed.
         let whole = usize::try_from(call.body_len)
@@ -347,7 +449,7 @@ impl Connection<'_> {
             {
                 buf.advance(end);
             }
-            let name = call.name.clone();
+            let name = call.function.name.clone();
             return Err(match failed {
                 Failed::Io(e) => (
                     InvokeError::Unreachable {
@@ -377,7 +479,7 @@ impl Connection<'_> {
             return Ok(true);
         }
         let unreachable = |detail: String| InvokeError::Unreachable {
-            name: call.name.clone(),
+            name: call.function.name.clone(),
             detail,
         };
         let authority = &*call.authority;
@@ -551,7 +653,7 @@ impl Connection<'_> {
         self.out.extend_from_slice(&body);
         let written = self.client.write_all(&self.out).await.is_ok();
         self.out.clear();
-        call.calls.record(invocation(
+        call.function.calls.record(invocation(
             call.method.clone(),
             call.rest.clone(),
             status,
@@ -562,12 +664,12 @@ impl Connection<'_> {
     }
 }
 
-impl Call {
+impl Function {
     fn target(&self) -> Target<'_> {
         Target {
             namespace: &self.namespace,
             name: &self.name,
-            rest: &self.rest,
+            rest: "/",
             query: None,
         }
     }
@@ -728,14 +830,6 @@ async fn send_streaming(
     }
 }
 
-/// `future`'s output, or None when `deadline` passed first.
-async fn within<F: Future>(deadline: Option<tokio::time::Instant>, future: F) -> Option<F::Output> {
-    match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
-        None => Some(future.await),
-    }
-}
-
 fn is(name: &str, header: &HeaderName) -> bool {
     name.eq_ignore_ascii_case(header.as_str())
 }
@@ -751,7 +845,13 @@ fn named_by_connection(headers: &[httparse::Header<'_>], name: &str) -> bool {
 
 /// Decides on a request head in `buf` and, for a fast call, writes its upstream head
 /// into `out`.
-fn prepare(proxy: &Proxy, buf: &[u8], remote: SocketAddr, out: &mut Vec<u8>) -> Step {
+fn prepare(
+    proxy: &Proxy,
+    buf: &[u8],
+    caller_ip: &str,
+    last: &mut Option<Arc<Function>>,
+    out: &mut Vec<u8>,
+) -> Step {
     let mut headers = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     let head_len = match request.parse(buf) {
@@ -876,22 +976,36 @@ fn prepare(proxy: &Proxy, buf: &[u8], remote: SocketAddr, out: &mut Vec<u8>) -> 
             .iter()
             .filter(|h| is(h.name, &X_FORWARDED_FOR))
             .map(|h| h.value),
-        remote.ip(),
+        caller_ip,
     );
     out.extend_from_slice(b"\r\n\r\n");
 
+    let function = match last {
+        Some(function)
+            if function.namespace == target.namespace && function.name == target.name =>
+        {
+            function.clone()
+        }
+        _ => {
+            let function = Arc::new(Function {
+                namespace: target.namespace.to_owned(),
+                name: target.name.to_owned(),
+                calls: proxy.invocations.calls(target.namespace, target.name),
+            });
+            *last = Some(function.clone());
+            function
+        }
+    };
     Step::Call(Call {
         started: Instant::now(),
         method,
         head_len,
         body_len,
         close,
-        namespace: target.namespace.to_owned(),
-        name: target.name.to_owned(),
+        function,
         rest: target.rest.to_owned(),
         authority,
         timeout,
-        calls: proxy.invocations.calls(target.namespace, target.name),
     })
 }
 
@@ -989,11 +1103,9 @@ fn parse_answer(
     }
     match framing {
         Framing::Empty => {}
-        Framing::Length(len) => write_header(
-            out,
-            CONTENT_LENGTH.as_str().as_bytes(),
-            len.to_string().as_bytes(),
-        ),
+        Framing::Length(len) => {
+            let _ = write!(out, "{CONTENT_LENGTH}: {len}\r\n");
+        }
         Framing::Chunked | Framing::UntilClose => {
             write_header(out, TRANSFER_ENCODING.as_str().as_bytes(), b"chunked")
         }
@@ -1024,9 +1136,8 @@ fn write_status_line(out: &mut Vec<u8>, code: u16, reason: &str) {
     } else {
         reason
     };
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(code.to_string().as_bytes());
-    out.push(b' ');
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "HTTP/1.1 {code} ");
     out.extend_from_slice(reason.as_bytes());
     out.extend_from_slice(b"\r\n");
 }
@@ -1168,17 +1279,13 @@ mod tests {
         )
     }
 
-    const REMOTE: &str = "10.1.2.3:4567";
+    const REMOTE: &str = "[::ffff:10.1.2.3]:4567";
+    const CALLER_IP: &str = "10.1.2.3";
 
     /// The upstream head `prepare` writes for `request`, if it takes it.
     fn prepared(request: &str) -> Option<Vec<u8>> {
         let mut out = Vec::new();
-        match prepare(
-            &proxy(),
-            request.as_bytes(),
-            REMOTE.parse().unwrap(),
-            &mut out,
-        ) {
+        match prepare(&proxy(), request.as_bytes(), CALLER_IP, &mut None, &mut out) {
             Step::Call(_) => Some(out),
             Step::Partial | Step::HandOver => None,
         }
@@ -1277,7 +1384,7 @@ mod tests {
         let mut out = Vec::new();
         let partial = b"GET /fn/ns/f/ HTTP/1.1\r\nHost:";
         assert!(matches!(
-            prepare(&proxy(), partial, REMOTE.parse().unwrap(), &mut out),
+            prepare(&proxy(), partial, CALLER_IP, &mut None, &mut out),
             Step::Partial
         ));
         let endless = format!(
@@ -1285,12 +1392,7 @@ mod tests {
             "a".repeat(MAX_REQUEST_HEAD)
         );
         assert!(matches!(
-            prepare(
-                &proxy(),
-                endless.as_bytes(),
-                REMOTE.parse().unwrap(),
-                &mut out
-            ),
+            prepare(&proxy(), endless.as_bytes(), CALLER_IP, &mut None, &mut out),
             Step::HandOver
         ));
     }

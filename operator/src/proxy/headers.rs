@@ -3,7 +3,6 @@
 //! nothing of the console's login crosses over: its cookie is neither forwarded nor set
 //! by a function, and function pages run sandboxed.
 
-use std::io::Write as _;
 use std::net::IpAddr;
 
 use axum::http::header::{
@@ -206,7 +205,7 @@ fn append_forwarded_for(headers: &mut HeaderMap, ip: IpAddr) {
             .get_all(X_FORWARDED_FOR)
             .iter()
             .map(HeaderValue::as_bytes),
-        ip,
+        &ip.to_canonical().to_string(),
     );
     // An address always makes a valid value, and so do the earlier values it is
     // joined to.
@@ -215,18 +214,18 @@ fn append_forwarded_for(headers: &mut HeaderMap, ip: IpAddr) {
     }
 }
 
-/// X-Forwarded-For after this hop: the earlier values, then the caller's address.
+/// X-Forwarded-For after this hop: the earlier values, then the caller's address
+/// (IPv4-mapped IPv6 addresses written as IPv4).
 pub(crate) fn write_forwarded_for<'a>(
     out: &mut Vec<u8>,
     earlier: impl IntoIterator<Item = &'a [u8]>,
-    ip: IpAddr,
+    ip: &str,
 ) {
     for value in earlier {
         out.extend_from_slice(value);
         out.extend_from_slice(b", ");
     }
-    // Writing to a Vec cannot fail.
-    let _ = write!(out, "{}", ip.to_canonical());
+    out.extend_from_slice(ip.as_bytes());
 }
 
 #[cfg(test)]
