@@ -811,6 +811,21 @@ async fn malformed_answers_are_502_and_recorded_so() {
     }
     let call = last_call(&h, "short").await;
     assert_eq!(call.status, 502);
+
+    // A head without end: read up to a bound, then a 502.
+    let endless: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\n{}\r\n",
+            "X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n".repeat(10_000)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let endless = raw_upstream(endless).await;
+    h.routes.set("ns", "endless", ready(&endless, None));
+    let response = h.client.get(h.url("/fn/ns/endless/")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 502, "{error}");
 }
 
 /// Reads answers from `stream` until it closes: (status, lowercased headers, body) each.
