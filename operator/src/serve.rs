@@ -277,6 +277,7 @@ async fn serve_connection(
         inner: stream,
         read: read.freeze(),
         activity: activity.clone(),
+        closing: None,
     });
     let app = app.router;
     let calls = activity.clone();
@@ -451,6 +452,7 @@ struct Watched {
     /// Read before hyper took over the connection; served first.
     read: Bytes,
     activity: Arc<Activity>,
+    closing: Option<Linger>,
 }
 
 impl AsyncRead for Watched {
@@ -501,7 +503,67 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        let linger = this.closing.get_or_insert_with(Linger::new);
+        linger.poll_close(&mut this.inner, cx)
+    }
+}
+
+/// How long and how much a closing connection still reads from its caller.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
+
+/// Closing a connection whose caller is still sending: closed at once, the unread
+/// bytes make the kernel reset it, which can destroy the answer just sent before the
+/// caller reads it (an early 413 to a large upload arrives as a broken pipe). So the
+/// write side is shut first and what the caller still sends is read and dropped until
+/// it closes too, for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
+pub(crate) struct Linger {
+    write_closed: bool,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    budget: usize,
+}
+
+impl Linger {
+    pub(crate) fn new() -> Self {
+        Self {
+            write_closed: false,
+            deadline: Box::pin(tokio::time::sleep(LINGER_TIME)),
+            budget: LINGER_BYTES,
+        }
+    }
+
+    pub(crate) fn poll_close(
+        &mut self,
+        stream: &mut TcpStream,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.write_closed {
+            std::task::ready!(Pin::new(&mut *stream).poll_shutdown(cx))?;
+            self.write_closed = true;
+        }
+        let mut scratch = [0u8; 8192];
+        loop {
+            if self.budget == 0 || self.deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut *stream).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    self.budget = self.budget.saturating_sub(buf.filled().len());
+                }
+                // Reset by the caller: nothing left to protect.
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Closes `stream` as above.
+    pub(crate) async fn close(stream: &mut TcpStream) {
+        let mut linger = Self::new();
+        let _ = std::future::poll_fn(|cx| linger.poll_close(stream, cx)).await;
     }
 }
 
@@ -550,7 +612,14 @@ mod tests {
                     "done"
                 }),
             )
-            .route("/healthz", get(|| async { "ok" }));
+            .route("/healthz", get(|| async { "ok" }))
+            .route(
+                "/refuse",
+                axum::routing::post(|| async {
+                    // Answers before reading the body, as a size limit does.
+                    (axum::http::StatusCode::PAYLOAD_TOO_LARGE, "too large")
+                }),
+            );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, mut stopped) = watch::channel(false);
@@ -738,6 +807,24 @@ mod tests {
         let (base, stop, server) = start_with(1, limits(300, 300)).await;
         let mut stream = connect(&base).await;
         assert_eq!(get_on(&mut stream, "/slow").await, "done");
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_early_answer_reaches_a_caller_still_sending() {
+        let (base, stop, server) = start(2).await;
+        let client = reqwest::Client::new();
+        for i in 0..10 {
+            let response = client
+                .post(format!("{base}/refuse"))
+                .body(vec![b'x'; 8 * 1024 * 1024])
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("upload {i}: {e:?}"));
+            assert_eq!(response.status(), 413, "upload {i}");
+            assert_eq!(response.text().await.unwrap(), "too large");
+        }
         stop.send(true).unwrap();
         server.await.unwrap().unwrap();
     }

@@ -1108,3 +1108,24 @@ async fn callers_that_close_their_connections_reuse_the_functions() {
     let connections = accepted.load(Ordering::SeqCst);
     assert!(connections <= 4, "{connections} connections for 20 calls");
 }
+
+#[tokio::test]
+async fn an_unreachable_function_is_a_502_also_to_a_caller_still_sending() {
+    let h = Harness::start().await;
+    let free = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone = free.local_addr().unwrap().to_string();
+    drop(free);
+    h.routes.set("ns", "gone", ready(&gone, None));
+    for i in 0..5 {
+        let response = h
+            .client
+            .post(h.url("/fn/ns/gone/"))
+            .body(vec![b'x'; 8 * MIB])
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: {e:?}"));
+        let (status, error) = error_of(response).await;
+        assert_eq!(status, 502, "call {i}: {error}");
+        assert!(error.contains("unreachable"), "{error}");
+    }
+}

@@ -39,7 +39,7 @@ use super::headers::{
 };
 use super::log::{CallError, Calls};
 use super::{CONNECT_TIMEOUT, InvokeError, Proxy, TRIGGER_HEADER};
-use crate::serve::{Limits, stop_requested};
+use crate::serve::{Limits, Linger, stop_requested};
 use sless_core::routes::Route;
 
 /// Request heads with more headers or bytes go to hyper, which has the limits and the
@@ -653,6 +653,9 @@ impl Connection<'_> {
         self.out.extend_from_slice(&body);
         let written = self.client.write_all(&self.out).await.is_ok();
         self.out.clear();
+        if written && !keep {
+            Linger::close(self.client).await;
+        }
         call.function.calls.record(invocation(
             call.method.clone(),
             call.rest.clone(),
