@@ -25,7 +25,9 @@ impl Drop for Sless {
     }
 }
 
-/// The `sless` binary of this workspace, built by cargo (a no-op after a workspace build).
+/// The `sless` binary of this workspace as `cargo test --workspace` builds it: a plain
+/// `cargo build -p sless` resolves other features (no dev-dependencies) and rebuilds
+/// ~100 crates after the workspace's tests were built.
 fn sless_binary() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
@@ -47,7 +49,7 @@ fn sless_binary() -> PathBuf {
         }
     }
     let output = build
-        .args(["build", "--locked", "-p", "sless", "--bin", "sless"])
+        .args(["test", "--locked", "--workspace", "--no-run"])
         .args([
             "--message-format=json-render-diagnostics",
             "--manifest-path",
@@ -55,12 +57,21 @@ fn sless_binary() -> PathBuf {
         .arg(manifest)
         .stderr(Stdio::inherit())
         .output()
-        .expect("run cargo build -p sless");
-    assert!(output.status.success(), "cargo build -p sless failed");
+        .expect("run cargo test --workspace --no-run");
+    assert!(
+        output.status.success(),
+        "cargo test --workspace --no-run failed"
+    );
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|message| message["target"]["name"] == "sless")
+        .filter(|message| {
+            message["target"]["name"] == "sless"
+                && message["profile"]["test"] == false
+                && message["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|kind| kind == "bin"))
+        })
         .find_map(|message| message["executable"].as_str().map(PathBuf::from))
         .expect("cargo reported no sless executable")
 }
