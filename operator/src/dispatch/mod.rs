@@ -133,6 +133,8 @@ impl Target {
 
 struct Running {
     target: Target,
+    /// The broker connection it consumes on.
+    connection: Arc<Connection>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     state: Arc<Mutex<ConsumerState>>,
@@ -309,6 +311,15 @@ impl Shared {
             .consumers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if let Some(running) = consumers.get(key)
+            && !Arc::ptr_eq(&running.connection, connection)
+        {
+            // Its connection was lost: the broker gives what it had in hand to the next
+            // consumer, and an ack or confirm it still awaits there never comes.
+            running.task.abort();
+            consumers.insert(key.clone(), self.spawn(target, connection, key));
+            return (false, Some("starting the consumer".into()));
+        }
         if let Some(running) = consumers.get_mut(key) {
             let state = running
                 .state
@@ -374,6 +385,7 @@ impl Shared {
         let task = tokio::spawn(consumer.run(connection.clone(), stopped));
         Running {
             target,
+            connection: connection.clone(),
             stop,
             task,
             state,
