@@ -1025,7 +1025,10 @@ async fn slow_and_idle_callers_of_functions_are_cut() {
         },
     )
     .await;
-    let closed_after = |mut stream: tokio::net::TcpStream| async move {
+    // Sends `bytes` on a new connection; how long until the server closes it.
+    let closed_after = |bytes: &'static [u8]| async {
+        let mut stream = connect(&h).await;
+        stream.write_all(bytes).await.unwrap();
         let started = std::time::Instant::now();
         let mut buf = [0u8; 4096];
         loop {
@@ -1037,24 +1040,14 @@ async fn slow_and_idle_callers_of_functions_are_cut() {
         }
     };
     // A head that never ends: cut at the header timeout.
-    let mut stream = connect(&h).await;
-    stream
-        .write_all(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n")
-        .await
-        .unwrap();
-    let closed = closed_after(stream).await;
+    let closed = closed_after(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n").await;
     assert!(
         closed < Duration::from_millis(1500),
         "closed after {closed:?}"
     );
 
     // After an answer, an idle connection is closed at the idle timeout.
-    let mut stream = connect(&h).await;
-    stream
-        .write_all(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let closed = closed_after(stream).await;
+    let closed = closed_after(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(
         closed >= Duration::from_millis(700) && closed < Duration::from_millis(2500),
         "closed after {closed:?}"

@@ -653,9 +653,7 @@ impl Connection<'_> {
         self.out.extend_from_slice(&body);
         let written = self.client.write_all(&self.out).await.is_ok();
         self.out.clear();
-        if written && !keep {
-            Linger::close(self.client).await;
-        }
+        // Recorded before the close, which may linger for a caller still sending.
         call.function.calls.record(invocation(
             call.method.clone(),
             call.rest.clone(),
@@ -663,6 +661,9 @@ impl Connection<'_> {
             call.started,
             None,
         ));
+        if written && !keep {
+            Linger::close(self.client).await;
+        }
         written && keep
     }
 }
