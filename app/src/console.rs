@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use percent_encoding::percent_decode_str;
-use sless_client::apitypes::{JobPatch, JobResponse, WorkloadResponse};
+use sless_api::{JobPatch, JobResponse, WorkloadResponse};
 use sless_client::client::{Client, ClientError, Collection, RunWait, TriggerWait};
 
 use crate::actions::ActionFailure;
@@ -183,13 +183,13 @@ impl Console {
     async fn highlight(
         &self,
         s3_key: &str,
-        listed: Vec<sless_client::apitypes::SourceFileResponse>,
+        listed: Vec<sless_api::SourceFileResponse>,
     ) -> Result<RenderedSource> {
         let mut files: Vec<Option<Arc<crate::highlight::RenderedFile>>> = listed
             .iter()
             .map(|f| self.cache.get(s3_key, &f.name))
             .collect();
-        let missing: Vec<(usize, sless_client::apitypes::SourceFileResponse)> = listed
+        let missing: Vec<(usize, sless_api::SourceFileResponse)> = listed
             .into_iter()
             .enumerate()
             .filter(|(i, _)| files[*i].is_none())

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sless_client::apitypes::{LogLineResponse, WorkloadResponse};
+use sless_api::{LogLineResponse, WorkloadResponse};
 
 use crate::listing::TriggerView;
 

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use sless_client::apitypes::SourceFileResponse;
+use sless_api::SourceFileResponse;
 use syntect::highlighting::ThemeSet;
 use syntect::html::{ClassStyle, ClassedHTMLGenerator, css_for_theme_with_class_style};
 use syntect::parsing::{SyntaxReference, SyntaxSet};
@@ -127,8 +127,8 @@ fn cap(content: &str, size: u64, cut_by_api: bool) -> Capped {
     if head.len() < content.len() || cut_by_api {
         notices.push(format!(
             "Truncated: showing the first {} of {}.",
-            sless_client::human_bytes(head.len() as u64),
-            sless_client::human_bytes(size)
+            sless_api::human_bytes(head.len() as u64),
+            sless_api::human_bytes(size)
         ));
     }
     let mut text = String::with_capacity(head.len() + 1);

@@ -6,8 +6,8 @@ use std::cmp::Ordering;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
-pub use sless_client::apitypes::{Phase, WorkloadKind};
-use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
+pub use sless_api::{Phase, WorkloadKind};
+use sless_api::{TriggerResponse, WorkloadResponse};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TriggerView {

@@ -1,8 +1,162 @@
-//! sless operator: the REST API, the `/fn` proxy and its serving, the event dispatcher
-//! and the Kubernetes controllers (the production runner), on top of `sless-core`.
+//! The Kubernetes platform (docs/spec.md §10): the store seam on CustomResources, the kube-rs
+//! controllers that turn them into Jobs, Deployments, Services and CronJobs in
+//! `sless-fn-<ns>`, the `/fn` route table on Service DNS, and the CRDs.
+//!
+//! Manifests are pure functions of a spec and a [`KubeConfig`] (see [`manifests`]), so
+//! tests check them without a cluster; the reconcilers in [`controller`] only decide
+//! which of them to apply or delete.
 
-pub mod api;
-pub mod dispatch;
-pub mod k8s;
-pub mod proxy;
-pub mod serve;
+pub mod context_url;
+pub mod controller;
+pub mod crds;
+pub mod leader;
+pub mod logs;
+pub mod manifests;
+pub mod names;
+pub mod readiness;
+pub mod routes;
+pub mod store;
+
+use std::time::Duration;
+
+pub use context_url::{ContextUrls, S3ContextUrls};
+pub use controller::{Context, Error, run_controllers};
+pub use leader::LeaderElection;
+pub use logs::{KubePodLogs, KubeWorkloadLogs, PodLogs};
+pub use readiness::Readiness;
+pub use routes::KubeRoutes;
+pub use store::KubeStore;
+
+/// BuildKit, rootless, run daemonless inside the build Job (the default builder).
+pub const BUILDKIT_IMAGE: &str = "moby/buildkit:v0.23.2-rootless";
+/// The maintained kaniko fork (osscontainertools/kaniko; Google's repository was
+/// archived in 2025), for clusters that cannot run rootless BuildKit.
+pub const KANIKO_IMAGE: &str = "martizih/kaniko:v1.27.6";
+/// Fetches build contexts and fires cron triggers.
+pub const CURL_IMAGE: &str = "curlimages/curl:8.11.1";
+
+/// Which tool a build Job runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Builder {
+    #[default]
+    BuildKit,
+    Kaniko,
+}
+
+/// The pinned images the controllers put into Jobs and CronJobs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Images {
+    pub buildkit: String,
+    pub kaniko: String,
+    pub curl: String,
+}
+
+impl Default for Images {
+    fn default() -> Self {
+        Self {
+            buildkit: BUILDKIT_IMAGE.into(),
+            kaniko: KANIKO_IMAGE.into(),
+            curl: CURL_IMAGE.into(),
+        }
+    }
+}
+
+/// Used only when no external URL is configured (docs/spec.md §10: Ingress only then).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressConfig {
+    pub class: Option<String>,
+    /// Host of the Ingress rules and of the URLs written to trigger status.
+    pub host: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct KubeConfig {
+    /// Where builds push: `<registry>/sless-<ns>-<name>:<sha12 of s3Key>`.
+    pub registry: String,
+    /// A `kubernetes.io/dockerconfigjson` Secret in `operator_namespace`: mounted into
+    /// builds to push, and copied into every deploy namespace to pull.
+    pub registry_secret: Option<String>,
+    /// The namespace the operator runs in (where `registry_secret` lives).
+    pub operator_namespace: String,
+    pub builder: Builder,
+    pub images: Images,
+    /// For `http://<name>.sless-fn-<ns>.svc.<cluster_domain>:8080`.
+    pub cluster_domain: String,
+    /// Base of the URLs in status (`<external_url>/fn/<ns>/<name>`).
+    pub external_url: Option<String>,
+    pub ingress: IngressConfig,
+    /// Push to and pull from the registry over plain HTTP (a registry inside the cluster).
+    pub insecure_registry: bool,
+    /// How long the presigned URL of a build context stays valid.
+    pub context_url_ttl: Duration,
+    /// A build Job is stopped after this long.
+    pub build_timeout: Duration,
+    /// Ready objects are looked at again this often, so a child deleted by hand comes back.
+    pub ready_requeue: Duration,
+    /// How often running builds and jobs are polled.
+    pub poll_interval: Duration,
+}
+
+impl KubeConfig {
+    pub fn new(registry: impl Into<String>) -> Self {
+        Self {
+            registry: registry.into(),
+            registry_secret: None,
+            operator_namespace: "sless-system".into(),
+            builder: Builder::default(),
+            images: Images::default(),
+            cluster_domain: "cluster.local".into(),
+            external_url: None,
+            ingress: IngressConfig::default(),
+            insecure_registry: false,
+            context_url_ttl: Duration::from_secs(3600),
+            build_timeout: Duration::from_secs(1800),
+            ready_requeue: Duration::from_secs(300),
+            poll_interval: Duration::from_secs(10),
+        }
+    }
+
+    /// The public URL of `/fn/<ns>/<name>`, when one is known.
+    pub fn function_url(&self, namespace: &str, name: &str) -> Option<String> {
+        let base = match (&self.external_url, &self.ingress.host) {
+            (Some(url), _) => url.trim_end_matches('/').to_string(),
+            (None, Some(host)) => format!("http://{host}"),
+            (None, None) => return None,
+        };
+        Some(format!("{base}/fn/{namespace}/{name}"))
+    }
+}
+
+/// The client [`connect`] gives, for crates that do not depend on kube.
+pub use kube::Client as KubeClient;
+
+/// How long start-up waits for the API server's first answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A client from the in-cluster service account, or the local kubeconfig, once the API
+/// server answered: a wrong address fails the start with a message, not later.
+pub async fn connect() -> anyhow::Result<kube::Client> {
+    let config = kube::Config::infer().await.map_err(|e| {
+        anyhow::anyhow!(
+            "no Kubernetes configuration found ({e}); run in a pod with a service account, \
+             or set KUBECONFIG to a kubeconfig file"
+        )
+    })?;
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client for {url}: {e}"))?;
+    match tokio::time::timeout(CONNECT_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(version)) => {
+            tracing::info!(%url, version = %version.git_version, "connected to Kubernetes");
+            Ok(client)
+        }
+        Ok(Err(e)) => anyhow::bail!(
+            "cannot reach the Kubernetes API at {url} ({e}); check KUBECONFIG or the \
+             pod's service account and network policy"
+        ),
+        Err(_) => anyhow::bail!(
+            "the Kubernetes API at {url} did not answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+    }
+}

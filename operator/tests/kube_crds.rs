@@ -2,7 +2,7 @@
 //! status subresource, and identical to `operator/deploy/crds.yaml`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use operator::k8s::crds::crds_yaml;
+use operator::crds::crds_yaml;
 use serde::Deserialize;
 
 fn parsed() -> Vec<CustomResourceDefinition> {

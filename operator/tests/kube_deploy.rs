@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
-use operator::k8s::manifests::{
+use operator::manifests::{
     self, BuildJob, CronTrigger, RunJob, Workload, is_pinned, pull_secret_copy,
 };
-use operator::k8s::{Builder, KubeConfig};
+use operator::{Builder, KubeConfig};
 use serde::Deserialize;
 use serde_json::Value;
 use sless_core::model::{Kind, Runtime, WorkloadSpec};

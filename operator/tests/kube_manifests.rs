@@ -6,14 +6,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use operator::k8s::manifests::{
+use operator::manifests::{
     self, BuildJob, CronTrigger, RunJob, Workload, build::fetch_script, is_pinned,
 };
-use operator::k8s::names::{
+use operator::names::{
     ANNOTATION_S3_KEY, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_KIND, LABEL_NAME, LABEL_NAMESPACE,
     MANAGED_BY, build_job_name,
 };
-use operator::k8s::{Builder, KubeConfig};
+use operator::{Builder, KubeConfig};
 use sless_core::model::{Kind, Runtime, WorkloadSpec};
 
 const NS: &str = "sless-cdd874dfa31ba6ca";
@@ -205,7 +205,7 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
 
     let fetch = &pod.init_containers.as_ref().unwrap()[0];
-    assert_eq!(fetch.image.as_deref(), Some(operator::k8s::CURL_IMAGE));
+    assert_eq!(fetch.image.as_deref(), Some(operator::CURL_IMAGE));
     assert_eq!(fetch.command.as_ref().unwrap()[2], fetch_script());
     assert!(fetch_script().contains("\"$SLESS_CONTEXT_URL\""));
     assert!(fetch_script().contains("tar -xzf"));
@@ -215,10 +215,7 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     )));
 
     let builder = &pod.containers[0];
-    assert_eq!(
-        builder.image.as_deref(),
-        Some(operator::k8s::BUILDKIT_IMAGE)
-    );
+    assert_eq!(builder.image.as_deref(), Some(operator::BUILDKIT_IMAGE));
     assert_eq!(
         builder.command.as_deref(),
         Some(&["buildctl-daemonless.sh".to_string()][..])
@@ -248,7 +245,7 @@ fn build_job_with_kaniko_and_an_insecure_registry() {
     let job = build(Builder::Kaniko, true);
     let pod = pod(&job.spec.as_ref().unwrap().template.spec);
     let builder = &pod.containers[0];
-    assert_eq!(builder.image.as_deref(), Some(operator::k8s::KANIKO_IMAGE));
+    assert_eq!(builder.image.as_deref(), Some(operator::KANIKO_IMAGE));
     let args = builder.args.as_ref().unwrap();
     assert!(args.contains(&"--context=dir:///workspace".to_string()));
     assert!(args.contains(&"--dockerfile=/workspace/Dockerfile".to_string()));
@@ -299,7 +296,7 @@ fn cron_job_schedule_suspend_and_call() {
     let job = spec.job_template.spec.as_ref().unwrap();
     assert_eq!(job.backoff_limit, Some(0));
     let container = &pod(&job.template.spec).containers[0];
-    assert_eq!(container.image.as_deref(), Some(operator::k8s::CURL_IMAGE));
+    assert_eq!(container.image.as_deref(), Some(operator::CURL_IMAGE));
     let args = container.args.as_ref().unwrap();
     assert_eq!(
         args.last().map(String::as_str),
@@ -397,7 +394,7 @@ fn every_image_the_controllers_use_is_pinned() {
                 .filter_map(|c| c.image)
         })
         .collect();
-    images.push(operator::k8s::CURL_IMAGE.into());
+    images.push(operator::CURL_IMAGE.into());
     for image in images {
         assert!(is_pinned(&image), "{image} is not pinned");
     }

@@ -14,9 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use kube_common::*;
-use operator::k8s::controller::{reconcile_function, reconcile_job, reconcile_trigger};
-use operator::k8s::names::{FINALIZER, build_job_name};
-use operator::k8s::{Context, KubeStore};
+use operator::controller::{reconcile_function, reconcile_job, reconcile_trigger};
+use operator::names::{FINALIZER, build_job_name};
+use operator::{Context, KubeStore};
 use serde_json::json;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, FunctionJob, FunctionJobSpec,
@@ -41,11 +41,11 @@ async fn cluster() -> Cluster {
     cluster_with(config()).await
 }
 
-async fn cluster_with(config: operator::k8s::KubeConfig) -> Cluster {
+async fn cluster_with(config: operator::KubeConfig) -> Cluster {
     cluster_on(fake_client().await, config)
 }
 
-fn cluster_on(client: kube::Client, config: operator::k8s::KubeConfig) -> Cluster {
+fn cluster_on(client: kube::Client, config: operator::KubeConfig) -> Cluster {
     let logs = Arc::new(FakeLogs::default());
     Cluster {
         store: Arc::new(KubeStore::new(client.clone())),
@@ -921,7 +921,7 @@ async fn a_service_is_always_on() {
             .get("hello")
             .await
             .unwrap();
-        operator::k8s::controller::reconcile_service(Arc::new(svc), c.ctx.clone())
+        operator::controller::reconcile_service(Arc::new(svc), c.ctx.clone())
             .await
             .unwrap();
     };
@@ -990,7 +990,7 @@ async fn a_service_named_like_an_older_function_fails_and_the_function_keeps_ser
         .await
         .unwrap();
     let service = services.get("hello").await.unwrap();
-    operator::k8s::controller::reconcile_service(Arc::new(service), c.ctx.clone())
+    operator::controller::reconcile_service(Arc::new(service), c.ctx.clone())
         .await
         .unwrap();
 

@@ -3,6 +3,7 @@
 //! notifications, the proxy's routes). The REST API CRUD, 409 and validation suite
 //! runs on this store too, in `api_resources.rs` (`kube::*`).
 
+#[path = "../../crates/gateway/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use common::kube_common::fake_client;
 use common::{StoreKind, TestServer, code_form, user, zip_of};
-use operator::k8s::{ContextUrls, KubeRoutes, KubeStore, S3ContextUrls};
+use operator::{ContextUrls, KubeRoutes, KubeStore, S3ContextUrls};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sless_core::model::{

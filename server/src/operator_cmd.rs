@@ -15,13 +15,13 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use clap::{Args, ValueEnum};
-use operator::api::{ApiConfig, AppState};
-use operator::dispatch::Dispatcher;
-use operator::k8s::{
+use gateway::api::{ApiConfig, AppState};
+use gateway::dispatch::Dispatcher;
+use gateway::proxy::{Proxy, ProxyConfig};
+use operator::{
     Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
     KubeWorkloadLogs, LeaderElection, Readiness, S3ContextUrls,
 };
-use operator::proxy::{Proxy, ProxyConfig};
 use sless_core::auth::Authenticator;
 use sless_core::s3::{ObjectStore, S3Config};
 use tokio::task::JoinHandle;
@@ -86,12 +86,12 @@ pub struct OperatorArgs {
     pub operator_namespace: String,
     #[arg(long, env = "SLESS_BUILDER", value_enum, default_value_t = BuilderArg::Buildkit)]
     pub builder: BuilderArg,
-    #[arg(long, env = "SLESS_BUILDKIT_IMAGE", default_value = operator::k8s::BUILDKIT_IMAGE)]
+    #[arg(long, env = "SLESS_BUILDKIT_IMAGE", default_value = operator::BUILDKIT_IMAGE)]
     pub buildkit_image: String,
-    #[arg(long, env = "SLESS_KANIKO_IMAGE", default_value = operator::k8s::KANIKO_IMAGE)]
+    #[arg(long, env = "SLESS_KANIKO_IMAGE", default_value = operator::KANIKO_IMAGE)]
     pub kaniko_image: String,
     /// Fetches build contexts and fires cron triggers.
-    #[arg(long, env = "SLESS_CURL_IMAGE", default_value = operator::k8s::CURL_IMAGE)]
+    #[arg(long, env = "SLESS_CURL_IMAGE", default_value = operator::CURL_IMAGE)]
     pub curl_image: String,
     /// For the Service DNS names the proxy and cron triggers call.
     #[arg(long, env = "SLESS_CLUSTER_DOMAIN", default_value = "cluster.local")]
@@ -167,7 +167,7 @@ impl OperatorArgs {
             &config.images.curl,
         ] {
             anyhow::ensure!(
-                operator::k8s::manifests::is_pinned(image),
+                operator::manifests::is_pinned(image),
                 "image {image:?} must carry a version tag or digest (never :latest)"
             );
         }
@@ -226,7 +226,7 @@ fn parse_connect_to(value: &str) -> Result<(String, String), String> {
 
 /// The CRDs, as `kubectl apply -f -` takes them.
 pub fn print_crds() -> anyhow::Result<()> {
-    print!("{}", operator::k8s::crds::crds_yaml()?);
+    print!("{}", operator::crds::crds_yaml()?);
     Ok(())
 }
 
@@ -234,10 +234,10 @@ pub fn print_crds() -> anyhow::Result<()> {
 /// tasks), for the API and for the dispatcher.
 async fn routed_proxy(
     args: &OperatorArgs,
-    client: &operator::k8s::KubeClient,
+    client: &operator::KubeClient,
     readiness: &Readiness,
 ) -> anyhow::Result<(Arc<KubeStore>, Arc<Proxy>, Vec<JoinHandle<()>>)> {
-    operator::k8s::controller::check_crds(client).await?;
+    operator::controller::check_crds(client).await?;
     let store = Arc::new(KubeStore::new(client.clone()));
     // Watches keep the route table current with changes made by the controllers.
     let mut tasks = store.spawn_watchers(readiness);
@@ -263,7 +263,7 @@ async fn routed_proxy(
 /// event triggers, and calls functions through their Services. One replica consumes
 /// at a time (its own Lease).
 async fn run_dispatcher(args: &OperatorArgs) -> anyhow::Result<()> {
-    let client = operator::k8s::connect().await?;
+    let client = operator::connect().await?;
     let readiness = Readiness::default();
     let (store, proxy, _tasks) = routed_proxy(args, &client, &readiness).await?;
     let listener = listen(args.listen, &args.serve).await?;
@@ -380,7 +380,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let kube_config = controllers.then(|| args.kube_config()).transpose()?;
     let auth = api.then(|| args.authenticator()).transpose()?;
 
-    let client = operator::k8s::connect().await?;
+    let client = operator::connect().await?;
     let objects = ObjectStore::connect(&args.s3_config()).await?;
     objects
         .ensure_bucket()
@@ -411,10 +411,10 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             proxy: proxy.clone(),
             config,
         });
-        let app = operator::api::router(state)
+        let app = gateway::api::router(state)
             .layer(tower_http::trace::TraceLayer::new_for_http())
-            .merge(operator::proxy::router(proxy.clone()));
-        let app = operator::serve::App::with_proxy(gate_readyz(app, readiness.clone()), proxy);
+            .merge(gateway::proxy::router(proxy.clone()));
+        let app = gateway::serve::App::with_proxy(gate_readyz(app, readiness.clone()), proxy);
         let listener = listen(args.listen, &args.serve).await?;
         tracing::info!(address = %args.listen, "API and /fn proxy listening");
         crate::serve::serve(listener, app, &args.serve).await
@@ -430,7 +430,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             Arc::new(S3ContextUrls::new(objects.clone())),
             pod_logs.clone(),
         );
-        let run = operator::k8s::run_controllers(ctx, readiness.clone());
+        let run = operator::run_controllers(ctx, readiness.clone());
         if !args.leader_election {
             return run.await;
         }

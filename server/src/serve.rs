@@ -1,5 +1,5 @@
 //! Serving a router: one place for the threads, socket options and shutdown of every
-//! listener (see [`operator::serve`]).
+//! listener (see [`gateway::serve`]).
 
 use anyhow::Context;
 use axum::Router;
@@ -37,10 +37,10 @@ impl Listeners {
 /// Serves `app` until SIGINT or SIGTERM (and `/metrics` on the scrape address).
 pub async fn serve(
     listeners: Listeners,
-    app: impl Into<operator::serve::App>,
+    app: impl Into<gateway::serve::App>,
     args: &ServeArgs,
 ) -> anyhow::Result<()> {
-    let threads = operator::serve::default_threads();
+    let threads = gateway::serve::default_threads();
     let limits = args.limits().fit_open_files_limit();
     tracing::info!(
         header_timeout_s = limits.header_timeout.as_secs_f64(),
@@ -54,18 +54,18 @@ pub async fn serve(
         }
         let metrics = Router::new().route(
             "/metrics",
-            axum::routing::get(|| async { operator::api::metrics_response() }),
+            axum::routing::get(|| async { gateway::api::metrics_response() }),
         );
         let one = std::num::NonZeroUsize::MIN;
         tokio::spawn(async move {
             let serving =
-                operator::serve::serve(scrape, metrics, one, limits, std::future::pending());
+                gateway::serve::serve(scrape, metrics, one, limits, std::future::pending());
             if let Err(e) = serving.await {
                 tracing::error!(error = %e, "the metrics listener stopped");
             }
         });
     }
-    operator::serve::serve(listeners.main, app, threads, limits, shutdown_signal())
+    gateway::serve::serve(listeners.main, app, threads, limits, shutdown_signal())
         .await
         .context("serving")
 }

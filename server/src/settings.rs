@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use operator::serve::Limits;
+use gateway::serve::Limits;
 use sless_core::auth::{AuthConfig, KeySource};
 use sless_core::s3::S3Config;
 
@@ -127,12 +127,12 @@ pub struct EventArgs {
 }
 
 impl EventArgs {
-    pub fn config(&self) -> operator::dispatch::DispatchConfig {
-        operator::dispatch::DispatchConfig::new(self.amqp_url.clone().filter(|u| !u.is_empty()))
+    pub fn config(&self) -> gateway::dispatch::DispatchConfig {
+        gateway::dispatch::DispatchConfig::new(self.amqp_url.clone().filter(|u| !u.is_empty()))
     }
 }
 
-/// Connection limits of the HTTP listener (see `operator::serve`).
+/// Connection limits of the HTTP listener (see `gateway::serve`).
 #[derive(Args, Clone, Debug)]
 pub struct ServeArgs {
     /// Seconds a client has to send a request's headers, from connecting or from the

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use operator::api::{ApiConfig, AppState};
-use operator::dispatch::Dispatcher;
-use operator::proxy::{Proxy, ProxyConfig};
+use gateway::api::{ApiConfig, AppState};
+use gateway::dispatch::Dispatcher;
+use gateway::proxy::{Proxy, ProxyConfig};
 use sless_core::auth::Authenticator;
 use sless_core::s3::ObjectStore;
 use sless_embedded::s3::EmbeddedS3;
@@ -148,11 +148,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         args.secure_cookies,
     );
     let console = crate::console::router(console, state.auth.clone()).await?;
-    let app = operator::api::router(state)
+    let app = gateway::api::router(state)
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .merge(operator::proxy::router(proxy.clone()))
+        .merge(gateway::proxy::router(proxy.clone()))
         .merge(console);
-    let app = operator::serve::App::with_proxy(app, proxy);
+    let app = gateway::serve::App::with_proxy(app, proxy);
 
     println!("sless is up on http://{address}");
     println!("  API:       http://{address}/v1/namespaces/<namespace>/...");

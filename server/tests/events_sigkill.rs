@@ -1,7 +1,7 @@
 //! `sless up --amqp-url` as a real process, SIGKILLed while it consumes: after a
 //! restart on the same data dir every published message was processed at least once.
 
-#[path = "../../operator/tests/common/broker.rs"]
+#[path = "../../crates/gateway/tests/common/broker.rs"]
 mod broker;
 mod common;
 
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{start_with_env, token, upload_handler};
 use serde_json::{Value, json};
 
-const HANDLER: &[u8] = include_bytes!("../../operator/tests/fixtures/event_handler.py");
+const HANDLER: &[u8] = include_bytes!("../../crates/gateway/tests/fixtures/event_handler.py");
 
 /// Message ids the handler answered 2xx for, and all its calls.
 fn seen(file: &Path) -> (HashSet<String>, usize) {

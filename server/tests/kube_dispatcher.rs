@@ -6,7 +6,7 @@
 //! the test serves, reached through `SLESS_CONNECT_TO`; the test plays the Job
 //! controller and the kubelet (build Job conditions, ready replicas).
 
-#[path = "../../operator/tests/common/broker.rs"]
+#[path = "../../crates/gateway/tests/common/broker.rs"]
 mod broker;
 mod common;
 
@@ -26,7 +26,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube_emulator::RequestRecord;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
-use operator::k8s::names::service_authority;
+use operator::names::service_authority;
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use sless_core::model::{Trigger, deploy_namespace};

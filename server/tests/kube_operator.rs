@@ -18,7 +18,7 @@ use common::kube_cluster::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, PostParams};
-use operator::k8s::names::{build_job_name, run_job_name};
+use operator::names::{build_job_name, run_job_name};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sless_core::model::{build_namespace, deploy_namespace, namespace_for_sub};

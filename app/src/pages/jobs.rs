@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use sless_client::apitypes::{JobPhase, JobResponse};
+use sless_api::{JobPhase, JobResponse};
 
 use super::layout::{CsrfField, PageContext, document};
 use super::source::SourceFile;

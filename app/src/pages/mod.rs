@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(short_time("yesterday"), "yesterday");
     }
     use crate::listing::{Listing, Selection, WorkloadKind};
-    use sless_client::apitypes::{SourceFileResponse, TriggerResponse, WorkloadResponse};
+    use sless_api::{SourceFileResponse, TriggerResponse, WorkloadResponse};
 
     fn workload(name: &str, kind: WorkloadKind) -> WorkloadResponse {
         WorkloadResponse {
@@ -330,7 +330,7 @@ mod tests {
                 chrono::Utc::now(),
             )],
             calls: crate::function::CallSummary::default(),
-            logs: vec![sless_client::apitypes::LogLineResponse {
+            logs: vec![sless_api::LogLineResponse {
                 time: "t".into(),
                 stream: "stdout".into(),
                 version: "1".into(),

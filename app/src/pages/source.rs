@@ -60,7 +60,7 @@ pub(super) fn SourceFile(file: Arc<RenderedFile>, id: String) -> impl IntoView {
         <section class="file" id=id>
             <h3 class="file-name">
                 <span class="file-path">{file.name.clone()}</span>
-                <span class="file-size">{sless_client::human_bytes(file.size)}</span>
+                <span class="file-size">{sless_api::human_bytes(file.size)}</span>
                 {syntax}
             </h3>
             {notices}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::http::{Method, Request, Response};
 use kube::client::Body;
 use kube_fake_client::{ClientBuilder, interceptor};
-use operator::k8s::{Context, ContextUrls, KubeConfig, PodLogs};
+use operator::{Context, ContextUrls, KubeConfig, PodLogs};
 use serde_json::{Value, json};
 use sless_core::model::{Function, FunctionJob, Service, Trigger};
 

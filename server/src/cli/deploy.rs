@@ -7,11 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use sless_client::apitypes::{
-    Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse,
-};
+use sless_api::{Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
+use sless_client::archive;
 use sless_client::client::{Client, Collection};
-use sless_core::archive;
 
 use super::{Connection, POLL_INTERVAL, is_not_found, noun};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use sless_client::apitypes::{JobPatch, JobPhase, JobRequest, JobResponse};
+use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse};
 use sless_client::client::RunWait;
 
 use super::{Connection, POLL_INTERVAL, is_not_found};

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use clap::Args;
-use sless_client::apitypes::LogLineResponse;
+use sless_api::LogLineResponse;
 
 use super::{Connection, require_workload};
 

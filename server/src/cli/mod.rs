@@ -14,7 +14,7 @@ mod triggers;
 use std::time::Duration;
 
 use clap::Subcommand;
-use sless_client::apitypes::WorkloadResponse;
+use sless_api::WorkloadResponse;
 use sless_client::client::{Client, ClientError, Collection};
 
 pub use connection::Connection;

@@ -1,7 +1,7 @@
 //! `sless ls` and `sless describe NAME`.
 
 use clap::Args;
-use sless_client::apitypes::{TriggerResponse, WorkloadResponse};
+use sless_api::{TriggerResponse, WorkloadResponse};
 use sless_client::client::Collection;
 
 use super::{Connection, noun, require_workload, table};

@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client};
 use kube_emulator::Emulator;
-use operator::k8s::names::build_job_name;
+use operator::names::build_job_name;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sless_embedded::s3::EmbeddedS3;
@@ -75,7 +75,7 @@ pub async fn cluster() -> Cluster {
     // What the install manifests make: the operator's namespace and the CRDs.
     create_namespace(&client, "sless-system").await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in operator::k8s::crds::crds() {
+    for crd in operator::crds::crds() {
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
     let dir = tempfile::tempdir().unwrap();

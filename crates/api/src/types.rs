@@ -1,0 +1,378 @@
+//! The REST API's JSON types (snake_case, the Terraform attribute names).
+
+use std::collections::BTreeMap;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_MEMORY_MB: u32 = 128;
+pub const DEFAULT_ENTRYPOINT: &str = "handler.handle";
+/// Applied when a request gives no timeout; 0 (no limit) must be asked for.
+pub const DEFAULT_TIMEOUT_SEC: u32 = 60;
+
+pub const DEFAULT_EVENT_CONCURRENCY: u32 = 1;
+pub const DEFAULT_EVENT_RETRIES: u32 = 5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Runtime {
+    #[serde(rename = "python3.11")]
+    Python311,
+    #[serde(rename = "nodejs20")]
+    Nodejs20,
+    #[serde(rename = "go1.23")]
+    Go123,
+}
+
+impl Runtime {
+    pub const ALL: [Runtime; 3] = [Runtime::Python311, Runtime::Nodejs20, Runtime::Go123];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Python311 => "python3.11",
+            Runtime::Nodejs20 => "nodejs20",
+            Runtime::Go123 => "go1.23",
+        }
+    }
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerType {
+    Http,
+    Cron,
+    Event,
+}
+
+impl TriggerType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerType::Http => "http",
+            TriggerType::Cron => "cron",
+            TriggerType::Event => "event",
+        }
+    }
+}
+
+/// The API collections under `/v1/namespaces/{ns}/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collection {
+    Functions,
+    Services,
+    Triggers,
+    Jobs,
+}
+
+impl Collection {
+    pub fn path(self) -> &'static str {
+        match self {
+            Collection::Functions => "functions",
+            Collection::Services => "services",
+            Collection::Triggers => "triggers",
+            Collection::Jobs => "jobs",
+        }
+    }
+}
+
+/// Functions and Services: what `/fn` reaches and the console lists. `"function"` /
+/// `"service"` in JSON and in the console's `kind=` query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    Function,
+    Service,
+}
+
+impl WorkloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Function => "function",
+            WorkloadKind::Service => "service",
+        }
+    }
+
+    /// Lenient, for people: any case, plurals too. "job" is not a Function: jobs are
+    /// their own kind.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "function" | "functions" => Some(WorkloadKind::Function),
+            "service" | "services" => Some(WorkloadKind::Service),
+            _ => None,
+        }
+    }
+
+    pub fn collection(self) -> Collection {
+        match self {
+            WorkloadKind::Function => Collection::Functions,
+            WorkloadKind::Service => Collection::Services,
+        }
+    }
+}
+
+/// Where a Function or Service is: its upload built and served, or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Phase {
+    #[default]
+    Pending,
+    Building,
+    Ready,
+    Failed,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 4] = [Phase::Pending, Phase::Building, Phase::Ready, Phase::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Building => "Building",
+            Phase::Ready => "Ready",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+/// Where the current run of a job is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum JobPhase {
+    #[default]
+    Pending,
+    Skipped,
+    Building,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl JobPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPhase::Pending => "Pending",
+            JobPhase::Skipped => "Skipped",
+            JobPhase::Building => "Building",
+            JobPhase::Running => "Running",
+            JobPhase::Succeeded => "Succeeded",
+            JobPhase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobPhase::Succeeded | JobPhase::Failed)
+    }
+}
+
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+display_as_str!(WorkloadKind, Phase, JobPhase);
+
+/// Create (POST) or replace (PUT) a Function or a Service.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_sec: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_vars: Option<BTreeMap<String, String>>,
+    /// Optional optimistic-concurrency guard for PUT: a stale value is a 409.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadResponse {
+    pub namespace: String,
+    pub name: String,
+    pub kind: WorkloadKind,
+    pub runtime: String,
+    pub entrypoint: String,
+    pub memory_mb: u32,
+    pub timeout_sec: u32,
+    pub env_vars: BTreeMap<String, String>,
+    pub phase: Phase,
+    pub message: Option<String>,
+    pub image_ref: Option<String>,
+    pub s3_key: Option<String>,
+    pub last_built_at: Option<String>,
+    pub url: Option<String>,
+    pub resource_version: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub trigger_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Event triggers: messages handled at once (1-64, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Event triggers: retries before `<queue>.dead` (0-100, default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+/// `PATCH .../triggers/{name}`: start or stop in place.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerPatch {
+    pub enabled: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TriggerResponse {
+    pub namespace: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub trigger_type: String,
+    pub function_ref: String,
+    pub schedule: Option<String>,
+    pub queue: Option<String>,
+    pub enabled: bool,
+    pub active: bool,
+    pub url: Option<String>,
+    pub last_schedule_time: Option<String>,
+    pub message: Option<String>,
+    /// Event triggers only (with their defaults filled in), like the counters below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// Messages the function answered 2xx.
+    #[serde(default)]
+    pub delivered: u64,
+    /// Calls that did not answer 2xx, each attempt counted.
+    #[serde(default)]
+    pub failed: u64,
+    /// Messages moved to `<queue>.dead`.
+    #[serde(default)]
+    pub dead_lettered: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message_time: Option<String>,
+    pub resource_version: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_vars: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_json: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_sec: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+/// `PATCH .../jobs/{name}`: bump `run_id` (and optionally change the event).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobPatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_json: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobResponse {
+    pub namespace: String,
+    pub name: String,
+    pub function_ref: Option<String>,
+    pub runtime: Option<String>,
+    pub entrypoint: Option<String>,
+    pub env_vars: BTreeMap<String, String>,
+    pub event_json: String,
+    pub run_id: i64,
+    pub timeout_sec: u32,
+    pub s3_key: Option<String>,
+    pub phase: JobPhase,
+    pub message: Option<String>,
+    pub job_name: Option<String>,
+    pub start_time: Option<String>,
+    pub completion_time: Option<String>,
+    pub log_tail: Option<String>,
+    pub resource_version: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceResponse {
+    pub namespace: String,
+    /// "created" or "exists".
+    pub status: String,
+}
+
+/// One file of an upload, as the source endpoint returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceFileResponse {
+    pub name: String,
+    /// None for binary files.
+    pub content: Option<String>,
+    pub binary: bool,
+    pub truncated: bool,
+    pub size: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// One captured line of a workload's output (`GET .../logs?tail=N`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogLineResponse {
+    pub time: String,
+    /// "stdout" or "stderr".
+    pub stream: String,
+    pub version: String,
+    pub line: String,
+}

@@ -1,0 +1,488 @@
+//! A typed HTTP client of the REST API, for the CLI and the console. It speaks only the
+//! JSON types of [`sless_api`] and acts with the caller's own token.
+
+use std::time::Duration;
+
+use base64::Engine;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use sless_api::Collection;
+use sless_api::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "cannot reach sless at {endpoint}: {message}; is it running (sless up) and is SLESS_ENDPOINT right?"
+    )]
+    Unreachable { endpoint: String, message: String },
+    #[error("{message} (HTTP {status})")]
+    Api { status: u16, message: String },
+    #[error("unexpected answer from {url}: {message}")]
+    Decode { url: String, message: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ClientError {
+    /// The HTTP status of an API error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// How waiting for a job's run ended.
+#[derive(Clone, Debug)]
+pub enum RunWait {
+    /// The run is over: `Succeeded` or `Failed`.
+    Finished(JobResponse),
+    /// Someone started another run meanwhile.
+    Superseded(JobResponse),
+    /// The run was still going when the time was up.
+    TimedOut(JobResponse),
+}
+
+/// How waiting for a trigger's start or stop ended.
+#[derive(Clone, Debug)]
+pub enum TriggerWait {
+    /// The platform has acted: `active` is `enabled`.
+    Settled(TriggerResponse),
+    /// Enabled, but what it calls is not built (its phase, or "missing"): nothing to wait for.
+    NotBuilt(TriggerResponse, String),
+    /// Not settled when the time was up.
+    TimedOut(TriggerResponse),
+}
+
+/// The answer of a call through `/fn`.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    pub status: u16,
+    pub content_type: Option<String>,
+    /// Every response header, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: bytes::Bytes,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    endpoint: String,
+    token: String,
+    namespace: String,
+}
+
+/// The `sub` claim of a JWT, read without verifying it: the server verifies; the client
+/// only needs to know which namespace the token is for.
+pub fn token_subject(token: &str) -> Result<String> {
+    let bad = || ClientError::Config("the token is not a JWT (three base64url parts)".into());
+    let payload = token.split('.').nth(1).ok_or_else(bad)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    claims["sub"]
+        .as_str()
+        .map(String::from)
+        .ok_or_else(|| ClientError::Config("the token has no sub claim".into()))
+}
+
+impl Client {
+    /// A client for the namespace of the token's `sub`.
+    pub fn new(endpoint: &str, token: &str) -> Result<Self> {
+        let namespace = sless_api::namespace_for_sub(&token_subject(token)?);
+        Self::for_namespace(endpoint, token, &namespace)
+    }
+
+    /// A client for an explicit namespace (an admin acting on another user's).
+    pub fn for_namespace(endpoint: &str, token: &str, namespace: &str) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        Ok(Self {
+            http,
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            namespace: namespace.to_string(),
+        })
+    }
+
+    /// The same connection pool acting with another token on another namespace: a
+    /// server acting for many users (the console) keeps one pool for all of them.
+    pub fn acting_as(&self, token: &str, namespace: &str) -> Self {
+        Self {
+            http: self.http.clone(),
+            endpoint: self.endpoint.clone(),
+            token: token.to_string(),
+            namespace: namespace.to_string(),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1/namespaces/{}/{path}", self.endpoint, self.namespace)
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder, url: &str) -> Result<reqwest::Response> {
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
+            ClientError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<ErrorBody>(&text)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| {
+                if text.is_empty() {
+                    format!("{url} failed")
+                } else {
+                    text
+                }
+            });
+        Err(ClientError::Api { status, message })
+    }
+
+    async fn json<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<T> {
+        self.send(request, url)
+            .await?
+            .json()
+            .await
+            .map_err(|e| ClientError::Decode {
+                url: url.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let url = self.url(path);
+        self.json(self.http.get(&url), &url).await
+    }
+
+    async fn with_body<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &B,
+    ) -> Result<T> {
+        let url = self.url(path);
+        self.json(self.http.request(method, &url).json(body), &url)
+            .await
+    }
+
+    pub async fn ensure_namespace(&self) -> Result<NamespaceResponse> {
+        let url = self.url("ensure");
+        self.json(self.http.post(&url), &url).await
+    }
+
+    pub async fn list_workloads(&self, collection: Collection) -> Result<Vec<WorkloadResponse>> {
+        self.get(collection.path()).await
+    }
+
+    pub async fn get_workload(
+        &self,
+        collection: Collection,
+        name: &str,
+    ) -> Result<WorkloadResponse> {
+        self.get(&format!("{}/{name}", collection.path())).await
+    }
+
+    pub async fn create_workload(
+        &self,
+        collection: Collection,
+        request: &WorkloadRequest,
+    ) -> Result<WorkloadResponse> {
+        self.with_body(reqwest::Method::POST, collection.path(), request)
+            .await
+    }
+
+    pub async fn replace_workload(
+        &self,
+        collection: Collection,
+        name: &str,
+        request: &WorkloadRequest,
+    ) -> Result<WorkloadResponse> {
+        self.with_body(
+            reqwest::Method::PUT,
+            &format!("{}/{name}", collection.path()),
+            request,
+        )
+        .await
+    }
+
+    pub async fn delete(&self, collection: Collection, name: &str) -> Result<()> {
+        let url = self.url(&format!("{}/{name}", collection.path()));
+        self.send(self.http.delete(&url), &url).await.map(|_| ())
+    }
+
+    /// Uploads a zip (functions, services, self-contained jobs); answers the resource's JSON.
+    pub async fn upload(
+        &self,
+        collection: Collection,
+        name: &str,
+        zip: Vec<u8>,
+    ) -> Result<serde_json::Value> {
+        let url = self.url(&format!("{}/{name}/upload", collection.path()));
+        let form = reqwest::multipart::Form::new().part(
+            "code",
+            reqwest::multipart::Part::bytes(zip).file_name(format!("{name}.zip")),
+        );
+        self.json(self.http.post(&url).multipart(form), &url).await
+    }
+
+    pub async fn source(
+        &self,
+        collection: Collection,
+        name: &str,
+    ) -> Result<Vec<SourceFileResponse>> {
+        self.get(&format!("{}/{name}/source", collection.path()))
+            .await
+    }
+
+    pub async fn logs(
+        &self,
+        collection: Collection,
+        name: &str,
+        tail: usize,
+    ) -> Result<Vec<LogLineResponse>> {
+        self.get(&format!("{}/{name}/logs?tail={tail}", collection.path()))
+            .await
+    }
+
+    pub async fn build_log(&self, collection: Collection, name: &str) -> Result<String> {
+        let url = self.url(&format!("{}/{name}/build-log", collection.path()));
+        self.send(self.http.get(&url), &url)
+            .await?
+            .text()
+            .await
+            .map_err(|e| ClientError::Decode {
+                url,
+                message: e.to_string(),
+            })
+    }
+
+    /// Recent calls through `/fn` and their totals:
+    /// `{"stats": {...}, "invocations": [{"time", "method", "path", "status", "duration_ms"}]}`.
+    pub async fn invocations(
+        &self,
+        collection: Collection,
+        name: &str,
+        tail: usize,
+    ) -> Result<serde_json::Value> {
+        self.get(&format!(
+            "{}/{name}/invocations?tail={tail}",
+            collection.path()
+        ))
+        .await
+    }
+
+    pub async fn list_triggers(&self) -> Result<Vec<TriggerResponse>> {
+        self.get("triggers").await
+    }
+
+    pub async fn get_trigger(&self, name: &str) -> Result<TriggerResponse> {
+        self.get(&format!("triggers/{name}")).await
+    }
+
+    pub async fn replace_trigger(
+        &self,
+        name: &str,
+        request: &TriggerRequest,
+    ) -> Result<TriggerResponse> {
+        self.with_body(reqwest::Method::PUT, &format!("triggers/{name}"), request)
+            .await
+    }
+
+    pub async fn create_trigger(&self, request: &TriggerRequest) -> Result<TriggerResponse> {
+        self.with_body(reqwest::Method::POST, "triggers", request)
+            .await
+    }
+
+    /// Starts or stops a trigger in place.
+    pub async fn set_trigger_enabled(&self, name: &str, enabled: bool) -> Result<TriggerResponse> {
+        self.with_body(
+            reqwest::Method::PATCH,
+            &format!("triggers/{name}"),
+            &TriggerPatch { enabled },
+        )
+        .await
+    }
+
+    pub async fn list_jobs(&self) -> Result<Vec<JobResponse>> {
+        self.get("jobs").await
+    }
+
+    pub async fn get_job(&self, name: &str) -> Result<JobResponse> {
+        self.get(&format!("jobs/{name}")).await
+    }
+
+    pub async fn create_job(&self, request: &JobRequest) -> Result<JobResponse> {
+        self.with_body(reqwest::Method::POST, "jobs", request).await
+    }
+
+    pub async fn replace_job(&self, name: &str, request: &JobRequest) -> Result<JobResponse> {
+        self.with_body(reqwest::Method::PUT, &format!("jobs/{name}"), request)
+            .await
+    }
+
+    pub async fn patch_job(&self, name: &str, patch: &JobPatch) -> Result<JobResponse> {
+        self.with_body(reqwest::Method::PATCH, &format!("jobs/{name}"), patch)
+            .await
+    }
+
+    /// Polls until the platform has acted on a trigger's `enabled` (its function started
+    /// or stopped), so the next call sees the new state.
+    pub async fn wait_for_trigger(
+        &self,
+        name: &str,
+        limit: Duration,
+        interval: Duration,
+    ) -> Result<TriggerWait> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let trigger = self.get_trigger(name).await?;
+            if trigger.active == trigger.enabled {
+                return Ok(TriggerWait::Settled(trigger));
+            }
+            // A function that is not built cannot start: there is nothing to wait for.
+            if trigger.enabled {
+                let phase = self.workload_phase(&trigger.function_ref).await?;
+                if phase != Some(Phase::Ready) {
+                    let phase = phase.map_or_else(|| "missing".into(), |p| p.to_string());
+                    return Ok(TriggerWait::NotBuilt(trigger, phase));
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(TriggerWait::TimedOut(trigger));
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// The phase of the function or service of that name; `None` when there is neither.
+    async fn workload_phase(&self, name: &str) -> Result<Option<Phase>> {
+        for collection in [Collection::Functions, Collection::Services] {
+            match self.get_workload(collection, name).await {
+                Ok(workload) => return Ok(Some(workload.phase)),
+                Err(e) if e.status() == Some(404) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Polls until the run that `started` began is over. The previous run's status stays
+    /// until the runner reacts; any status written after `started` belongs to this run.
+    /// `on_status` sees each status of this run.
+    pub async fn wait_for_run(
+        &self,
+        started: &JobResponse,
+        limit: Duration,
+        interval: Duration,
+        mut on_status: impl FnMut(&JobResponse),
+    ) -> Result<RunWait> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let job = self.get_job(&started.name).await?;
+            if job.run_id != started.run_id {
+                return Ok(RunWait::Superseded(job));
+            }
+            if job.resource_version != started.resource_version {
+                on_status(&job);
+                if job.phase.is_finished() {
+                    return Ok(RunWait::Finished(job));
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(RunWait::TimedOut(job));
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// Calls `/fn/{ns}/{name}{path}` (no token: the proxy is public).
+    pub async fn invoke(
+        &self,
+        name: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Invocation> {
+        let path = if path.is_empty() || path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("/{path}")
+        };
+        let url = format!("{}/fn/{}/{name}{path}", self.endpoint, self.namespace);
+        let mut request = self.http.request(method, &url);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.map_err(|e| ClientError::Unreachable {
+            endpoint: self.endpoint.clone(),
+            message: e.to_string(),
+        })?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.to_string(), value)
+            })
+            .collect();
+        let body = response.bytes().await.map_err(|e| ClientError::Decode {
+            url,
+            message: e.to_string(),
+        })?;
+        Ok(Invocation {
+            status,
+            content_type,
+            headers,
+            body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subject_of_a_token() {
+        // Unsigned: the client only reads the subject, the server verifies.
+        let token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2ln";
+        assert_eq!(token_subject(token).unwrap(), "alice");
+        assert!(token_subject("nope").is_err());
+        let client = Client::new("http://127.0.0.1:1/", token).unwrap();
+        assert_eq!(client.namespace(), sless_api::namespace_for_sub("alice"));
+        assert_eq!(client.endpoint(), "http://127.0.0.1:1");
+    }
+}

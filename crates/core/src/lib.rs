@@ -1,0 +1,14 @@
+//! sless core: what both modes share — the resource model and its validation, the store
+//! seam, auth, uploads and build contexts, the S3 client, logs, metrics and the route
+//! table the runners fill for the proxy. No Kubernetes client, no SQLite, no S3 server.
+
+pub mod auth;
+pub mod data_dir;
+pub mod error_text;
+pub mod logs;
+pub mod metrics;
+pub mod model;
+pub mod routes;
+pub mod s3;
+pub mod store;
+pub mod upload;

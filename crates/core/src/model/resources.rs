@@ -1,0 +1,356 @@
+use std::collections::BTreeMap;
+use std::fmt;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sless_api::validation::{
+    ENTRYPOINT_PATTERN, MAX_EVENT_CONCURRENCY, MAX_EVENT_RETRIES, MAX_NAME_LEN, MAX_REPLICAS,
+    MAX_TIMEOUT_SEC, MEMORY_MB_MAX, MEMORY_MB_MIN, NAME_PATTERN, SCHEDULE_PATTERN,
+};
+pub use sless_api::{
+    DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY, DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB,
+    DEFAULT_TIMEOUT_SEC, JobPhase, Phase, Runtime, TriggerType, WorkloadKind,
+};
+
+pub const API_GROUP: &str = "sless.kube5s.ru";
+pub const API_VERSION: &str = "v1alpha1";
+/// The s3Key a Function was last built from; the same upload is never built twice.
+pub const ANNOTATION_LAST_BUILT_S3KEY: &str = "sless.kube5s.ru/last-built-s3key";
+/// The build Job currently running for a Function.
+pub const ANNOTATION_BUILD_JOB: &str = "sless.kube5s.ru/build-job";
+
+/// Kubernetes mode writes a standard `Ready` condition next to the phase (see
+/// `sless-operator`'s `controller::write_status`); the CRD schema must name it or the API server
+/// prunes it.
+fn with_ready_condition(schema: &mut schemars::Schema) {
+    let condition = serde_json::json!({
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "observedGeneration": {"type": "integer", "format": "int64"},
+        },
+    });
+    if let Some(properties) = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        properties.insert(
+            "conditions".into(),
+            serde_json::json!({
+                "type": "array",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            }),
+        );
+    }
+}
+
+/// [`validate_env`]'s names rule as a CEL rule on the env map.
+pub fn env_names_rule(schema: &mut schemars::Schema) {
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([{
+            "rule": "self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*$') && k != 'PORT' && !k.startsWith('SLESS_'))",
+            "message": "env names use letters, digits and '_', not starting with a digit; PORT and SLESS_* are reserved",
+        }]),
+    );
+}
+
+/// The four resource kinds; the store and the API dispatch on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    Function,
+    Trigger,
+    FunctionJob,
+    Service,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [
+        Kind::Function,
+        Kind::Trigger,
+        Kind::FunctionJob,
+        Kind::Service,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Function => "Function",
+            Kind::Trigger => "Trigger",
+            Kind::FunctionJob => "FunctionJob",
+            Kind::Service => "Service",
+        }
+    }
+
+    /// Lowercase word for messages ("function \"x\" not found").
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Function => "function",
+            Kind::Trigger => "trigger",
+            Kind::FunctionJob => "job",
+            Kind::Service => "service",
+        }
+    }
+
+    /// Functions and Services share one name space: both are reachable at
+    /// `/fn/<ns>/<name>` and become workloads of that name.
+    pub fn shares_names_with(self) -> Option<Kind> {
+        match self {
+            Kind::Function => Some(Kind::Service),
+            Kind::Service => Some(Kind::Function),
+            Kind::Trigger | Kind::FunctionJob => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What Functions and Services have in common: code, how to call it, its limits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSpec {
+    pub runtime: Runtime,
+    #[schemars(regex(pattern = ENTRYPOINT_PATTERN))]
+    pub entrypoint: String,
+    #[schemars(range(min = MEMORY_MB_MIN, max = MEMORY_MB_MAX))]
+    pub memory_mb: u32,
+    /// 0 = no limit, else 1–900.
+    #[schemars(range(max = MAX_TIMEOUT_SEC))]
+    pub timeout_sec: u32,
+    #[serde(default)]
+    #[schemars(transform = env_names_rule)]
+    pub env: BTreeMap<String, String>,
+    /// Build context key in S3, set by upload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
+    pub replicas: Option<i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = with_ready_condition)]
+pub struct WorkloadStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_ref: Option<String>,
+    /// Build error tail or readiness note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_built_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// A function: code run on demand through its triggers.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "Function",
+    namespaced,
+    status = "WorkloadStatus",
+    shortname = "slfn",
+    printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#
+)]
+pub struct FunctionSpec {
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+}
+
+/// An always-on HTTP function.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "Service",
+    namespaced,
+    status = "WorkloadStatus",
+    shortname = "slsvc",
+    printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#
+)]
+pub struct ServiceSpec {
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+/// How a function gets called: over HTTP, on a schedule, or from a queue.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "Trigger",
+    namespaced,
+    status = "TriggerStatus",
+    shortname = "sltr",
+    printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
+    printcolumn = r#"{"name":"Function","type":"string","jsonPath":".spec.functionRef"}"#,
+    printcolumn = r#"{"name":"Enabled","type":"boolean","jsonPath":".spec.enabled"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.type != 'cron' || has(self.schedule)",
+     "message": "schedule is required for a cron trigger (5-field cron, e.g. \"*/5 * * * *\")"},
+    {"rule": "self.type != 'event' || (has(self.queue) && self.queue.trim().size() > 0)",
+     "message": "queue is required for an event trigger"},
+    {"rule": "self.type == 'event' || (!has(self.concurrency) && !has(self.maxRetries))",
+     "message": "concurrency and maxRetries apply to event triggers only"},
+]))]
+pub struct TriggerSpec {
+    #[serde(rename = "type")]
+    pub trigger_type: TriggerType,
+    #[schemars(regex(pattern = NAME_PATTERN), length(max = MAX_NAME_LEN))]
+    pub function_ref: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = SCHEDULE_PATTERN))]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+    /// Event triggers: messages handled at once (the consumer's prefetch); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_EVENT_CONCURRENCY))]
+    pub concurrency: Option<u32>,
+    /// Event triggers: retries of a failed message before `<queue>.dead`; default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = MAX_EVENT_RETRIES))]
+    pub max_retries: Option<u32>,
+}
+
+impl TriggerSpec {
+    pub fn concurrency_or_default(&self) -> u32 {
+        self.concurrency.unwrap_or(DEFAULT_EVENT_CONCURRENCY)
+    }
+
+    pub fn max_retries_or_default(&self) -> u32 {
+        self.max_retries.unwrap_or(DEFAULT_EVENT_RETRIES)
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = with_ready_condition)]
+pub struct TriggerStatus {
+    #[serde(default)]
+    pub active: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<String>,
+    /// Why the trigger is not active (e.g. its function is missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Event triggers: messages the function answered 2xx (then acked).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delivered: u64,
+    /// Event triggers: calls that did not answer 2xx (each attempt counts).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: u64,
+    /// Event triggers: messages moved to `<queue>.dead` after their last retry.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_lettered: u64,
+    /// Event triggers: when a message was last handled, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message_time: Option<String>,
+}
+
+/// A one-shot run of a function's code with a JSON event.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "FunctionJob",
+    namespaced,
+    status = "FunctionJobStatus",
+    shortname = "sljob",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Run","type":"integer","jsonPath":".spec.runId"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.functionRef) != has(self.runtime)",
+     "message": "give either functionRef (run a function's code) or runtime and entrypoint (a self-contained job), not both"},
+]))]
+pub struct FunctionJobSpec {
+    /// Run an existing function's code; otherwise the job carries its own code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = NAME_PATTERN), length(max = MAX_NAME_LEN))]
+    pub function_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = ENTRYPOINT_PATTERN))]
+    pub entrypoint: Option<String>,
+    #[serde(default)]
+    #[schemars(transform = env_names_rule)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_key: Option<String>,
+    /// The event, a JSON document as a string.
+    pub event_json: String,
+    /// 0 = created but not run; raising it runs the job again.
+    #[serde(default)]
+    pub run_id: i64,
+    /// 0 = no limit, else 1–900.
+    #[serde(default)]
+    #[schemars(range(max = MAX_TIMEOUT_SEC))]
+    pub timeout_sec: u32,
+}
+
+impl FunctionJobSpec {
+    /// The handler a self-contained job calls: its own, or the default.
+    pub fn entrypoint_or_default(&self) -> String {
+        self.entrypoint
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string())
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = with_ready_condition)]
+pub struct FunctionJobStatus {
+    #[serde(default)]
+    pub phase: JobPhase,
+    /// The run this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_run_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<String>,
+    /// The handler's result (JSON) or the failure reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
+}

@@ -1,0 +1,312 @@
+//! Tenant code against the embedded platform: a hostile handler gets none of sless's
+//! secrets nor other tenants' code, cannot signal or write outside its own directory,
+//! and `memory_mb` is enforced with the reason recorded. Real processes throughout.
+
+#[path = "../../gateway/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::api::Api;
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A Python function with an http trigger, Ready.
+async fn deploy(tenant: &Api<'_>, name: &str, memory_mb: u32, handler: &[u8]) -> Value {
+    deploy_files(
+        tenant,
+        name,
+        "python3.11",
+        memory_mb,
+        &[("handler.py", handler)],
+    )
+    .await
+}
+
+/// Like [`Api::deploy`], with a memory limit and an env var of its own.
+async fn deploy_files(
+    tenant: &Api<'_>,
+    name: &str,
+    runtime: &str,
+    memory_mb: u32,
+    files: &[(&str, &[u8])],
+) -> Value {
+    let spec = json!({"name": name, "runtime": runtime, "memory_mb": memory_mb,
+                      "timeout_sec": 30, "env_vars": {"OWN_SETTING": "kept"}});
+    tenant.deploy_spec(spec, files).await
+}
+
+const HOSTILE: &[u8] = br#"
+import os, signal, socket
+
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except Exception as e:
+        return type(e).__name__
+
+def read(path):
+    with open(path, "rb") as f:
+        f.read(1)
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("pwned")
+
+def listen_elsewhere():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+
+def handle(event):
+    me = os.environ["SLESS_FUNCTION_DIR"]
+    data = os.path.abspath(os.path.join(me, "../../../.."))
+    other = os.path.join(data, "builds", event["other_ns"], "function-" + event["other_name"])
+    sless = os.getppid()
+    tried = {
+        "read the signing key": lambda: read(os.path.join(data, "jwt-hs256.key")),
+        "read the database": lambda: read(os.path.join(data, "sless.db")),
+        "list the data dir": lambda: os.listdir(data),
+        "list another tenant's builds": lambda: os.listdir(other),
+        "read another tenant's code": lambda: read(event["other_code"]),
+        "list the uploads": lambda: os.listdir(os.path.join(data, "objects")),
+        "read another tenant's upload": lambda: read(event["other_upload"]),
+        "read sless's environ": lambda: read("/proc/%d/environ" % sless),
+        "signal sless": lambda: os.kill(sless, signal.SIGURG),
+        "signal another tenant": lambda: os.kill(event["other_pid"], signal.SIGURG),
+        "write its own code": lambda: write(os.path.join(me, "handler.py")),
+        "write the data dir": lambda: write(os.path.join(data, "planted")),
+        "write /tmp": lambda: write("/tmp/sless-sandbox-escape"),
+        "chown a file": lambda: os.chown(os.path.join(os.environ["HOME"], "note"), 1, 1),
+        "listen on another port": listen_elsewhere,
+    }
+    write(os.path.join(os.environ["HOME"], "note"))
+    outcome = {name: attempt(action) for name, action in tried.items()}
+    with open(os.path.join(os.environ["HOME"], "note")) as f:
+        outcome["its own scratch"] = f.read()
+    outcome["TMPDIR is HOME"] = os.environ.get("TMPDIR") == os.environ["HOME"]
+    outcome["env"] = sorted(os.environ)
+    return outcome
+"#;
+
+/// The one file under `root` whose path contains `part` and ends with `suffix`.
+fn find(root: &Path, part: &str, suffix: &str) -> PathBuf {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = path.to_string_lossy();
+            if path.is_dir() {
+                stack.push(path);
+            } else if text.contains(part) && text.ends_with(suffix) {
+                return path;
+            }
+        }
+    }
+    panic!("no {suffix} file of {part} under {}", root.display());
+}
+
+#[tokio::test]
+async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
+    let (server, runner) = TestServer::platform(|_| {}).await;
+    let data = server.data_dir();
+    // What `sless up` keeps in its data dir beside the store.
+    std::fs::write(data.join("jwt-hs256.key"), "00".repeat(32)).unwrap();
+
+    let victim = Api::new(&server, "victim");
+    deploy(
+        &victim,
+        "secret",
+        128,
+        b"def handle(e):\n    return 'victim code'\n",
+    )
+    .await;
+    assert_eq!(victim.invoke("secret", json!({})).await.0, StatusCode::OK);
+    let other_code = find(&data.join("builds"), &victim.user.ns, "handler.py");
+    let other_upload = find(&data.join("objects"), &victim.user.ns, ".zip");
+    let other_pid = runner.pid(&victim.user.ns, "secret").unwrap();
+
+    let attacker = Api::new(&server, "attacker");
+    deploy(&attacker, "probe", 128, HOSTILE).await;
+    let (status, outcome) = attacker
+        .invoke(
+            "probe",
+            json!({"other_ns": victim.user.ns, "other_name": "secret",
+                   "other_code": other_code, "other_upload": other_upload,
+                   "other_pid": other_pid}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "it still serves: {outcome}");
+    for attempt in [
+        "read the signing key",
+        "read the database",
+        "list the data dir",
+        "list another tenant's builds",
+        "read another tenant's code",
+        "list the uploads",
+        "read another tenant's upload",
+        "read sless's environ",
+        "signal sless",
+        "signal another tenant",
+        "write its own code",
+        "write the data dir",
+        "write /tmp",
+        "chown a file",
+        "listen on another port",
+    ] {
+        assert_eq!(outcome[attempt], "PermissionError", "{attempt}: {outcome}");
+    }
+    assert_eq!(outcome["its own scratch"], "pwned", "{outcome}");
+    assert_eq!(outcome["TMPDIR is HOME"], true, "{outcome}");
+    let allowed = [
+        "HOME",
+        "LANG",
+        "OWN_SETTING",
+        "PATH",
+        "PORT",
+        "SLESS_ENTRYPOINT",
+        "SLESS_FUNCTION_DIR",
+        "SLESS_HOST",
+        "TMPDIR",
+    ];
+    let env: Vec<&str> = outcome["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(env, allowed, "a fresh environment");
+    assert!(!data.join("planted").exists());
+    assert_eq!(
+        std::fs::read_to_string(&other_code).unwrap(),
+        "def handle(e):\n    return 'victim code'\n"
+    );
+    assert_eq!(
+        victim.invoke("secret", json!({})).await,
+        (StatusCode::OK, json!("victim code")),
+        "the other tenant was not signalled away"
+    );
+}
+
+/// npm runs a project's own install scripts: tenant code at build time.
+const HOOKED_PACKAGE: &[u8] = br#"{"name": "fn", "version": "1.0.0", "scripts": {
+  "preinstall": "cat ../../../../jwt-hs256.key > leaked.txt 2>&1; ls ../.. >> leaked.txt 2>&1; touch ../../../../planted 2>> leaked.txt; true"
+}}"#;
+
+const SHOW_LEAK: &[u8] = br#"
+exports.handle = async () => require('fs').readFileSync(__dirname + '/leaked.txt', 'utf8');
+"#;
+
+#[tokio::test]
+async fn a_dependency_install_is_sandboxed_too() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let key = "ab".repeat(32);
+    std::fs::write(server.data_dir().join("jwt-hs256.key"), &key).unwrap();
+    let tenant = Api::new(&server, "hooked");
+    deploy_files(
+        &tenant,
+        "hook",
+        "nodejs20",
+        128,
+        &[("package.json", HOOKED_PACKAGE), ("handler.js", SHOW_LEAK)],
+    )
+    .await;
+    let (status, leaked) = tenant.invoke("hook", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{leaked}");
+    let leaked = leaked.as_str().unwrap();
+    assert!(
+        !leaked.contains(&key),
+        "the install hook read the key: {leaked}"
+    );
+    assert_eq!(
+        leaked.matches("Permission denied").count(),
+        3,
+        "read, list and write were all refused: {leaked}"
+    );
+    assert!(!server.data_dir().join("planted").exists());
+}
+
+const HOG: &[u8] = br#"
+def handle(event):
+    if event.get("hog"):
+        data = b"x" * (1 << 30)
+        return len(data)
+    return "small"
+"#;
+
+#[tokio::test]
+async fn memory_mb_is_enforced_and_an_oom_kill_is_recorded() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let tenant = Api::new(&server, "hungry");
+    deploy(&tenant, "hog", 64, HOG).await;
+    assert_eq!(
+        tenant.invoke("hog", json!({})).await,
+        (StatusCode::OK, json!("small"))
+    );
+
+    let (status, body) = tenant.invoke("hog", json!({"hog": true})).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_GATEWAY,
+        "1 GiB in a 64 MB function: {body}"
+    );
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("out of memory") && error.contains("64 MB"),
+        "the failed call says why: {body}"
+    );
+    let logs = tenant
+        .wait_until(
+            "functions/hog/logs?tail=50",
+            Duration::from_secs(120),
+            |logs| logs.to_string().contains("out of memory"),
+        )
+        .await;
+    let text = logs.to_string();
+    assert!(
+        text.contains("memory_mb limit of 64 MB") && text.contains("restarting"),
+        "{logs}"
+    );
+    assert_eq!(
+        tenant.invoke("hog", json!({})).await,
+        (StatusCode::OK, json!("small")),
+        "the instance restarted and serves calls under the limit"
+    );
+
+    tenant
+        .post(
+            "jobs",
+            json!({"name": "greedy", "function_ref": "hog", "run_id": 1,
+                   "event_json": "{\"hog\": true}"}),
+        )
+        .await;
+    let job = tenant
+        .wait_until("jobs/greedy", Duration::from_secs(120), |j| {
+            j["phase"] == "Failed" || j["phase"] == "Succeeded"
+        })
+        .await;
+    assert_eq!(job["phase"], "Failed", "{job}");
+    assert!(
+        job["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("out of memory"),
+        "{job}"
+    );
+}
+
+#[tokio::test]
+async fn the_data_dir_is_private_to_sless() {
+    use std::os::unix::fs::PermissionsExt;
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let tenant = Api::new(&server, "modes");
+    deploy(&tenant, "plain", 128, b"def handle(e):\n    return 1\n").await;
+    let data = server.data_dir();
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data.join("sless.db")), 0o600);
+    for dir in ["objects", "builds", "runtimes"] {
+        assert_eq!(mode(&data.join(dir)), 0o700, "{dir}");
+    }
+}

@@ -1,0 +1,99 @@
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use sless_api::ErrorBody;
+use sless_core::auth::AuthError;
+use sless_core::model::ValidationError;
+use sless_core::s3::StorageError;
+use sless_core::store::StoreError;
+use sless_core::upload::UploadError;
+
+/// The API layer's one error type: each variant is a status, the message is for a person.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Auth(#[from] AuthError),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Auth(e) => {
+                StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED)
+            }
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        ApiError::BadRequest(e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { .. } => ApiError::NotFound(e.to_string()),
+            StoreError::AlreadyExists { .. } | StoreError::Conflict { .. } => {
+                ApiError::Conflict(e.to_string())
+            }
+            StoreError::Corrupt { .. } => ApiError::Internal(e.to_string()),
+            StoreError::Backend(_) => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<UploadError> for ApiError {
+    fn from(e: UploadError) -> Self {
+        if e.is_too_large() {
+            ApiError::PayloadTooLarge(e.to_string())
+        } else {
+            ApiError::BadRequest(e.to_string())
+        }
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        ApiError::Unavailable(format!("object storage: {e}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        (
+            status,
+            Json(ErrorBody {
+                error: self.to_string(),
+            }),
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,233 @@
+//! The REST API of docs/spec.md §5 on axum. Handlers are thin: parse, call the store / upload
+//! pipeline, map errors through [`ApiError`].
+
+mod code;
+mod convert;
+mod error;
+mod extract;
+mod jobs;
+mod triggers;
+mod workloads;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, extract::Path};
+
+pub use error::ApiError;
+
+use crate::proxy::Proxy;
+use extract::Authorized;
+use sless_api::NamespaceResponse;
+use sless_core::auth::Authenticator;
+use sless_core::logs::WorkloadLogs;
+use sless_core::model::{Function, Kind, Service};
+use sless_core::s3::ObjectStore;
+use sless_core::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
+use sless_core::upload::UploadLimits;
+
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    pub upload_limits: UploadLimits,
+    /// Registry prefix of the runtime base images in generated Dockerfiles.
+    pub base_image_prefix: String,
+    /// Larger source files are cut (with a flag) in source listings.
+    pub max_source_file_bytes: usize,
+    /// One source listing holds at most this much content; later files are cut.
+    pub max_source_answer_bytes: usize,
+    /// Base of the URLs in status (`<external_url>/fn/<ns>/<name>`), when known: an http
+    /// trigger created for a Ready function answers with its URL at once.
+    pub external_url: Option<String>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            upload_limits: UploadLimits::default(),
+            base_image_prefix: "sless".into(),
+            max_source_file_bytes: 1024 * 1024,
+            max_source_answer_bytes: 2 * 1024 * 1024,
+            external_url: None,
+        }
+    }
+}
+
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub objects: ObjectStore,
+    pub auth: Arc<Authenticator>,
+    pub logs: Arc<dyn WorkloadLogs>,
+    /// The `/fn` proxy, for the invocation history it records.
+    pub proxy: Arc<Proxy>,
+    pub config: ApiConfig,
+}
+
+/// `/v1` routes plus `/healthz` and `/readyz`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let upload_body_limit =
+        (state.config.upload_limits.max_zip_bytes + code::MULTIPART_FRAMING_BYTES) as usize;
+    let uploads = Router::new()
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/upload",
+            post(workloads::upload::<Function>),
+        )
+        .route(
+            "/v1/namespaces/{ns}/services/{name}/upload",
+            post(workloads::upload::<Service>),
+        )
+        .route("/v1/namespaces/{ns}/jobs/{name}/upload", post(jobs::upload))
+        .layer(DefaultBodyLimit::max(upload_body_limit))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            code::refuse_oversize,
+        ));
+
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route("/v1/namespaces/{ns}/ensure", post(ensure_namespace))
+        .merge(workload_routes::<Function>("functions"))
+        .merge(workload_routes::<Service>("services"))
+        .route(
+            "/v1/namespaces/{ns}/triggers",
+            get(triggers::list).post(triggers::create),
+        )
+        .route(
+            "/v1/namespaces/{ns}/triggers/{name}",
+            get(triggers::get)
+                .put(triggers::replace)
+                .patch(triggers::patch)
+                .delete(triggers::delete),
+        )
+        .route(
+            "/v1/namespaces/{ns}/jobs",
+            get(jobs::list).post(jobs::create),
+        )
+        .route(
+            "/v1/namespaces/{ns}/jobs/{name}",
+            get(jobs::get)
+                .put(jobs::replace)
+                .patch(jobs::patch)
+                .delete(jobs::delete),
+        )
+        .merge(uploads)
+        .fallback(unknown_route)
+        .with_state(state)
+}
+
+/// The routes Functions and Services share, under `/v1/namespaces/{ns}/<collection>`
+/// (uploads apart: they carry their own body limit).
+fn workload_routes<R: WorkloadResource>(collection: &str) -> Router<Arc<AppState>> {
+    let base = format!("/v1/namespaces/{{ns}}/{collection}");
+    Router::new()
+        .route(
+            &base,
+            get(workloads::list::<R>).post(workloads::create::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}"),
+            get(workloads::get::<R>)
+                .put(workloads::replace::<R>)
+                .delete(workloads::delete::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}/source"),
+            get(workloads::source::<R>),
+        )
+        .route(&format!("{base}/{{name}}/logs"), get(workloads::logs::<R>))
+        .route(
+            &format!("{base}/{{name}}/build-log"),
+            get(workloads::build_log::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}/invocations"),
+            get(workloads::invocations::<R>),
+        )
+}
+
+/// Prometheus metrics (OpenMetrics text) of every tenant: admin tokens only.
+async fn metrics_text(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let principal = state
+        .auth
+        .authenticate(Authenticator::bearer(header)?)
+        .await?;
+    principal.require_admin("the metrics")?;
+    Ok(metrics_response())
+}
+
+/// The scrape answer, also served unauthenticated on `--metrics-listen`.
+pub fn metrics_response() -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        sless_core::metrics::metrics().encode(),
+    )
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Ready when the store answers.
+async fn readyz(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
+    state.store.list(Kind::Function, Some("readyz")).await?;
+    Ok("ready")
+}
+
+async fn unknown_route() -> ApiError {
+    ApiError::NotFound("no such route; the API lives under /v1/namespaces/{ns}/...".into())
+}
+
+async fn ensure_namespace(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path(_): Path<String>,
+) -> Result<(StatusCode, Json<NamespaceResponse>), ApiError> {
+    let created = state.store.ensure_namespace(&auth.namespace).await?;
+    let (status, word) = if created {
+        (StatusCode::CREATED, "created")
+    } else {
+        (StatusCode::OK, "exists")
+    };
+    Ok((
+        status,
+        Json(NamespaceResponse {
+            namespace: auth.namespace,
+            status: word.into(),
+        }),
+    ))
+}
+
+async fn load<R: Resource>(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+) -> Result<Object<R>, ApiError> {
+    state
+        .store
+        .get_typed::<R>(namespace, name)
+        .await?
+        .ok_or_else(|| not_found(R::KIND, namespace, name))
+}
+
+fn not_found(kind: Kind, namespace: &str, name: &str) -> ApiError {
+    StoreError::NotFound {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+    .into()
+}

@@ -1,0 +1,1124 @@
+//! The invoke proxy against a real upstream on a loopback port, called with reqwest.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt;
+use gateway::proxy::{self, CallError, Proxy, ProxyConfig};
+use serde_json::{Value, json};
+use sless_core::model::Kind;
+use sless_core::routes::{Route, RouteTable};
+
+const MIB: usize = 1024 * 1024;
+
+#[derive(Default)]
+struct TestRoutes {
+    routes: Mutex<HashMap<(String, String), Route>>,
+}
+
+impl TestRoutes {
+    fn set(&self, namespace: &str, name: &str, route: Route) {
+        self.routes
+            .lock()
+            .unwrap()
+            .insert((namespace.to_owned(), name.to_owned()), route);
+    }
+}
+
+impl RouteTable for TestRoutes {
+    fn route(&self, namespace: &str, name: &str) -> Route {
+        self.routes
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+            .unwrap_or(Route::Unknown)
+    }
+}
+
+fn ready(authority: &str, timeout: Option<Duration>) -> Route {
+    Route::Ready {
+        kind: Kind::Function,
+        authority: authority.into(),
+        timeout,
+    }
+}
+
+/// `/sleep` answers after 5 s, `/big` streams 50 MiB, `/hop` answers with hop-by-hop
+/// headers, `/stall` sends its head and a first chunk then nothing for 5 s, `/cookies`
+/// sets cookies; anything else echoes the request (the body only counted).
+async fn upstream(request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    match path.as_str() {
+        "/sleep" => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            "late".into_response()
+        }
+        "/big" => {
+            let chunks = futures::stream::iter(0..50)
+                .map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; MIB])));
+            Body::from_stream(chunks).into_response()
+        }
+        "/stall" => {
+            let first = futures::stream::once(async { Ok(Bytes::from_static(b"start ")) });
+            let late = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, std::io::Error>(Bytes::from_static(b"late"))
+            });
+            Body::from_stream(first.chain(late)).into_response()
+        }
+        "/cookies" => (
+            [
+                ("set-cookie", "sless_session=planted; Path=/; HttpOnly"),
+                ("set-cookie", "theme=dark; Path=/"),
+            ],
+            "cookies",
+        )
+            .into_response(),
+        "/hop" => (
+            [
+                ("keep-alive", "timeout=5"),
+                ("connection", "x-upstream-hop"),
+                ("x-upstream-hop", "secret"),
+                ("x-upstream-ordinary", "visible"),
+            ],
+            "hop",
+        )
+            .into_response(),
+        _ => echo(request).await,
+    }
+}
+
+async fn echo(request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let mut headers: HashMap<String, String> = HashMap::new();
+    for (name, value) in &parts.headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers
+            .entry(name.as_str().to_owned())
+            .and_modify(|v| {
+                v.push_str(", ");
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    let mut body_len = 0usize;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => body_len += chunk.len(),
+            Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+        }
+    }
+    axum::Json(json!({
+        "method": parts.method.as_str(),
+        "path": parts.uri.path(),
+        "query": parts.uri.query(),
+        "headers": headers,
+        "body_len": body_len,
+    }))
+    .into_response()
+}
+
+async fn serve(router: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    (addr, task)
+}
+
+/// The proxy served as `sless` serves it: its fast path first, hyper and the router for
+/// the rest.
+async fn serve_proxy(
+    proxy: Arc<Proxy>,
+    limits: gateway::serve::Limits,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = gateway::serve::App::with_proxy(proxy::router(proxy.clone()), proxy);
+    let task = tokio::spawn(async move {
+        gateway::serve::serve(
+            listener,
+            app,
+            std::num::NonZeroUsize::new(2).unwrap(),
+            limits,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    });
+    (addr, task)
+}
+
+struct Harness {
+    base: String,
+    proxy_addr: SocketAddr,
+    upstream: String,
+    routes: Arc<TestRoutes>,
+    proxy: Arc<Proxy>,
+    client: reqwest::Client,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Harness {
+    async fn start() -> Self {
+        Self::start_with(ProxyConfig::default()).await
+    }
+
+    async fn start_with(config: ProxyConfig) -> Self {
+        Self::start_with_limits(config, gateway::serve::Limits::default()).await
+    }
+
+    /// Upstream `ns/f` ready with a 30 s timeout.
+    async fn start_with_limits(config: ProxyConfig, limits: gateway::serve::Limits) -> Self {
+        let (upstream_addr, upstream_task) = serve(Router::new().fallback(upstream)).await;
+        let upstream = upstream_addr.to_string();
+        let routes = Arc::new(TestRoutes::default());
+        routes.set("ns", "f", ready(&upstream, Some(Duration::from_secs(30))));
+        let proxy = Arc::new(Proxy::new(routes.clone(), config));
+        let (proxy_addr, proxy_task) = serve_proxy(proxy.clone(), limits).await;
+        Self {
+            base: format!("http://{proxy_addr}"),
+            proxy_addr,
+            upstream,
+            routes,
+            proxy,
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            tasks: vec![upstream_task, proxy_task],
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn echo(&self, request: reqwest::RequestBuilder) -> Value {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+}
+
+async fn error_of(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json",
+        "status {status}"
+    );
+    let body: Value = response.json().await.unwrap();
+    (status, body["error"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn sub_path_and_raw_query_pass_through() {
+    let h = Harness::start().await;
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f/a/b?x=1&y=%20"))).await;
+    assert_eq!(seen["path"], "/a/b");
+    assert_eq!(seen["query"], "x=1&y=%20");
+
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f/a%2Fb/"))).await;
+    assert_eq!(seen["path"], "/a%2Fb/");
+    assert_eq!(seen["query"], Value::Null);
+
+    for root in ["/fn/ns/f", "/fn/ns/f/"] {
+        let seen = h.echo(h.client.get(h.url(root))).await;
+        assert_eq!(seen["path"], "/", "{root}");
+    }
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f?only=query"))).await;
+    assert_eq!(seen["path"], "/");
+    assert_eq!(seen["query"], "only=query");
+}
+
+#[tokio::test]
+async fn all_methods_and_bodies_are_forwarded() {
+    let h = Harness::start().await;
+    for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let seen = h
+            .echo(
+                h.client
+                    .request(method.clone(), h.url("/fn/ns/f/m"))
+                    .body("twelve bytes"),
+            )
+            .await;
+        assert_eq!(seen["method"], method.as_str());
+        assert_eq!(seen["body_len"], 12, "{method}");
+    }
+    let response = h.client.head(h.url("/fn/ns/f/m")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_stay_on_their_hop() {
+    let h = Harness::start().await;
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/h"))
+                .header("connection", "keep-alive, X-Custom-Hop")
+                .header("x-custom-hop", "drop me")
+                .header("te", "trailers")
+                .header("upgrade", "websocket")
+                .header("proxy-authorization", "Basic dXNlcjpwYXNz")
+                .header("keep-alive", "timeout=5")
+                .header("x-ordinary", "keep me"),
+        )
+        .await;
+    let headers = seen["headers"].as_object().unwrap();
+    for hop in [
+        "connection",
+        "x-custom-hop",
+        "te",
+        "upgrade",
+        "proxy-authorization",
+        "keep-alive",
+    ] {
+        assert!(!headers.contains_key(hop), "{hop} reached the upstream");
+    }
+    assert_eq!(headers["x-ordinary"], "keep me");
+    assert_eq!(headers["host"], h.upstream.as_str());
+
+    let response = h.client.get(h.url("/fn/ns/f/hop")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let headers = response.headers();
+    assert!(!headers.contains_key("keep-alive"));
+    assert!(!headers.contains_key("x-upstream-hop"));
+    assert_ne!(
+        headers.get("connection").map(|v| v.to_str().unwrap()),
+        Some("x-upstream-hop")
+    );
+    assert_eq!(headers["x-upstream-ordinary"], "visible");
+    assert_eq!(response.text().await.unwrap(), "hop");
+}
+
+#[tokio::test]
+async fn forwarding_headers_are_added() {
+    let h = Harness::start().await;
+    let seen = h.echo(h.client.get(h.url("/fn/ns/f/"))).await;
+    let headers = &seen["headers"];
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(headers["x-forwarded-proto"], "http");
+    assert_eq!(headers["x-forwarded-host"], h.proxy_addr.to_string());
+    assert_eq!(headers["host"], h.upstream.as_str());
+
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("x-forwarded-for", "10.0.0.1")
+                .header("x-forwarded-proto", "https"),
+        )
+        .await;
+    let headers = &seen["headers"];
+    assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+    assert_eq!(headers["x-forwarded-proto"], "https");
+}
+
+#[tokio::test]
+async fn errors_are_distinct_json() {
+    let h = Harness::start().await;
+
+    let response = h.client.get(h.url("/fn/ns/nope/x")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 404);
+    assert_eq!(error, "no function or service \"nope\" in namespace ns");
+
+    h.routes.set(
+        "ns",
+        "off",
+        Route::Unavailable {
+            reason: "function \"off\" is disabled".into(),
+        },
+    );
+    let response = h.client.post(h.url("/fn/ns/off")).send().await.unwrap();
+    assert_eq!(
+        error_of(response).await,
+        (503, "function \"off\" is disabled".into())
+    );
+
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    h.routes.set("ns", "gone", ready(&closed.to_string(), None));
+    let response = h.client.get(h.url("/fn/ns/gone/")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 502);
+    assert!(
+        error.starts_with("function \"gone\" is unreachable: "),
+        "{error}"
+    );
+    assert!(error.to_lowercase().contains("refused"), "{error}");
+}
+
+#[tokio::test]
+async fn calls_wait_for_a_starting_function_then_give_up() {
+    let h = Harness::start_with(ProxyConfig {
+        start_wait: Duration::from_millis(500),
+        ..ProxyConfig::default()
+    })
+    .await;
+    let starting = || Route::Starting {
+        reason: "function \"f\" is starting".into(),
+    };
+
+    // Ready while the call waits: it is forwarded.
+    h.routes.set("ns", "f", starting());
+    let (routes, upstream) = (h.routes.clone(), h.upstream.clone());
+    let flip = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        routes.set("ns", "f", ready(&upstream, None));
+    });
+    let started = std::time::Instant::now();
+    let answer = h.echo(h.client.get(h.url("/fn/ns/f/after-start"))).await;
+    assert_eq!(answer["path"], "/after-start");
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    flip.await.unwrap();
+
+    // Still starting when the wait is over: 503 with the reason.
+    h.routes.set("ns", "f", starting());
+    let started = std::time::Instant::now();
+    let response = h.client.get(h.url("/fn/ns/f/")).send().await.unwrap();
+    assert_eq!(
+        error_of(response).await,
+        (503, "function \"f\" is starting".into())
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn slow_functions_time_out() {
+    let h = Harness::start_with(ProxyConfig {
+        timeout_margin: Duration::from_millis(100),
+        ..ProxyConfig::default()
+    })
+    .await;
+    h.routes.set(
+        "ns",
+        "slow",
+        ready(&h.upstream, Some(Duration::from_secs(1))),
+    );
+    let started = std::time::Instant::now();
+    let response = h
+        .client
+        .get(h.url("/fn/ns/slow/sleep"))
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 504);
+    assert_eq!(
+        error,
+        "function \"slow\" did not answer within 1 s (its timeout_sec)"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1100) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+
+    // Still answers fast calls within the limit.
+    let response = h
+        .client
+        .get(h.url("/fn/ns/slow/quick"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused() {
+    let h = Harness::start_with(ProxyConfig {
+        max_body_bytes: 1024,
+        ..ProxyConfig::default()
+    })
+    .await;
+
+    let response = h
+        .client
+        .post(h.url("/fn/ns/f/up"))
+        .body(vec![0u8; 2048])
+        .send()
+        .await
+        .unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 413);
+    assert!(error.contains("1024"), "{error}");
+
+    let at_limit = h
+        .echo(h.client.post(h.url("/fn/ns/f/up")).body(vec![0u8; 1024]))
+        .await;
+    assert_eq!(at_limit["body_len"], 1024);
+
+    let chunks =
+        futures::stream::iter((0..4).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 512]))));
+    let response = h
+        .client
+        .post(h.url("/fn/ns/f/up"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(response).await.0, 413);
+
+    let small =
+        futures::stream::iter((0..2).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 512]))));
+    let seen = h
+        .echo(
+            h.client
+                .post(h.url("/fn/ns/f/up"))
+                .body(reqwest::Body::wrap_stream(small)),
+        )
+        .await;
+    assert_eq!(seen["body_len"], 1024);
+
+    let stats = h.proxy.invocations().stats("ns", "f");
+    assert_eq!(stats.count, 4);
+    assert_eq!(stats.errors, 0);
+}
+
+fn rss_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// The large-body tests share one process-wide RSS figure, so they take turns.
+static LARGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test]
+async fn large_request_bodies_stream() {
+    let _turn = LARGE.lock().await;
+    let h = Harness::start().await;
+    // Warm up allocator and connection pools before the baseline.
+    h.echo(h.client.post(h.url("/fn/ns/f/warm")).body(vec![0u8; MIB]))
+        .await;
+    let before = rss_bytes();
+
+    let chunks = futures::stream::iter(0..100)
+        .map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; MIB])));
+    let seen = h
+        .echo(
+            h.client
+                .post(h.url("/fn/ns/f/upload"))
+                .body(reqwest::Body::wrap_stream(chunks)),
+        )
+        .await;
+    assert_eq!(seen["body_len"], 100 * MIB);
+
+    let grown = rss_bytes().saturating_sub(before);
+    eprintln!("RSS grew by {} KiB streaming 100 MiB", grown / 1024);
+    assert!(grown < 30 * MIB, "RSS grew by {} MiB", grown / MIB);
+}
+
+#[tokio::test]
+async fn large_responses_stream() {
+    let _turn = LARGE.lock().await;
+    let h = Harness::start().await;
+    let response = h.client.get(h.url("/fn/ns/f/big")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut received = 0usize;
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        received += chunk.unwrap().len();
+    }
+    assert_eq!(received, 50 * MIB);
+}
+
+#[tokio::test]
+async fn invocations_are_logged() {
+    let h = Harness::start().await;
+    h.client
+        .get(h.url("/fn/ns/f/first?q=1"))
+        .send()
+        .await
+        .unwrap();
+    h.client.delete(h.url("/fn/ns/f")).send().await.unwrap();
+    h.client.get(h.url("/fn/ns/nope")).send().await.unwrap();
+    h.routes.set(
+        "ns",
+        "off",
+        Route::Unavailable {
+            reason: "disabled".into(),
+        },
+    );
+    h.client.get(h.url("/fn/ns/off/x")).send().await.unwrap();
+
+    let log = h.proxy.invocations();
+    let recent = log.recent("ns", "f", 10);
+    assert_eq!(recent.len(), 2);
+    assert_eq!(
+        (
+            recent[0].method.as_str(),
+            recent[0].path.as_str(),
+            recent[0].status
+        ),
+        ("DELETE", "/", 200)
+    );
+    assert_eq!(
+        (
+            recent[1].method.as_str(),
+            recent[1].path.as_str(),
+            recent[1].status
+        ),
+        ("GET", "/first", 200)
+    );
+    let shown = serde_json::to_value(&recent[0]).unwrap();
+    assert!(shown["duration_ms"].as_f64().unwrap() > 0.0);
+    assert!(chrono::DateTime::parse_from_rfc3339(shown["time"].as_str().unwrap()).is_ok());
+    let stats = log.stats("ns", "f");
+    assert_eq!((stats.count, stats.errors), (2, 0));
+    let total = (recent[0].duration + recent[1].duration).as_secs_f64() * 1000.0;
+    assert!(stats.total_duration_ms >= total - 1e-6);
+
+    let off = log.stats("ns", "off");
+    assert_eq!((off.count, off.errors), (1, 1));
+    assert_eq!(log.recent("ns", "off", 10)[0].status, 503);
+    assert!(log.recent("ns", "nope", 10).is_empty());
+    assert_eq!(log.stats("ns", "nope").count, 0);
+
+    log.forget("ns", "f");
+    assert!(log.recent("ns", "f", 10).is_empty());
+}
+
+#[tokio::test]
+async fn headers_pass_both_ways_on_reused_connections() {
+    let h = Harness::start().await;
+    for i in 0..20 {
+        let response = h
+            .client
+            .put(h.url(&format!("/fn/ns/f/n/{i}")))
+            .header("x-call", i.to_string())
+            .body(format!("{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let seen: Value = response.json().await.unwrap();
+        assert_eq!(seen["headers"]["x-call"], i.to_string());
+        assert_eq!(seen["path"], format!("/n/{i}"));
+    }
+}
+
+/// The proxy with the console's cookie configured, as `sless up` runs it.
+async fn console_harness() -> Harness {
+    Harness::start_with(ProxyConfig {
+        console_cookie: Some("sless_session".into()),
+        ..ProxyConfig::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_console_cookie_never_reaches_a_function() {
+    let h = console_harness().await;
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("cookie", "a=1; sless_session=secret; b=2"),
+        )
+        .await;
+    assert_eq!(seen["headers"]["cookie"], "a=1; b=2");
+
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("cookie", "sless_session=secret"),
+        )
+        .await;
+    assert!(seen["headers"].get("cookie").is_none(), "{seen}");
+
+    let seen = h
+        .echo(
+            h.client
+                .get(h.url("/fn/ns/f/"))
+                .header("cookie", "theme=dark; sless_session_x=kept"),
+        )
+        .await;
+    assert_eq!(
+        seen["headers"]["cookie"],
+        "theme=dark; sless_session_x=kept"
+    );
+
+    // Nor can a function set it.
+    let response = h
+        .client
+        .get(h.url("/fn/ns/f/cookies"))
+        .send()
+        .await
+        .unwrap();
+    let set: Vec<&str> = response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(set, ["theme=dark; Path=/"]);
+}
+
+#[tokio::test]
+async fn function_answers_are_sandboxed() {
+    let h = console_harness().await;
+    let sandbox = "sandbox allow-scripts allow-forms allow-popups allow-downloads";
+    for path in ["/fn/ns/f/page", "/fn/ns/f/cookies", "/fn/ns/nope/"] {
+        let response = h.client.get(h.url(path)).send().await.unwrap();
+        let policies: Vec<&str> = response
+            .headers()
+            .get_all("content-security-policy")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(policies, [sandbox], "{path}");
+    }
+}
+
+/// The newest recorded call of `ns/name`, waiting briefly for a body still ending.
+async fn last_call(h: &Harness, name: &str) -> gateway::proxy::Invocation {
+    for _ in 0..50 {
+        if let Some(call) = h.proxy.invocations().recent("ns", name, 1).pop() {
+            return call;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no call of {name} recorded");
+}
+
+#[tokio::test]
+async fn timeout_sec_bounds_the_body_too() {
+    let h = Harness::start_with(ProxyConfig {
+        timeout_margin: Duration::from_millis(100),
+        ..ProxyConfig::default()
+    })
+    .await;
+    h.routes.set(
+        "ns",
+        "stall",
+        ready(&h.upstream, Some(Duration::from_secs(1))),
+    );
+    let started = std::time::Instant::now();
+    let response = h
+        .client
+        .get(h.url("/fn/ns/stall/stall"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "the head went out before the stall");
+    let body = response.bytes().await;
+    let took = started.elapsed();
+    assert!(body.is_err(), "a cut body must not look complete: {body:?}");
+    assert!(
+        took >= Duration::from_millis(1100) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    let call = last_call(&h, "stall").await;
+    assert_eq!((call.status, call.error), (504, Some(CallError::Timeout)));
+    assert!(
+        call.duration >= Duration::from_millis(1100),
+        "{:?}",
+        call.duration
+    );
+}
+
+/// An upstream that answers every request with `answer` and closes.
+async fn raw_upstream(answer: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(answer).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn malformed_answers_are_502_and_recorded_so() {
+    let h = Harness::start().await;
+    let bad_chunks =
+        raw_upstream(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n")
+            .await;
+    h.routes.set(
+        "ns",
+        "bad",
+        ready(&bad_chunks, Some(Duration::from_secs(5))),
+    );
+    let response = h.client.get(h.url("/fn/ns/bad/")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 502);
+    assert!(
+        error.starts_with("function \"bad\" sent a malformed answer: "),
+        "{error}"
+    );
+    let call = last_call(&h, "bad").await;
+    assert_eq!(call.status, 502);
+
+    // Broken off after its first bytes: the caller sees the connection close, the
+    // log a 502.
+    let short = raw_upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this").await;
+    h.routes.set("ns", "short", ready(&short, None));
+    let response = h.client.get(h.url("/fn/ns/short/")).send().await.unwrap();
+    if response.status() == 200 {
+        assert!(
+            response.bytes().await.is_err(),
+            "a short body passed for whole"
+        );
+    } else {
+        assert_eq!(error_of(response).await.0, 502);
+    }
+    let call = last_call(&h, "short").await;
+    assert_eq!(call.status, 502);
+
+    // A head without end: read up to a bound, then a 502.
+    let endless: &'static [u8] = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\n{}\r\n",
+            "X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n".repeat(10_000)
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let endless = raw_upstream(endless).await;
+    h.routes.set("ns", "endless", ready(&endless, None));
+    let response = h.client.get(h.url("/fn/ns/endless/")).send().await.unwrap();
+    let (status, error) = error_of(response).await;
+    assert_eq!(status, 502, "{error}");
+}
+
+/// Reads answers from `stream` until it closes: (status, lowercased headers, body) each.
+/// `heads[i]`: the i-th request was HEAD (its answer has no body).
+async fn read_answers(
+    stream: &mut tokio::net::TcpStream,
+    heads: &[bool],
+) -> Vec<(u16, HashMap<String, String>, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut bytes = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut bytes))
+        .await
+        .expect("the connection stays open")
+        .unwrap();
+    let mut answers = Vec::new();
+    let mut at = 0;
+    for head_request in heads {
+        let mut parsed = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut parsed);
+        let httparse::Status::Complete(len) = response.parse(&bytes[at..]).unwrap() else {
+            panic!(
+                "incomplete answer: {:?}",
+                String::from_utf8_lossy(&bytes[at..])
+            );
+        };
+        let headers: HashMap<String, String> = response
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        let status = response.code.unwrap();
+        at += len;
+        let mut body = Vec::new();
+        if *head_request || status == 204 {
+        } else if let Some(length) = headers.get("content-length") {
+            let length: usize = length.parse().unwrap();
+            body.extend_from_slice(&bytes[at..at + length]);
+            at += length;
+        } else {
+            assert_eq!(headers["transfer-encoding"], "chunked");
+            loop {
+                let httparse::Status::Complete((line, size)) =
+                    httparse::parse_chunk_size(&bytes[at..]).unwrap()
+                else {
+                    panic!("broken chunk");
+                };
+                at += line;
+                let size = size as usize;
+                body.extend_from_slice(&bytes[at..at + size]);
+                at += size + 2;
+                if size == 0 {
+                    break;
+                }
+            }
+        }
+        answers.push((status, headers, body));
+    }
+    assert_eq!(at, bytes.len(), "more answers than requests");
+    answers
+}
+
+async fn connect(h: &Harness) -> tokio::net::TcpStream {
+    tokio::net::TcpStream::connect(h.proxy_addr).await.unwrap()
+}
+
+#[tokio::test]
+async fn pipelined_calls_of_both_paths_share_a_connection() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start().await;
+    let mut stream = connect(&h).await;
+    // Fast, fast with a body, HEAD (the HTTP stack from there on), then the rest.
+    stream
+        .write_all(
+            b"GET /fn/ns/f/one HTTP/1.1\r\nHost: x\r\n\r\n\
+              POST /fn/ns/f/two HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+              HEAD /fn/ns/f/three HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/f/four HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let answers = read_answers(&mut stream, &[false, false, true, false]).await;
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(statuses, [200, 200, 200, 200]);
+    let seen = |i: usize| -> Value { serde_json::from_slice(&answers[i].2).unwrap() };
+    assert_eq!(seen(0)["path"], "/one");
+    assert_eq!(
+        (seen(1)["path"].clone(), seen(1)["body_len"].clone()),
+        ("/two".into(), 5.into())
+    );
+    assert_eq!(seen(3)["path"], "/four");
+    for (_, headers, _) in &answers {
+        assert!(headers["content-security-policy"].starts_with("sandbox"));
+    }
+    let paths: Vec<String> = h
+        .proxy
+        .invocations()
+        .recent("ns", "f", 10)
+        .into_iter()
+        .map(|call| call.path)
+        .collect();
+    assert_eq!(paths, ["/four", "/three", "/two", "/one"]);
+}
+
+#[tokio::test]
+async fn ambiguous_request_framing_never_reaches_a_function() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start().await;
+    for framing in [
+        "Content-Length: 5\r\nContent-Length: 40",
+        "Content-Length: +5",
+        "Content-Length: 5, 6",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity",
+    ] {
+        let mut stream = connect(&h).await;
+        let request = format!(
+            "POST /fn/ns/f/a HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\nhelloGET /fn/ns/f/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let answers = read_answers(&mut stream, &[false]).await;
+        assert_eq!(answers[0].0, 400, "{framing}");
+    }
+    assert!(
+        h.proxy.invocations().recent("ns", "f", 10).is_empty(),
+        "a request reached the function"
+    );
+}
+
+#[tokio::test]
+async fn kept_upstream_connections_the_function_closes_are_replaced() {
+    // Answers one call per connection without saying so, then closes.
+    let closing = raw_upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let h = Harness::start().await;
+    h.routes.set("ns", "closing", ready(&closing, None));
+    for i in 0..20 {
+        let response = h
+            .client
+            .post(h.url("/fn/ns/closing/"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "call {i}");
+        assert_eq!(response.text().await.unwrap(), "ok");
+        if i % 2 == 0 {
+            // Time for the close to arrive before the next call.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn answers_framed_by_close_interim_heads_and_empty_answers_arrive_whole() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start().await;
+    let until_close = raw_upstream(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nX-Kind: close\r\n\r\nbody until close",
+    )
+    .await;
+    let empty = raw_upstream(b"HTTP/1.1 204 No Content\r\nX-Kind: empty\r\n\r\n").await;
+    let old = raw_upstream(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nabc").await;
+    h.routes.set("ns", "close", ready(&until_close, None));
+    h.routes.set("ns", "empty", ready(&empty, None));
+    h.routes.set("ns", "old", ready(&old, None));
+    let mut stream = connect(&h).await;
+    stream
+        .write_all(
+            b"GET /fn/ns/close/ HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/empty/ HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/old/ HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /fn/ns/close/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let answers = read_answers(&mut stream, &[false; 4]).await;
+    assert_eq!(answers[0].0, 200);
+    assert_eq!(answers[0].1["x-kind"], "close");
+    assert_eq!(answers[0].2, b"body until close");
+    assert_eq!(answers[1].0, 204);
+    assert_eq!((answers[2].0, answers[2].2.as_slice()), (200, &b"abc"[..]));
+    assert_eq!(answers[3].2, b"body until close");
+}
+
+#[tokio::test]
+async fn slow_and_idle_callers_of_functions_are_cut() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = Harness::start_with_limits(
+        ProxyConfig::default(),
+        gateway::serve::Limits {
+            header_timeout: Duration::from_millis(500),
+            idle_timeout: Duration::from_millis(800),
+            max_connections: 100,
+        },
+    )
+    .await;
+    // Sends `bytes` on a new connection; how long until the server closes it.
+    let closed_after = |bytes: &'static [u8]| async {
+        let mut stream = connect(&h).await;
+        stream.write_all(bytes).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("still open after 5 s"),
+            }
+        }
+    };
+    // A head that never ends: cut at the header timeout.
+    let closed = closed_after(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n").await;
+    assert!(
+        closed < Duration::from_millis(1500),
+        "closed after {closed:?}"
+    );
+
+    // After an answer, an idle connection is closed at the idle timeout.
+    let closed = closed_after(b"GET /fn/ns/f/ HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(
+        closed >= Duration::from_millis(700) && closed < Duration::from_millis(2500),
+        "closed after {closed:?}"
+    );
+}
+
+#[tokio::test]
+async fn callers_that_close_their_connections_reuse_the_functions() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Keep-alive, counting its connections.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let function = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        request.drain(..end + 4);
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    let h = Harness::start().await;
+    h.routes.set("ns", "counted", ready(&function, None));
+    for _ in 0..20 {
+        let mut stream = connect(&h).await;
+        stream
+            .write_all(b"GET /fn/ns/counted/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answers = read_answers(&mut stream, &[false]).await;
+        assert_eq!((answers[0].0, answers[0].2.as_slice()), (200, &b"ok"[..]));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One per serving thread, and one more if a caller came before the last left.
+    let connections = accepted.load(Ordering::SeqCst);
+    assert!(connections <= 4, "{connections} connections for 20 calls");
+}
+
+#[tokio::test]
+async fn an_unreachable_function_is_a_502_also_to_a_caller_still_sending() {
+    let h = Harness::start().await;
+    let free = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone = free.local_addr().unwrap().to_string();
+    drop(free);
+    h.routes.set("ns", "gone", ready(&gone, None));
+    for i in 0..5 {
+        let response = h
+            .client
+            .post(h.url("/fn/ns/gone/"))
+            .body(vec![b'x'; 8 * MIB])
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: {e:?}"));
+        let (status, error) = error_of(response).await;
+        assert_eq!(status, 502, "call {i}: {error}");
+        assert!(error.contains("unreachable"), "{error}");
+    }
+}

@@ -1,0 +1,119 @@
+//! The build step shared by Functions, Services and self-contained FunctionJobs: one
+//! build Job per upload, polled until it ends.
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+use kube::api::PostParams;
+
+use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome, version_of};
+use crate::manifests::PodSecurity;
+use crate::manifests::build::{BUILD_CONTAINER, COMPONENT, FETCH_CONTAINER};
+use crate::manifests::{self, BuildJob};
+use crate::names::{build_job_name, component_labels, selector};
+use crate::store::is_already_exists;
+use sless_core::model::{Kind, build_namespace};
+
+/// How much of a failed build's log the status carries.
+const LOG_TAIL_BYTES: usize = 2000;
+
+pub(super) struct BuildTarget<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub s3_key: &'a str,
+    pub image: &'a str,
+}
+
+pub(super) enum BuildState {
+    Running { job: String },
+    Succeeded,
+    Failed { message: String },
+}
+
+/// The last `LOG_TAIL_BYTES` of a log, cut at a line start.
+pub(crate) fn tail(text: &str, max: usize) -> String {
+    let text = text.trim_end();
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let cut = &text[start..];
+    let cut = cut.find('\n').map_or(cut, |i| &cut[i + 1..]);
+    format!("...\n{cut}")
+}
+
+/// Starts the build of `target.s3_key` if it has no Job yet, or reports how it went.
+pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<BuildState> {
+    let build_ns = build_namespace(target.namespace);
+    ctx.prepare_namespace(target.namespace, &build_ns, PodSecurity::Privileged)
+        .await?;
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &build_ns);
+    let job_name = build_job_name(target.name, target.s3_key);
+    // A newer upload supersedes builds of older ones.
+    let builds = selector(&component_labels(
+        target.kind,
+        target.namespace,
+        target.name,
+        COMPONENT,
+    ));
+    delete_labelled(&jobs, &builds, Some(&job_name)).await?;
+
+    let Some(job) = jobs.get_opt(&job_name).await? else {
+        let url = ctx
+            .contexts
+            .presigned_get(target.s3_key, ctx.config.context_url_ttl)
+            .await
+            .map_err(Error::PresignError)?;
+        let manifest = manifests::build_job(
+            &BuildJob {
+                kind: target.kind,
+                namespace: target.namespace,
+                name: target.name,
+                s3_key: target.s3_key,
+                context_url: &url,
+                image: target.image,
+            },
+            &ctx.config,
+        );
+        match jobs.create(&PostParams::default(), &manifest).await {
+            Ok(_) => tracing::info!(
+                kind = %target.kind, namespace = %target.namespace, name = %target.name,
+                job = %job_name, "build started"
+            ),
+            Err(e) if is_already_exists(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(BuildState::Running { job: job_name });
+    };
+    match job_outcome(&job) {
+        JobOutcome::Running => Ok(BuildState::Running { job: job_name }),
+        JobOutcome::Succeeded => Ok(BuildState::Succeeded),
+        JobOutcome::Failed { reason } => {
+            let mut log = ctx
+                .logs
+                .job_log(&build_ns, &job_name, BUILD_CONTAINER)
+                .await
+                .unwrap_or_default();
+            if log.trim().is_empty() {
+                // It never got past fetching the context.
+                log = ctx
+                    .logs
+                    .job_log(&build_ns, &job_name, FETCH_CONTAINER)
+                    .await
+                    .unwrap_or_default();
+            }
+            let mut message = format!(
+                "build of version {} failed ({reason})",
+                version_of(target.s3_key)
+            );
+            if !log.trim().is_empty() {
+                message.push('\n');
+                message.push_str(&tail(&log, LOG_TAIL_BYTES));
+            }
+            Ok(BuildState::Failed { message })
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Functions and Services: build each upload once, then run the image as a Deployment
+//! behind a Service in `sless-fn-<ns>`.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Service as KubeService;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{DynamicObject, ObjectMeta};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::build::{BuildState, BuildTarget, build};
+use super::{
+    Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of, now,
+    refusal, version_of, write_status,
+};
+use crate::manifests::{self, Workload};
+use crate::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
+use crate::store::api_resource;
+use sless_core::model::{
+    ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
+    WorkloadSpec, WorkloadStatus, build_namespace, deploy_namespace, workload_image,
+};
+
+/// Functions and Services, as the reconciler needs them.
+pub trait WorkloadResource:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: Kind;
+    fn workload(&self) -> &WorkloadSpec;
+    fn workload_status(&self) -> Option<&WorkloadStatus>;
+}
+
+impl WorkloadResource for Function {
+    const KIND: Kind = Kind::Function;
+    fn workload(&self) -> &WorkloadSpec {
+        &self.spec.workload
+    }
+    fn workload_status(&self) -> Option<&WorkloadStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl WorkloadResource for Service {
+    const KIND: Kind = Kind::Service;
+    fn workload(&self) -> &WorkloadSpec {
+        &self.spec.workload
+    }
+    fn workload_status(&self) -> Option<&WorkloadStatus> {
+        self.status.as_ref()
+    }
+}
+
+pub async fn reconcile_function(function: Arc<Function>, ctx: Arc<Context>) -> Result<Action> {
+    reconcile(function, ctx).await
+}
+
+pub async fn reconcile_service(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
+    reconcile(service, ctx).await
+}
+
+async fn reconcile<K: WorkloadResource>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    let namespace = namespace_of(&*object)?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let object = ensure_finalizer(&api, object).await?;
+    finalizer(&api, FINALIZER, object, |event| async {
+        match event {
+            Event::Apply(object) => apply_workload(&*object, &ctx).await,
+            Event::Cleanup(object) => cleanup_workload(&*object, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::FinalizerError(Box::new(e)))
+}
+
+/// The enabled triggers of a function; a Service needs none.
+async fn wants_instances<K: WorkloadResource>(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<(bool, bool)> {
+    if K::KIND == Kind::Service {
+        return Ok((true, true));
+    }
+    let mine: Vec<Trigger> = super::tolerant::list::<Trigger>(&ctx.client, namespace)
+        .await?
+        .into_iter()
+        .filter(|t| t.spec.function_ref == name && t.metadata.deletion_timestamp.is_none())
+        .collect();
+    let needed = mine.iter().any(|t| t.spec.enabled);
+    let exposed = mine
+        .iter()
+        .any(|t| t.spec.trigger_type == sless_core::model::TriggerType::Http);
+    Ok((needed, exposed))
+}
+
+async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Result<Action> {
+    let namespace = namespace_of(object)?;
+    let name = object.name_any();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let spec = object.workload();
+    let current = object.workload_status().cloned().unwrap_or_default();
+    let mut status = current.clone();
+    let noun = K::KIND.noun();
+    let (needed, exposed) = wants_instances::<K>(ctx, &namespace, &name).await?;
+    let url = (K::KIND == Kind::Service || exposed)
+        .then(|| ctx.config.function_url(&namespace, &name))
+        .flatten();
+
+    if let Some(first) = name_taken_by_other_kind::<K>(ctx, &namespace, object).await? {
+        status.phase = Phase::Failed;
+        status.message = Some(first);
+        status.url = None;
+        if status != current {
+            write_status(&api, object, &status).await?;
+        }
+        // Looked at again, so it starts once the other one is gone.
+        return Ok(Action::requeue(ctx.config.poll_interval));
+    }
+
+    let Some(key) = spec.s3_key.as_deref() else {
+        status.phase = Phase::Pending;
+        status.message = Some(format!(
+            "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
+        ));
+        status.url = url;
+        if status != current {
+            write_status(&api, object, &status).await?;
+        }
+        return Ok(Action::await_change());
+    };
+
+    let deploy_ns = deploy_namespace(&namespace);
+    ctx.prepare_deploy_namespace(&namespace, &deploy_ns).await?;
+    let image = workload_image(&ctx.config.registry, &namespace, &name, key);
+    let annotations = object.annotations();
+    let built = annotations
+        .get(ANNOTATION_LAST_BUILT_S3KEY)
+        .map(String::as_str)
+        == Some(key);
+
+    if !built {
+        let target = BuildTarget {
+            kind: K::KIND,
+            namespace: &namespace,
+            name: &name,
+            s3_key: key,
+            image: &image,
+        };
+        match build(ctx, &target).await? {
+            BuildState::Running { job } => {
+                status.phase = Phase::Building;
+                status.message = Some(format!("building version {} (job {job})", version_of(key)));
+                status.url = url;
+                if status != current {
+                    write_status(&api, object, &status).await?;
+                }
+                if annotations.get(ANNOTATION_BUILD_JOB) != Some(&job) {
+                    annotate(&api, &name, &[(ANNOTATION_BUILD_JOB, Some(&job))]).await?;
+                    let note = format!("building version {} in Job {job}", version_of(key));
+                    ctx.event(object, false, "BuildStarted", &note).await;
+                }
+                return Ok(Action::requeue(ctx.config.poll_interval));
+            }
+            BuildState::Failed { message } => {
+                tracing::info!(kind = %K::KIND, %namespace, %name, "build failed");
+                sless_core::metrics::metrics().build(&namespace, &name, false, None);
+                ctx.event(object, true, "BuildFailed", &message).await;
+                status.phase = Phase::Failed;
+                status.message = Some(message);
+                status.url = url;
+                write_status(&api, object, &status).await?;
+                mark_built(&api, &name, key).await?;
+                return Ok(Action::await_change());
+            }
+            BuildState::Succeeded => {
+                sless_core::metrics::metrics().build(&namespace, &name, true, None);
+                ctx.event(object, false, "BuildSucceeded", &format!("built {image}"))
+                    .await;
+                status.last_built_at = Some(now());
+                status.image_ref = Some(image.clone());
+                status.phase = Phase::Ready;
+                status.message = None;
+                write_status(&api, object, &status).await?;
+                mark_built(&api, &name, key).await?;
+            }
+        }
+    } else if current.phase == Phase::Failed {
+        // The same upload is never built twice; a new upload changes the key.
+        return Ok(Action::await_change());
+    }
+
+    let replicas = if needed {
+        spec.replicas.unwrap_or(1)
+    } else {
+        0
+    };
+    let deployment = manifests::deployment(
+        &Workload {
+            kind: K::KIND,
+            namespace: &namespace,
+            name: &name,
+            spec,
+            image: &image,
+            replicas,
+            restarted_at: status.last_built_at.as_deref(),
+        },
+        &ctx.config,
+    );
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+    let services: Api<KubeService> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+    let applied = match apply(&deployments, &deployment).await {
+        Ok(_) => apply(&services, &manifests::service(K::KIND, &namespace, &name))
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Some(refused) = refusal(&applied) {
+        // E.g. a name Kubernetes does not take for a Service.
+        status.phase = Phase::Failed;
+        status.message = Some(format!("Kubernetes refused the workload: {refused}"));
+        write_status(&api, object, &status).await?;
+        return Ok(Action::await_change());
+    }
+    applied?;
+
+    status.phase = Phase::Ready;
+    status.image_ref = Some(image);
+    status.url = url;
+    status.message = (replicas == 0)
+        .then(|| format!("{noun} {name:?} has no enabled trigger; it runs 0 instances"));
+    if status != current {
+        write_status(&api, object, &status).await?;
+    }
+    Ok(Action::requeue(ctx.config.ready_requeue))
+}
+
+/// Functions and Services share names (both become the Deployment and Service of that
+/// name): the REST API refuses the second, but `kubectl apply` does not. The older one
+/// keeps the name; the message for the newer says why it does not run.
+async fn name_taken_by_other_kind<K: WorkloadResource>(
+    ctx: &Context,
+    namespace: &str,
+    object: &K,
+) -> Result<Option<String>> {
+    let Some(other_kind) = K::KIND.shares_names_with() else {
+        return Ok(None);
+    };
+    let name = object.name_any();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &api_resource(other_kind));
+    let Some(other) = api.get_opt(&name).await? else {
+        return Ok(None);
+    };
+    let age = |meta: &ObjectMeta| {
+        (
+            meta.creation_timestamp.as_ref().map(|t| t.0),
+            meta.uid.clone(),
+        )
+    };
+    let other_first =
+        other.metadata.deletion_timestamp.is_none() && age(&other.metadata) < age(object.meta());
+    Ok(other_first.then(|| {
+        format!(
+            "a {} named {name:?} already exists in this namespace; functions and services \
+             share names (both are served at /fn/{namespace}/{name}): rename or delete one",
+            other_kind.noun()
+        )
+    }))
+}
+
+/// Everything the workload made in the deploy namespace, and a build still running.
+async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Result<Action> {
+    let namespace = namespace_of(object)?;
+    let name = object.name_any();
+    let deploy_ns = deploy_namespace(&namespace);
+    let owned = owner_selector(K::KIND, &namespace, &name);
+    let client = &ctx.client;
+    delete_labelled(
+        &Api::<Deployment>::namespaced(client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
+    delete_labelled(
+        &Api::<KubeService>::namespaced(client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
+    delete_labelled(
+        &Api::<Job>::namespaced(client.clone(), &build_namespace(&namespace)),
+        &owned,
+        None,
+    )
+    .await?;
+    if K::KIND == Kind::Function {
+        // The function's triggers stay (and report it missing); what calls it goes.
+        let callers = format!("{MANAGED_BY}={MANAGER},{LABEL_FUNCTION}={name}");
+        delete_labelled(
+            &Api::<CronJob>::namespaced(client.clone(), &deploy_ns),
+            &callers,
+            None,
+        )
+        .await?;
+        delete_labelled(
+            &Api::<Ingress>::namespaced(client.clone(), &deploy_ns),
+            &callers,
+            None,
+        )
+        .await?;
+    }
+    tracing::info!(kind = %K::KIND, %namespace, %name, "cleaned up");
+    Ok(Action::await_change())
+}
+
+/// Records that `key` was built (or failed to), so it is not built again, and forgets the
+/// build Job. Written after the status: if it is lost, the next pass reads the same
+/// finished Job again instead of building twice.
+async fn mark_built<K: WorkloadResource>(api: &Api<K>, name: &str, key: &str) -> Result<()> {
+    annotate(
+        api,
+        name,
+        &[
+            (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
+            (ANNOTATION_BUILD_JOB, None),
+        ],
+    )
+    .await
+}
