@@ -213,7 +213,7 @@ pub async fn invoke(
     let parsed = crate::listing::WorkloadKind::parse(&kind);
     let back = parsed.map_or_else(
         || format!("/funcs/{namespace}"),
-        |k| crate::pages::function_href(&namespace, k, &name),
+        |k| crate::routes::function_href(&namespace, k, &name),
     );
     let result = async {
         parsed.ok_or_else(|| {
@@ -246,7 +246,7 @@ pub async fn run_job(
     event: Option<String>,
 ) -> Result<ActionReply, ServerFnError> {
     let ctx = context()?;
-    let back = crate::pages::job_href(&namespace, &job);
+    let back = crate::routes::job_href(&namespace, &job);
     let result = async {
         let client = ctx.client(&namespace)?;
         let event = event.filter(|e| !e.trim().is_empty());

@@ -21,4 +21,5 @@ pub mod function;
 pub mod highlight;
 pub mod listing;
 pub mod pages;
+pub mod routes;
 pub mod source_cache;

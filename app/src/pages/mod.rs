@@ -13,8 +13,8 @@ mod splice;
 
 use leptos::prelude::*;
 
-pub use function::{FunctionPage, function_href, render_function};
-pub use jobs::{job_href, jobs_text, render_job, render_jobs};
+pub use function::{FunctionPage, render_function};
+pub use jobs::{jobs_text, render_job, render_jobs};
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};
 pub use list::{ListPage, render_list};
 pub use login::{LoginPage, render_login};
@@ -144,16 +144,6 @@ pub fn WorkloadUrl(url: String, stopped: bool) -> impl IntoView {
 pub fn Time(at: String) -> impl IntoView {
     let shown = short_time(&at);
     view! { <time datetime=at>{shown}</time> }
-}
-
-/// The source page of an entry.
-pub fn source_href(namespace: &str, kind: crate::listing::WorkloadKind, name: &str) -> String {
-    format!(
-        "/funcs/{}/source/{}?kind={}",
-        crate::listing::url_encode(namespace),
-        crate::listing::url_encode(name),
-        kind.as_str()
-    )
 }
 
 #[cfg(test)]
