@@ -22,4 +22,5 @@ pub mod highlight;
 pub mod listing;
 pub mod pages;
 pub mod routes;
+pub mod setup;
 pub mod source_cache;

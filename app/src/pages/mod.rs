@@ -22,12 +22,6 @@ pub use message::render_message;
 pub use source::{SourcePage, render_source};
 pub use splice::PageBody;
 
-/// leptos_meta puts each page's `<title>` in place on the async runtime (tokio): once
-/// per process, before the first page (a second call changes nothing).
-pub fn init_executor() {
-    let _ = any_spawner::Executor::init_tokio();
-}
-
 /// `128 MB`, and the timeout as people say it.
 fn limits(memory_mb: u32, timeout_sec: u32) -> (String, String) {
     let timeout = if timeout_sec == 0 {
@@ -153,6 +147,7 @@ mod tests {
 
     use super::*;
     use crate::highlight::render_file;
+    use crate::setup::init_executor;
 
     #[test]
     fn times_are_shown_short_in_utc() {
