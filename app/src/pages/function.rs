@@ -6,7 +6,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 
 use super::layout::{CsrfField, PageContext, document};
-use super::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, limits};
+use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, limits};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use crate::actions::Invoke;

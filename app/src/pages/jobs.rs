@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use sless_api::{JobPhase, JobResponse};
 
 use super::layout::{CsrfField, PageContext, document};
-use super::{KindBadge, Time};
+use super::parts::{KindBadge, Time};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use crate::actions::RunJob;

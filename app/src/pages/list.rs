@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
-use super::{KindBadge, Time, TriggerItem, WorkloadUrl, limits, phase_class};
+use super::parts::{KindBadge, Time, TriggerItem, WorkloadUrl, limits, phase_class};
 use super::source::SourceFiles;
 use super::splice::{PageBody, Splicer};
 use crate::listing::{Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, WorkloadKind};
