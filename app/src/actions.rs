@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::console::Console;
+use crate::console::{ActionFailure, Console};
 use crate::function::InvokeOutcome;
 
 /// What an action answers: a script reads it as JSON, a browser sees it as the flash.
@@ -21,31 +21,6 @@ pub struct ActionReply {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invocation: Option<InvokeOutcome>,
-}
-
-/// Why an action failed: the status a script gets and the message everyone gets.
-#[derive(Debug)]
-pub struct ActionFailure {
-    pub status: u16,
-    pub message: String,
-}
-
-impl ActionFailure {
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        ActionFailure {
-            status: 400,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<crate::console::ViewError> for ActionFailure {
-    fn from(e: crate::console::ViewError) -> Self {
-        ActionFailure {
-            status: e.status(),
-            message: e.to_string(),
-        }
-    }
 }
 
 /// Provided by the server to every action, once the caller has passed its checks.
@@ -213,7 +188,7 @@ pub async fn invoke(
     let parsed = crate::listing::WorkloadKind::parse(&kind);
     let back = parsed.map_or_else(
         || format!("/funcs/{namespace}"),
-        |k| crate::pages::function_href(&namespace, k, &name),
+        |k| crate::routes::function_href(&namespace, k, &name),
     );
     let result = async {
         parsed.ok_or_else(|| {
@@ -246,7 +221,7 @@ pub async fn run_job(
     event: Option<String>,
 ) -> Result<ActionReply, ServerFnError> {
     let ctx = context()?;
-    let back = crate::pages::job_href(&namespace, &job);
+    let back = crate::routes::job_href(&namespace, &job);
     let result = async {
         let client = ctx.client(&namespace)?;
         let event = event.filter(|e| !e.trim().is_empty());

@@ -9,8 +9,6 @@ use percent_encoding::percent_decode_str;
 use sless_api::{JobPatch, JobResponse, WorkloadResponse};
 use sless_client::client::{Client, ClientError, Collection, RunWait, TriggerWait};
 
-use crate::actions::ActionFailure;
-
 use crate::function::{
     CallSummary, FETCHED_CALLS, FunctionView, INVOKE_BODY_LIMIT, InvokeOutcome, LOG_LINES,
     TriggerRuns,
@@ -38,6 +36,31 @@ impl ViewError {
             ViewError::Api(ClientError::Unreachable { .. } | ClientError::Decode { .. }) => 502,
             ViewError::Api(ClientError::Config(_)) | ViewError::Highlight(_) => 500,
             ViewError::Data(_) => 502,
+        }
+    }
+}
+
+/// Why an action failed: the status a script gets and the message everyone gets.
+#[derive(Debug)]
+pub struct ActionFailure {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ActionFailure {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ActionFailure {
+            status: 400,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ViewError> for ActionFailure {
+    fn from(e: ViewError) -> Self {
+        ActionFailure {
+            status: e.status(),
+            message: e.to_string(),
         }
     }
 }
@@ -80,7 +103,7 @@ pub struct Console {
 impl Console {
     pub fn new(options: ConsoleOptions) -> Result<Self> {
         crate::highlight::warm_up();
-        crate::pages::init_executor();
+        crate::setup::init_executor();
         Ok(Console {
             cache: SourceCache::new(options.source_cache_bytes),
             api: Client::for_namespace(&options.api_endpoint, "", "")?,

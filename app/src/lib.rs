@@ -14,6 +14,16 @@
 //!   ([`pages::PageBody`]) instead of being copied into each page: a 5,000-line file is
 //!   ~6 MB of classed HTML, and the benchmarks showed the copy was most of the cost;
 //! - login sets the session itself, before there is a session to check a CSRF token of.
+//!
+//! The modules, each using only those listed after it:
+//! - [`pages`]: the documents, from components in `pages/` (layout, parts, one file a page);
+//! - [`actions`]: the `#[server]` functions the pages' forms post to;
+//! - [`console`]: fetching through the REST API into views, and the action errors;
+//! - [`function`]: one Function or Service's page data and its text/JSON answers;
+//! - [`source_cache`], [`highlight`]: highlighted source, rendered once and shared;
+//! - [`routes`]: the pages' addresses;
+//! - [`listing`]: a namespace's list, its filters and its text/JSON answers;
+//! - [`setup`]: once-per-process setup.
 
 pub mod actions;
 pub mod console;
@@ -21,4 +31,6 @@ pub mod function;
 pub mod highlight;
 pub mod listing;
 pub mod pages;
+pub mod routes;
+pub mod setup;
 pub mod source_cache;

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use leptos::prelude::*;
 
 use super::layout::{CsrfField, PageContext, document};
+use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, limits};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
-use super::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, limits, source_href};
 use crate::actions::Invoke;
 use crate::function::{CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines};
 use crate::highlight::render_json_text;
 use crate::listing::{Phase, url_encode};
+use crate::routes::{function_href, source_href};
 
 pub struct FunctionPage<'a> {
     pub namespace: &'a str,
@@ -21,16 +22,6 @@ pub struct FunctionPage<'a> {
     pub follow: bool,
     /// The answer of the invoke form just posted.
     pub invocation: Option<&'a InvokeOutcome>,
-}
-
-/// The page's own address (what actions come back to).
-pub fn function_href(namespace: &str, kind: crate::listing::WorkloadKind, name: &str) -> String {
-    format!(
-        "/funcs/{}/{}/{}",
-        url_encode(namespace),
-        kind.as_str(),
-        url_encode(name)
-    )
 }
 
 fn millis(value: Option<f64>) -> String {

@@ -7,16 +7,13 @@ use leptos::prelude::*;
 use sless_api::{JobPhase, JobResponse};
 
 use super::layout::{CsrfField, PageContext, document};
+use super::parts::{KindBadge, Time};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
-use super::{KindBadge, Time};
 use crate::actions::RunJob;
 use crate::highlight::render_json_text;
 use crate::listing::url_encode;
-
-pub fn job_href(namespace: &str, name: &str) -> String {
-    format!("/funcs/{}/jobs/{}", url_encode(namespace), url_encode(name))
-}
+use crate::routes::job_href;
 
 #[component]
 fn JobPhaseBadge(phase: JobPhase) -> impl IntoView {

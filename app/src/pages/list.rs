@@ -5,12 +5,11 @@ use std::collections::HashMap;
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
+use super::parts::{KindBadge, Time, TriggerItem, WorkloadUrl, limits, phase_class};
 use super::source::SourceFiles;
 use super::splice::{PageBody, Splicer};
-use super::{
-    KindBadge, Time, TriggerItem, WorkloadUrl, function_href, limits, phase_class, source_href,
-};
 use crate::listing::{Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, WorkloadKind};
+use crate::routes::{function_href, source_href};
 use crate::source_cache::RenderedSource;
 
 /// What the list page shows.

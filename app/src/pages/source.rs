@@ -5,8 +5,8 @@ use std::sync::Arc;
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
+use super::parts::{KindBadge, phase_class, short_time};
 use super::splice::{PageBody, Splicer};
-use super::{KindBadge, phase_class, short_time};
 use crate::highlight::{FileBody, RenderedFile};
 use crate::listing::WorkloadKind;
 use crate::source_cache::RenderedSource;
