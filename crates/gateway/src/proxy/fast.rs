@@ -1,10 +1,11 @@
-//! The common `/fn` call, forwarded on the caller's own connection task without the
-//! HTTP stack: an HTTP/1.1 request without a body or with a Content-Length one, to a
-//! function that is ready. The head is parsed in place (httparse), rewritten by the
-//! header rules of the full path ([`super::headers`]) and written with the body to an
-//! upstream connection that this caller's connection keeps for itself; the answer
-//! streams back as it comes. A call is then one read and one write on each socket, on
-//! one task, which is what brings `/fn` to nginx's cost per call (docs/benchmarks.md).
+//! The proxy's fast path, plugged into serving as its [`FastPath`]: the common `/fn`
+//! call, forwarded on the caller's own connection task without the HTTP stack: an
+//! HTTP/1.1 request without a body or with a Content-Length one, to a function that is
+//! ready. The head is parsed in place (httparse), rewritten by the header rules of the
+//! full path ([`super::headers`]) and written with the body to an upstream connection
+//! that this caller's connection keeps for itself; the answer streams back as it comes.
+//! A call is then one read and one write on each socket, on one task, which is what
+//! brings `/fn` to nginx's cost per call (docs/benchmarks.md).
 //!
 //! Everything else leaves the connection to hyper and the router from that request
 //! on, with the bytes already read ([`End::HandOver`]): other versions, HEAD, chunked
@@ -39,7 +40,7 @@ use super::headers::{
 };
 use super::log::{CallError, Calls};
 use super::{CONNECT_TIMEOUT, InvokeError, Proxy, TRIGGER_HEADER};
-use crate::serve::{Limits, Linger, stop_requested};
+use crate::serve::{End, FastPath, Limits, Linger, stop_requested};
 use sless_core::routes::Route;
 
 /// Request heads with more headers or bytes go to hyper, which has the limits and the
@@ -56,17 +57,22 @@ const MAX_TRAILERS: usize = 16 * 1024;
 /// Bytes read at a time.
 const READ_SIZE: usize = 16 * 1024;
 
-/// How the fast path left a connection.
-pub(crate) enum End {
-    /// Done: closed by either side, timed out, cut or shut down.
-    Closed,
-    /// Hyper serves the rest; the buffer holds what was read of the next request.
-    HandOver,
+impl FastPath for Proxy {
+    fn serve<'a>(
+        &'a self,
+        stream: &'a mut TcpStream,
+        read: &'a mut BytesMut,
+        remote: SocketAddr,
+        limits: Limits,
+        stopped: &'a mut watch::Receiver<bool>,
+    ) -> Pin<Box<dyn Future<Output = End> + Send + 'a>> {
+        Box::pin(serve(self, stream, read, remote, limits, stopped))
+    }
 }
 
 /// Serves the fast calls of one caller's connection, reading into `buf`.
-pub(crate) async fn serve(
-    proxy: &Arc<Proxy>,
+async fn serve(
+    proxy: &Proxy,
     client: &mut TcpStream,
     buf: &mut BytesMut,
     remote: SocketAddr,
@@ -151,7 +157,7 @@ struct Upstream {
 }
 
 struct Connection<'a> {
-    proxy: &'a Arc<Proxy>,
+    proxy: &'a Proxy,
     client: &'a mut TcpStream,
     /// For X-Forwarded-For.
     caller_ip: String,
