@@ -20,11 +20,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::header::{
-    CONNECTION, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, COOKIE, EXPECT, HOST, SET_COOKIE,
-    TRANSFER_ENCODING, UPGRADE,
-};
-use axum::http::{HeaderName, Method, StatusCode};
+use axum::http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
+use axum::http::{Method, StatusCode};
 use axum::response::IntoResponse;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,13 +30,10 @@ use tokio::sync::watch;
 use tokio::time::Sleep;
 
 use super::forward::{Target, invocation, upstream_uri};
-use super::headers::{
-    SANDBOX_POLICY, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, connection_tokens,
-    cookie_without, has_cookie, is_hop_by_hop, names_extra_header, sets_cookie,
-    write_forwarded_for,
-};
+use super::headers::connection_tokens;
+use super::headers::wire::{self, is, write_header};
 use super::log::{CallError, Calls};
-use super::{CONNECT_TIMEOUT, InvokeError, Proxy, TRIGGER_HEADER};
+use super::{CONNECT_TIMEOUT, InvokeError, Proxy};
 use crate::serve::{End, FastPath, Limits, Linger, stop_requested};
 use sless_core::routes::Route;
 
@@ -647,11 +641,7 @@ impl Connection<'_> {
             CONTENT_LENGTH.as_str().as_bytes(),
             body.len().to_string().as_bytes(),
         );
-        write_header(
-            &mut self.out,
-            CONTENT_SECURITY_POLICY.as_str().as_bytes(),
-            SANDBOX_POLICY.as_bytes(),
-        );
+        wire::write_added(&mut self.out);
         if !keep {
             write_header(&mut self.out, CONNECTION.as_str().as_bytes(), b"close");
         }
@@ -840,19 +830,6 @@ async fn send_streaming(
     }
 }
 
-fn is(name: &str, header: &HeaderName) -> bool {
-    name.eq_ignore_ascii_case(header.as_str())
-}
-
-/// Whether any Connection header names `name` for removal.
-fn named_by_connection(headers: &[httparse::Header<'_>], name: &str) -> bool {
-    headers
-        .iter()
-        .filter(|h| is(h.name, &CONNECTION))
-        .flat_map(|h| connection_tokens(h.value))
-        .any(|token| names_extra_header(token) && token.eq_ignore_ascii_case(name.as_bytes()))
-}
-
 /// Decides on a request head in `buf` and, for a fast call, writes its upstream head
 /// into `out`.
 fn prepare(
@@ -934,61 +911,14 @@ fn prepare(
         out.extend_from_slice(query.as_bytes());
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let extra_named = headers
-        .iter()
-        .filter(|h| is(h.name, &CONNECTION))
-        .flat_map(|h| connection_tokens(h.value))
-        .any(names_extra_header);
-    let console_cookie = proxy.config.console_cookie.as_deref();
-    let mut host = None;
-    let mut has_proto = false;
-    for header in headers {
-        let name = header.name;
-        if is_hop_by_hop(name.as_bytes())
-            || (extra_named && named_by_connection(headers, name))
-            || name.eq_ignore_ascii_case(TRIGGER_HEADER)
-            || is(name, &X_FORWARDED_HOST)
-            || is(name, &X_FORWARDED_FOR)
-        {
-            continue;
-        }
-        if is(name, &HOST) {
-            host = Some(header.value);
-            continue;
-        }
-        if is(name, &X_FORWARDED_PROTO) {
-            has_proto = true;
-        }
-        if let Some(cookie) = console_cookie
-            && is(name, &COOKIE)
-            && has_cookie(header.value, cookie)
-        {
-            let kept = cookie_without(header.value, cookie);
-            if !kept.is_empty() {
-                write_header(out, name.as_bytes(), &kept);
-            }
-            continue;
-        }
-        write_header(out, name.as_bytes(), header.value);
-    }
-    write_header(out, HOST.as_str().as_bytes(), authority.as_bytes());
-    if let Some(host) = host {
-        write_header(out, X_FORWARDED_HOST.as_str().as_bytes(), host);
-    }
-    if !has_proto {
-        write_header(out, X_FORWARDED_PROTO.as_str().as_bytes(), b"http");
-    }
-    out.extend_from_slice(X_FORWARDED_FOR.as_str().as_bytes());
-    out.extend_from_slice(b": ");
-    write_forwarded_for(
+    wire::request(
         out,
-        headers
-            .iter()
-            .filter(|h| is(h.name, &X_FORWARDED_FOR))
-            .map(|h| h.value),
+        headers,
+        &authority,
         caller_ip,
+        proxy.config.console_cookie.as_deref(),
     );
-    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(b"\r\n");
 
     let function = match last {
         Some(function)
@@ -1095,21 +1025,12 @@ fn parse_answer(
 
     out.clear();
     write_status_line(out, code, response.reason.unwrap_or_default());
-    let extra_named = headers
-        .iter()
-        .filter(|h| is(h.name, &CONNECTION))
-        .flat_map(|h| connection_tokens(h.value))
-        .any(names_extra_header);
-    for header in headers {
-        let name = header.name;
-        if is_hop_by_hop(name.as_bytes())
-            || (extra_named && named_by_connection(headers, name))
-            || (is(name, &CONTENT_LENGTH) && status != StatusCode::NOT_MODIFIED)
-            || console_cookie.is_some_and(|c| is(name, &SET_COOKIE) && sets_cookie(header.value, c))
-        {
+    for header in wire::answer(headers, console_cookie) {
+        // Framing is the fast path's own, written below.
+        if is(header.name, &CONTENT_LENGTH) && status != StatusCode::NOT_MODIFIED {
             continue;
         }
-        write_header(out, name.as_bytes(), header.value);
+        wire::write_header(out, header.name.as_bytes(), header.value);
     }
     match framing {
         Framing::Empty => {}
@@ -1120,11 +1041,7 @@ fn parse_answer(
             write_header(out, TRANSFER_ENCODING.as_str().as_bytes(), b"chunked")
         }
     }
-    write_header(
-        out,
-        CONTENT_SECURITY_POLICY.as_str().as_bytes(),
-        SANDBOX_POLICY.as_bytes(),
-    );
+    wire::write_added(out);
     if close {
         write_header(out, CONNECTION.as_str().as_bytes(), b"close");
     }
@@ -1149,13 +1066,6 @@ fn write_status_line(out: &mut Vec<u8>, code: u16, reason: &str) {
     // Writing to a Vec cannot fail.
     let _ = write!(out, "HTTP/1.1 {code} ");
     out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-fn write_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -1257,11 +1167,12 @@ impl ChunkedScan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::ProxyConfig;
-    use crate::proxy::headers::{set_forwarding, strip_cookie, strip_hop_by_hop};
-    use axum::http::{HeaderMap, HeaderValue};
+    use axum::http::{HeaderMap, HeaderName, HeaderValue};
     use sless_core::model::Kind;
     use sless_core::routes::RouteTable;
+
+    use crate::proxy::headers::{SANDBOX_POLICY, map};
+    use crate::proxy::{Caller, ProxyConfig};
 
     struct OneFunction;
 
@@ -1344,25 +1255,24 @@ mod tests {
                 .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec())),
         );
 
-        // The full path: the router's handler and `forward`.
-        let mut map = HeaderMap::new();
+        // The full path, as `forward` rewrites a public call.
+        let mut full = HeaderMap::new();
         for (name, value) in headers {
-            map.append(
+            full.append(
                 HeaderName::from_bytes(name.as_bytes()).unwrap(),
                 HeaderValue::from_str(value).unwrap(),
             );
         }
-        map.remove(TRIGGER_HEADER);
-        strip_hop_by_hop(&mut map);
-        strip_cookie(&mut map, "sless_session");
-        set_forwarding(
-            &mut map,
+        map::request(
+            &mut full,
+            Caller::Public,
+            Some("sless_session"),
             HeaderValue::from_static("127.0.0.1:9000"),
             Some(REMOTE.parse::<SocketAddr>().unwrap().ip()),
             None,
         );
         let full = sorted(
-            map.iter()
+            full.iter()
                 .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec())),
         );
         assert_eq!(fast, full);
