@@ -23,9 +23,9 @@ use tokio::time::Sleep;
 use sless_core::metrics::InFlight;
 
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
-use super::headers::{sandbox, set_forwarding, strip_cookie, strip_hop_by_hop, strip_set_cookie};
+use super::headers::map;
 use super::log::{CallError, Calls};
-use super::{Caller, Invocation, InvokeError, Proxy, TRIGGER_HEADER};
+use super::{Caller, Invocation, InvokeError, Proxy};
 use sless_core::routes::Route;
 
 /// How often a call waiting for a starting function looks at its route again.
@@ -70,10 +70,9 @@ impl<'a> Target<'a> {
     }
 }
 
-pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, mut request: Request) -> Response {
-    request.headers_mut().remove(TRIGGER_HEADER);
+pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
     let mut response = proxy.call(request, Caller::Public).await;
-    sandbox(response.headers_mut());
+    map::sandbox(response.headers_mut());
     response
 }
 
@@ -154,10 +153,13 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
         .forward(
             parts,
             body,
+            caller,
             &target,
             uri.authority().map(|a| a.as_str()),
-            &authority,
-            timeout,
+            Instance {
+                authority: &authority,
+                timeout,
+            },
         )
         .await
     {
@@ -186,6 +188,12 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
         None,
     ));
     response
+}
+
+/// Where a ready route sends a call, and for how long it may take.
+struct Instance<'a> {
+    authority: &'a str,
+    timeout: Option<Duration>,
 }
 
 /// A function's answer as far as the proxy waited for it.
@@ -262,10 +270,10 @@ impl Proxy {
         &self,
         mut parts: Parts,
         body: Body,
+        caller: Caller,
         target: &Target<'_>,
         incoming_authority: Option<&str>,
-        authority: &str,
-        timeout: Option<Duration>,
+        Instance { authority, timeout }: Instance<'_>,
     ) -> Result<Answer, InvokeError> {
         // The whole call, body included, must end by then.
         let deadline = timeout.map(|timeout| {
@@ -292,11 +300,14 @@ impl Proxy {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|info| info.0.ip());
-        strip_hop_by_hop(&mut parts.headers);
-        if let Some(cookie) = &self.config.console_cookie {
-            strip_cookie(&mut parts.headers, cookie);
-        }
-        set_forwarding(&mut parts.headers, host, client_ip, incoming_authority);
+        map::request(
+            &mut parts.headers,
+            caller,
+            self.config.console_cookie.as_deref(),
+            host,
+            client_ip,
+            incoming_authority,
+        );
         parts.uri = upstream_uri;
         // The upstream client speaks HTTP/1.1 whatever the caller used.
         parts.version = Version::HTTP_11;
@@ -310,10 +321,7 @@ impl Proxy {
             .map_err(|e| classify(&e, target.name))?;
 
         let (mut parts, mut rest) = answer.into_parts();
-        strip_hop_by_hop(&mut parts.headers);
-        if let Some(cookie) = &self.config.console_cookie {
-            strip_set_cookie(&mut parts.headers, cookie);
-        }
+        map::answer(&mut parts.headers, self.config.console_cookie.as_deref());
         // The head waits for the first frame: an answer that breaks off before any byte
         // of its body is still a 502 the caller can read, not an empty reply.
         let first = match within(deadline, rest.frame()).await.ok_or_else(timed_out)? {

@@ -2,7 +2,7 @@
 
 mod body;
 mod error;
-pub(crate) mod fast;
+mod fast;
 mod forward;
 mod headers;
 mod log;

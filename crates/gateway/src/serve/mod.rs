@@ -37,112 +37,60 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tower::Service;
 
-use crate::proxy::{Proxy, fast};
+mod limits;
+mod linger;
 
-/// What a server serves: its router and, when it has one, the proxy whose common `/fn`
-/// calls skip the router and the HTTP stack ([`crate::proxy::fast`]).
+pub use limits::Limits;
+pub(crate) use linger::Linger;
+
+/// What a server serves: its router and, when it has one, a fast path that reads each
+/// connection's requests first.
 #[derive(Clone)]
 pub struct App {
     router: Router,
-    proxy: Option<Arc<Proxy>>,
+    fast: Option<Arc<dyn FastPath>>,
 }
 
 impl App {
-    /// `router` must route `/fn` to `proxy` ([`crate::proxy::router`]): the calls the
-    /// fast path leaves go there.
-    pub fn with_proxy(router: Router, proxy: Arc<Proxy>) -> Self {
+    /// Serves `router` behind `proxy`'s fast path. `router` must serve what the fast
+    /// path hands over (for the `/fn` proxy: its calls, so it merges the proxy's router).
+    pub fn with_proxy(router: Router, proxy: Arc<impl FastPath>) -> Self {
         Self {
             router,
-            proxy: Some(proxy),
+            fast: Some(proxy),
         }
     }
 }
 
 impl From<Router> for App {
     fn from(router: Router) -> Self {
-        Self {
-            router,
-            proxy: None,
-        }
+        Self { router, fast: None }
     }
 }
 
-/// How long a connection may take and how many there may be.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// From accepting a connection, or from the first byte of a later request, until
-    /// its whole head has arrived.
-    pub header_timeout: Duration,
-    /// How long a connection with nothing in flight waits for its next request.
-    pub idle_timeout: Duration,
-    /// Connections served at once; more are accepted and closed.
-    pub max_connections: usize,
+/// Reads a connection's requests before hyper and the router do: serves those it
+/// takes, and leaves the connection to them from the first it does not take. The `/fn`
+/// proxy plugs its fast path in here; serving knows no more of it.
+pub trait FastPath: Send + Sync + 'static {
+    /// Serves `stream` from its start, under `limits`, until it closes or hands over;
+    /// `read` holds what was read and not served (on [`End::HandOver`], the start of
+    /// the request hyper serves next). `stopped` turns true when the server stops.
+    fn serve<'a>(
+        &'a self,
+        stream: &'a mut TcpStream,
+        read: &'a mut BytesMut,
+        remote: SocketAddr,
+        limits: Limits,
+        stopped: &'a mut watch::Receiver<bool>,
+    ) -> Pin<Box<dyn Future<Output = End> + Send + 'a>>;
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            max_connections: 10_000,
-        }
-    }
-}
-
-/// File descriptors kept for everything but client connections (store, logs, function
-/// processes' pipes).
-const RESERVED_FDS: u64 = 512;
-
-impl Limits {
-    /// Raises the open-files soft limit to the hard one and lowers `max_connections`
-    /// to fit it: each proxied call holds two descriptors (the caller's and the
-    /// function's).
-    pub fn fit_open_files_limit(mut self) -> Self {
-        let available = match raise_open_files_limit() {
-            Ok(limit) => limit,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read or raise the open-files limit");
-                return self;
-            }
-        };
-        let fits =
-            usize::try_from(available.saturating_sub(RESERVED_FDS) / 2).unwrap_or(usize::MAX);
-        if self.max_connections > fits {
-            tracing::info!(
-                max_connections = self.max_connections,
-                open_files = available,
-                lowered_to = fits.max(1),
-                "connection cap lowered to fit the open-files limit"
-            );
-            self.max_connections = fits.max(1);
-        }
-        self
-    }
-}
-
-/// The soft limit after raising it to the hard one.
-fn raise_open_files_limit() -> io::Result<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
-        };
-        // SAFETY: as above.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            limit = raised;
-        } else {
-            tracing::warn!(error = %io::Error::last_os_error(), "cannot raise the open-files limit");
-        }
-    }
-    Ok(limit.rlim_cur)
+/// How a [`FastPath`] left a connection.
+pub enum End {
+    /// Done: closed by either side, timed out, cut or shut down.
+    Closed,
+    /// Hyper serves the rest, starting with what is left in the read buffer.
+    HandOver,
 }
 
 /// One serving thread per CPU the process may use.
@@ -266,10 +214,13 @@ async fn serve_connection(
     _held: (OwnedSemaphorePermit, watch::Sender<()>),
 ) {
     let mut read = BytesMut::new();
-    if let Some(proxy) = &app.proxy {
-        match fast::serve(proxy, &mut stream, &mut read, remote, limits, &mut stopped).await {
-            fast::End::Closed => return,
-            fast::End::HandOver => {}
+    if let Some(fast) = &app.fast {
+        match fast
+            .serve(&mut stream, &mut read, remote, limits, &mut stopped)
+            .await
+        {
+            End::Closed => return,
+            End::HandOver => {}
         }
     }
     let activity = Arc::new(Activity::new());
@@ -506,64 +457,6 @@ impl AsyncWrite for Watched {
         let this = &mut *self;
         let linger = this.closing.get_or_insert_with(Linger::new);
         linger.poll_close(&mut this.inner, cx)
-    }
-}
-
-/// How long and how much a closing connection still reads from its caller.
-const LINGER_TIME: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 64 * 1024 * 1024;
-
-/// Closing a connection whose caller is still sending: closed at once, the unread
-/// bytes make the kernel reset it, which can destroy the answer just sent before the
-/// caller reads it (an early 413 to a large upload arrives as a broken pipe). So the
-/// write side is shut first and what the caller still sends is read and dropped until
-/// it closes too, for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
-pub(crate) struct Linger {
-    write_closed: bool,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    budget: usize,
-}
-
-impl Linger {
-    pub(crate) fn new() -> Self {
-        Self {
-            write_closed: false,
-            deadline: Box::pin(tokio::time::sleep(LINGER_TIME)),
-            budget: LINGER_BYTES,
-        }
-    }
-
-    pub(crate) fn poll_close(
-        &mut self,
-        stream: &mut TcpStream,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        if !self.write_closed {
-            std::task::ready!(Pin::new(&mut *stream).poll_shutdown(cx))?;
-            self.write_closed = true;
-        }
-        let mut scratch = [0u8; 8192];
-        loop {
-            if self.budget == 0 || self.deadline.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Ok(()));
-            }
-            let mut buf = ReadBuf::new(&mut scratch);
-            match Pin::new(&mut *stream).poll_read(cx, &mut buf) {
-                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
-                Poll::Ready(Ok(())) => {
-                    self.budget = self.budget.saturating_sub(buf.filled().len());
-                }
-                // Reset by the caller: nothing left to protect.
-                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    }
-
-    /// Closes `stream` as above.
-    pub(crate) async fn close(stream: &mut TcpStream) {
-        let mut linger = Self::new();
-        let _ = std::future::poll_fn(|cx| linger.poll_close(stream, cx)).await;
     }
 }
 
