@@ -2,8 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_MEMORY_MB: u32 = 128;
@@ -13,35 +11,6 @@ pub const DEFAULT_TIMEOUT_SEC: u32 = 60;
 
 pub const DEFAULT_EVENT_CONCURRENCY: u32 = 1;
 pub const DEFAULT_EVENT_RETRIES: u32 = 5;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum Runtime {
-    #[serde(rename = "python3.11")]
-    Python311,
-    #[serde(rename = "nodejs20")]
-    Nodejs20,
-    #[serde(rename = "go1.23")]
-    Go123,
-}
-
-impl Runtime {
-    pub const ALL: [Runtime; 3] = [Runtime::Python311, Runtime::Nodejs20, Runtime::Go123];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Runtime::Python311 => "python3.11",
-            Runtime::Nodejs20 => "nodejs20",
-            Runtime::Go123 => "go1.23",
-        }
-    }
-}
-
-impl fmt::Display for Runtime {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

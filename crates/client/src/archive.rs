@@ -6,9 +6,16 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
+use sless_api::Runtime;
 
-/// Folders skipped at any depth.
-pub const SKIPPED_DIRS: [&str; 4] = [".git", "node_modules", "__pycache__", ".deps"];
+/// Folders skipped at any depth: version control, and what the runtimes' tools make
+/// beside the code.
+pub fn skipped_dirs() -> Vec<&'static str> {
+    let runtimes = Runtime::ALL
+        .iter()
+        .flat_map(|r| r.descriptor().skipped_dirs);
+    [".git"].into_iter().chain(runtimes.copied()).collect()
+}
 pub const IGNORE_FILE: &str = ".slessignore";
 
 pub struct Archive {
@@ -44,15 +51,16 @@ pub fn zip_folder(dir: &Path) -> anyhow::Result<Archive> {
             dir.display()
         );
     }
+    let skipped = skipped_dirs();
     let mut walk = ignore::WalkBuilder::new(dir);
     walk.standard_filters(false)
         .add_custom_ignore_filename(IGNORE_FILE)
         .follow_links(true)
         .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|entry| {
+        .filter_entry(move |entry| {
             let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
             let name = entry.file_name().to_string_lossy();
-            entry.depth() == 0 || !(is_dir && SKIPPED_DIRS.contains(&name.as_ref()))
+            entry.depth() == 0 || !(is_dir && skipped.contains(&name.as_ref()))
         });
 
     let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::runtimes::{GO_BINARY, Toolchain, Wrappers};
+use crate::runtimes::{Toolchain, Wrappers};
 use crate::sandbox::{Confinement, Sandbox};
 use sless_core::model::Runtime;
 use sless_core::s3::ObjectStore;
@@ -125,44 +125,24 @@ impl Builder {
         .map_err(|e| BuildError(format!("unpacking: {e}")))?;
         log.line(&format!("unpacked {count} files")).await;
 
-        let tools = &self.toolchain;
-        match runtime {
-            Runtime::Python311 if staging.join("requirements.txt").is_file() => {
-                let deps = staging.join(".deps");
-                let args = [
-                    "-m",
-                    "pip",
-                    "install",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    "--no-cache-dir",
-                    "--target",
-                    &deps.display().to_string(),
-                    "-r",
-                    "requirements.txt",
-                ]
-                .map(String::from);
-                log.run(&tools.python, &args, staging).await
-            }
-            Runtime::Nodejs20 if staging.join("package.json").is_file() => {
-                let args = ["install", "--omit=dev", "--no-audit", "--no-fund"].map(String::from);
-                log.run(&tools.npm, &args, staging).await
-            }
-            Runtime::Go123 => {
-                let out = staging.join(GO_BINARY);
-                let args = [staging.display().to_string(), out.display().to_string()];
-                log.run(
-                    &self.wrappers.go_build().display().to_string(),
-                    &args,
-                    staging,
-                )
-                .await
-            }
-            Runtime::Python311 | Runtime::Nodejs20 => {
-                log.line("no dependency file; nothing to install").await;
-                Ok(())
-            }
+        let descriptor = runtime.descriptor();
+        let has_dependencies = staging.join(descriptor.dependency_file).is_file();
+        let mut ran = false;
+        for step in descriptor
+            .build_steps
+            .iter()
+            .filter(|s| s.applies(has_dependencies))
+        {
+            let (program, args) =
+                self.wrappers
+                    .resolve(&self.toolchain, runtime, &step.run, staging);
+            log.run(&program, &args, staging).await?;
+            ran = true;
         }
+        if !ran {
+            log.line("no dependency file; nothing to install").await;
+        }
+        Ok(())
     }
 }
 

@@ -1,54 +1,82 @@
 //! The runtime wrappers, shipped inside the binary and written under the data dir so
 //! embedded mode needs nothing but the interpreters on the machine.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use sless_api::runtime::{LocalCommand, Word};
 use sless_core::model::Runtime;
 
-const PYTHON_WRAPPER: &str = include_str!("../../../runtimes/python3.11/sless_runtime.py");
-const NODE_WRAPPER: &str = include_str!("../../../runtimes/nodejs20/sless_runtime.js");
-const GO_MAIN: &str = include_str!("../../../runtimes/go1.23/main.go");
-const GO_BUILD: &str = include_str!("../../../runtimes/go1.23/build.sh");
+/// The files of each `runtimes/<name>/` that embedded mode runs, with their modes (the
+/// folder's Dockerfile builds the Kubernetes base image instead).
+const WRAPPER_FILES: [(&str, &str, u32); 4] = [
+    (
+        "python3.11/sless_runtime.py",
+        include_str!("../../../runtimes/python3.11/sless_runtime.py"),
+        0o644,
+    ),
+    (
+        "nodejs20/sless_runtime.js",
+        include_str!("../../../runtimes/nodejs20/sless_runtime.js"),
+        0o644,
+    ),
+    (
+        "go1.23/main.go",
+        include_str!("../../../runtimes/go1.23/main.go"),
+        0o644,
+    ),
+    (
+        "go1.23/build.sh",
+        include_str!("../../../runtimes/go1.23/build.sh"),
+        0o755,
+    ),
+];
 
-/// Where a built Go function's binary lives inside its build directory.
-pub const GO_BINARY: &str = ".sless-bin/function";
-
-/// Interpreters and compilers found on the machine.
+/// The runtimes' tools as found on the machine, by name.
 #[derive(Clone, Debug)]
 pub struct Toolchain {
-    pub python: String,
-    pub node: String,
-    pub npm: String,
-    pub go: String,
+    programs: BTreeMap<&'static str, String>,
 }
 
 impl Default for Toolchain {
+    /// Every tool by its name, looked up on `PATH`.
     fn default() -> Self {
+        let tools = Runtime::ALL.iter().flat_map(|r| r.descriptor().tools);
         Self {
-            python: "python3".into(),
-            node: "node".into(),
-            npm: "npm".into(),
-            go: "go".into(),
+            programs: tools.map(|t| (t.program, t.program.to_string())).collect(),
         }
     }
 }
 
 impl Toolchain {
-    /// `python` as the interpreter itself: a version manager's shim (pyenv) is a
-    /// script that writes beside itself after `pip install`, which the sandbox denies.
+    /// Each tool that can say where its executable is replaced by that executable
+    /// (`Tool::locate`).
     pub fn resolved(mut self) -> Self {
-        let probe = std::process::Command::new(&self.python)
-            .args(["-c", "import sys; print(sys.executable)"])
-            .output();
-        if let Ok(out) = probe
-            && out.status.success()
-        {
-            let executable = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !executable.is_empty() {
-                self.python = executable;
+        for tool in Runtime::ALL.iter().flat_map(|r| r.descriptor().tools) {
+            let (Some(args), Some(program)) = (tool.locate, self.programs.get_mut(tool.program))
+            else {
+                continue;
+            };
+            let probe = std::process::Command::new(&*program).args(args).output();
+            if let Ok(out) = probe
+                && out.status.success()
+            {
+                let executable = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                if !executable.is_empty() {
+                    *program = executable;
+                }
             }
         }
         self
+    }
+
+    /// What runs for a tool of a descriptor.
+    pub fn program<'a>(&'a self, tool: &'a str) -> &'a str {
+        self.programs.get(tool).map_or(tool, String::as_str)
+    }
+
+    pub fn programs(&self) -> impl Iterator<Item = &str> {
+        self.programs.values().map(String::as_str)
     }
 }
 
@@ -61,14 +89,8 @@ pub struct Wrappers {
 impl Wrappers {
     /// Writes (refreshes) the wrappers under `root`.
     pub fn install(root: &Path) -> std::io::Result<Self> {
-        let files: [(&str, &str, u32); 4] = [
-            ("python3.11/sless_runtime.py", PYTHON_WRAPPER, 0o644),
-            ("nodejs20/sless_runtime.js", NODE_WRAPPER, 0o644),
-            ("go1.23/main.go", GO_MAIN, 0o644),
-            ("go1.23/build.sh", GO_BUILD, 0o755),
-        ];
         sless_core::data_dir::own_private_dir(root)?;
-        for (path, content, mode) in files {
+        for (path, content, mode) in WRAPPER_FILES {
             let target = root.join(path);
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent)?;
@@ -85,18 +107,6 @@ impl Wrappers {
         &self.root
     }
 
-    pub fn python(&self) -> PathBuf {
-        self.root.join("python3.11/sless_runtime.py")
-    }
-
-    pub fn node(&self) -> PathBuf {
-        self.root.join("nodejs20/sless_runtime.js")
-    }
-
-    pub fn go_build(&self) -> PathBuf {
-        self.root.join("go1.23/build.sh")
-    }
-
     /// Program and arguments that serve (or, in job mode, run) a built function.
     pub fn command(
         &self,
@@ -104,17 +114,33 @@ impl Wrappers {
         runtime: Runtime,
         dir: &Path,
     ) -> (String, Vec<String>) {
-        match runtime {
-            Runtime::Python311 => (
-                toolchain.python.clone(),
-                vec!["-u".into(), self.python().display().to_string()],
-            ),
-            Runtime::Nodejs20 => (
-                toolchain.node.clone(),
-                vec![self.node().display().to_string()],
-            ),
-            Runtime::Go123 => (dir.join(GO_BINARY).display().to_string(), vec![]),
-        }
+        self.resolve(toolchain, runtime, &runtime.descriptor().start, dir)
+    }
+
+    /// A descriptor's command line for the build directory `dir`.
+    pub fn resolve(
+        &self,
+        toolchain: &Toolchain,
+        runtime: Runtime,
+        command: &LocalCommand,
+        dir: &Path,
+    ) -> (String, Vec<String>) {
+        let word = |word: &Word| match *word {
+            Word::Text(text) => text.to_string(),
+            Word::Tool(tool) => toolchain.program(tool).to_string(),
+            Word::Wrapper(file) => self
+                .root
+                .join(runtime.as_str())
+                .join(file)
+                .display()
+                .to_string(),
+            Word::BuildDir => dir.display().to_string(),
+            Word::Build(path) => dir.join(path).display().to_string(),
+        };
+        (
+            word(&command.program),
+            command.args.iter().map(word).collect(),
+        )
     }
 }
 
@@ -127,4 +153,71 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn set_mode(_path: &Path, _mode: u32) -> std::io::Result<()> {
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wrapper_a_descriptor_names_is_shipped() {
+        for runtime in Runtime::ALL {
+            let d = runtime.descriptor();
+            let commands = d.build_steps.iter().map(|s| &s.run).chain([&d.start]);
+            for command in commands {
+                for word in [&command.program].into_iter().chain(command.args) {
+                    if let Word::Wrapper(file) = word {
+                        let path = format!("{}/{file}", d.name);
+                        assert!(
+                            WRAPPER_FILES.iter().any(|(p, ..)| *p == path),
+                            "{path} is not shipped"
+                        );
+                    }
+                }
+            }
+        }
+        for (path, ..) in WRAPPER_FILES {
+            let folder = path.split('/').next().unwrap();
+            assert!(Runtime::ALL.iter().any(|r| r.as_str() == folder), "{path}");
+        }
+    }
+
+    #[test]
+    fn commands_resolve_in_the_build_and_wrapper_directories() {
+        let wrappers = Wrappers {
+            root: PathBuf::from("/data/runtimes"),
+        };
+        let tools = Toolchain::default();
+        let dir = Path::new("/data/builds/ns/function-f/v1");
+        let command = |runtime| wrappers.command(&tools, runtime, dir);
+        assert_eq!(
+            command(Runtime::Python311),
+            (
+                "python3".into(),
+                vec![
+                    "-u".into(),
+                    "/data/runtimes/python3.11/sless_runtime.py".into()
+                ]
+            )
+        );
+        assert_eq!(
+            command(Runtime::Go123),
+            (
+                "/data/builds/ns/function-f/v1/.sless-bin/function".into(),
+                vec![]
+            )
+        );
+        let go = Runtime::Go123;
+        let build = &go.descriptor().build_steps[0].run;
+        assert_eq!(
+            wrappers.resolve(&tools, go, build, dir),
+            (
+                "/data/runtimes/go1.23/build.sh".into(),
+                vec![
+                    dir.display().to_string(),
+                    "/data/builds/ns/function-f/v1/.sless-bin/function".into()
+                ]
+            )
+        );
+    }
 }

@@ -17,6 +17,7 @@ use tokio::process::Command;
 use crate::memory::{MemoryCgroup, MemoryControl, rlimit_data};
 use crate::runtimes::Toolchain;
 use sless_core::data_dir::create_private_dir;
+use sless_core::model::Runtime;
 
 /// The Landlock ABI whose rights sless asks for (6: file system and signal/abstract
 /// socket scoping). Older kernels enforce the subset they know.
@@ -25,7 +26,8 @@ const ABI_WANTED: ABI = ABI::V6;
 /// Read and execute for everyone: libraries, interpreters, certificates.
 const SYSTEM_PATHS: &[&str] = &["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt"];
 
-/// What of /etc programs need to load libraries, resolve names and check TLS.
+/// What of /etc programs need to load libraries, resolve names and check TLS; each
+/// runtime's descriptor adds its own entries.
 const ETC_PATHS: &[&str] = &[
     "ld.so.cache",
     "ld.so.conf",
@@ -53,10 +55,6 @@ const ETC_PATHS: &[&str] = &[
     "alpine-release",
     "redhat-release",
     "alternatives",
-    "npmrc",
-    "pip.conf",
-    "python3",
-    "python3.11",
 ];
 
 /// Devices a process may read and write.
@@ -69,7 +67,8 @@ const DEVICES: &[&str] = &[
 ];
 
 /// Variables of the operator's environment a dependency install needs to reach the
-/// package indexes; nothing else of sless's environment reaches a child.
+/// package indexes, with each runtime's own (its descriptor's `build_variables`);
+/// nothing else of sless's environment reaches a child.
 const BUILD_VARIABLES: &[&str] = &[
     "HTTP_PROXY",
     "HTTPS_PROXY",
@@ -77,18 +76,6 @@ const BUILD_VARIABLES: &[&str] = &[
     "http_proxy",
     "https_proxy",
     "no_proxy",
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_CERT",
-    "PIP_FIND_LINKS",
-    "PIP_NO_INDEX",
-    "PIP_TRUSTED_HOST",
-    "PIP_DEFAULT_TIMEOUT",
-    "NPM_CONFIG_REGISTRY",
-    "npm_config_registry",
-    "GOPROXY",
-    "GONOSUMDB",
-    "GOFLAGS",
 ];
 
 /// Why a process was not started.
@@ -160,15 +147,16 @@ impl Sandbox {
     pub fn new(toolchain: &Toolchain, wrappers: &Path, data_dir: &Path, allow: bool) -> Self {
         let enforcement = enforcement(landlock_abi(), allow);
         let mut shared_read: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
-        shared_read.extend(ETC_PATHS.iter().map(|p| Path::new("/etc").join(p)));
+        let runtime_etc = Runtime::ALL.iter().flat_map(|r| r.descriptor().etc_paths);
+        shared_read.extend(
+            ETC_PATHS
+                .iter()
+                .chain(runtime_etc)
+                .map(|p| Path::new("/etc").join(p)),
+        );
         shared_read.push(wrappers.to_path_buf());
         let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-        for tool in [
-            &toolchain.python,
-            &toolchain.node,
-            &toolchain.npm,
-            &toolchain.go,
-        ] {
+        for tool in toolchain.programs() {
             if let Some(root) = install_root(tool, &path, data_dir) {
                 shared_read.push(root);
             }
@@ -279,8 +267,12 @@ impl Sandbox {
 
     /// The variables a dependency install gets besides the fresh environment.
     pub fn build_variables() -> impl Iterator<Item = (String, String)> {
+        let runtime_variables = Runtime::ALL
+            .iter()
+            .flat_map(|r| r.descriptor().build_variables);
         BUILD_VARIABLES
             .iter()
+            .chain(runtime_variables)
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
     }
 

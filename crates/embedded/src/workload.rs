@@ -501,8 +501,9 @@ impl Actor {
         Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)
     }
 
-    /// A Python or Node function that is not running keeps one standby process (while
-    /// the pool has room) for its next start; a standby started for other settings goes.
+    /// A function that is not running, on a runtime that can start before its code is
+    /// known, keeps one standby process (while the pool has room) for its next start;
+    /// a standby started for other settings goes.
     fn keep_standby(&mut self, spec: &WorkloadSpec) {
         let wanted = LaunchConfig::of(spec, "");
         if self
@@ -513,8 +514,10 @@ impl Actor {
             return;
         }
         self.standby = None;
-        // A Go function's binary is built per version: nothing to pre-start.
-        if self.kind != Kind::Function || spec.runtime == Runtime::Go123 || self.running.is_some() {
+        if self.kind != Kind::Function
+            || !spec.runtime.descriptor().standby
+            || self.running.is_some()
+        {
             return;
         }
         let Ok(slot) = self.shared.standby_slots.clone().try_acquire_owned() else {

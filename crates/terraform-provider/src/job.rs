@@ -11,7 +11,7 @@ use sless_api::validation::{
     validate_timeout_sec,
 };
 use sless_api::{DEFAULT_ENTRYPOINT, DEFAULT_TIMEOUT_SEC};
-use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse};
+use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse, Runtime};
 use sless_client::client::{Client, Collection, RunWait};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
@@ -260,7 +260,7 @@ impl Resource for JobResource {
                         attribute(
                             String,
                             Optional,
-                            "Runtime of a self-contained job: python3.11, nodejs20 or go1.23.",
+                            &format!("Runtime of a self-contained job: {}.", Runtime::choices()),
                         ),
                     ),
                     (

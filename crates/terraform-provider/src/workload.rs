@@ -11,7 +11,8 @@ use sless_api::validation::{
     validate_timeout_sec,
 };
 use sless_api::{DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC};
-use sless_api::{Phase, WorkloadRequest, WorkloadResponse};
+use sless_api::{Phase, Runtime, WorkloadRequest, WorkloadResponse};
+use sless_client::archive::skipped_dirs;
 use sless_client::client::{Client, Collection};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
@@ -294,7 +295,7 @@ impl Resource for WorkloadResource {
                     ),
                     (
                         "runtime".into(),
-                        attribute(String, Required, "python3.11, nodejs20 or go1.23."),
+                        attribute(String, Required, &format!("{}.", Runtime::choices())),
                     ),
                     (
                         "entrypoint".into(),
@@ -326,7 +327,10 @@ impl Resource for WorkloadResource {
                         attribute(
                             String,
                             Optional,
-                            "Folder zipped and uploaded (skips .git, node_modules, __pycache__, .deps and what .slessignore lists).",
+                            &format!(
+                                "Folder zipped and uploaded (skips {} and what .slessignore lists).",
+                                skipped_dirs().join(", ")
+                            ),
                         ),
                     ),
                     (

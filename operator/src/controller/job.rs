@@ -17,7 +17,7 @@ use super::{
     namespace_of, now, version_of, write_status,
 };
 use crate::manifests::run::{COMPONENT as RUN_COMPONENT, RUN_CONTAINER};
-use crate::manifests::{self, RunJob, read_only_root};
+use crate::manifests::{self, RunJob};
 use crate::names::{
     ANNOTATION_BUILD_FAILED, FINALIZER, component_labels, owner_selector, run_job_name, selector,
 };
@@ -276,7 +276,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
                     entrypoint: workload.entrypoint.clone(),
                     env,
                     memory_mb: workload.memory_mb,
-                    read_only_root: read_only_root(workload.runtime),
+                    read_only_root: workload.runtime.descriptor().read_only_root,
                 })
             }
             (Phase::Failed, _) => {
@@ -360,7 +360,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
         entrypoint: spec.entrypoint_or_default(),
         env: spec.env.clone(),
         memory_mb: DEFAULT_MEMORY_MB,
-        read_only_root: read_only_root(runtime),
+        read_only_root: runtime.descriptor().read_only_root,
     }))
 }
 

@@ -201,16 +201,6 @@ fn quantity(text: String) -> k8s_openapi::apimachinery::pkg::api::resource::Quan
     k8s_openapi::apimachinery::pkg::api::resource::Quantity(text)
 }
 
-/// Every runtime can run with a read-only root: Python does not write bytecode
-/// (`PYTHONDONTWRITEBYTECODE` in its image), Node and the Go binary write nothing,
-/// and `/tmp` is an emptyDir for handlers that need scratch space.
-pub fn read_only_root(runtime: sless_core::model::Runtime) -> bool {
-    use sless_core::model::Runtime;
-    match runtime {
-        Runtime::Python311 | Runtime::Nodejs20 | Runtime::Go123 => true,
-    }
-}
-
 /// An image reference carries a tag or digest and the tag is not `latest`.
 pub fn is_pinned(image: &str) -> bool {
     if image.contains('@') {

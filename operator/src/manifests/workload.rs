@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, metadata, mount, pull_secrets, quantity,
-    read_only_root, restricted, restricted_pod,
+    restricted, restricted_pod,
 };
 use crate::KubeConfig;
 use crate::names::{
@@ -136,7 +136,7 @@ pub fn deployment(workload: &Workload, config: &KubeConfig) -> Deployment {
                         liveness_probe: Some(health_probe(10, 10)),
                         security_context: Some(restricted(
                             RUNTIME_UID,
-                            read_only_root(spec.runtime),
+                            spec.runtime.descriptor().read_only_root,
                         )),
                         volume_mounts: Some(vec![mount("tmp", TMP_MOUNT, false)]),
                         ..Container::default()

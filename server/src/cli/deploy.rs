@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use sless_api::{Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
+use sless_api::{
+    Phase, Runtime, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse,
+};
 use sless_client::archive;
 use sless_client::client::{Client, Collection};
 
@@ -26,14 +28,18 @@ const BUILD_QUEUED: &str = "build queued";
 
 #[derive(Args)]
 pub struct DeployArgs {
-    /// The folder with the code (zipped without .git, node_modules, __pycache__, .deps
-    /// and whatever its .slessignore names).
+    #[arg(help = format!(
+        "The folder with the code (zipped without {} and whatever its .slessignore names)",
+        archive::skipped_dirs().join(", ")
+    ))]
     pub dir: PathBuf,
     /// Name of the function or service (lowercase letters, digits and '-').
     #[arg(long)]
     pub name: String,
-    /// python3.11, nodejs20 or go1.23; required to create, kept on update when omitted.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "{}; required to create, kept on update when omitted",
+        Runtime::choices()
+    ))]
     pub runtime: Option<String>,
     /// module.function (default handler.handle).
     #[arg(long)]
@@ -126,7 +132,8 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
         None => {
             let Some(runtime) = args.runtime.clone() else {
                 bail!(
-                    "--runtime is required to create {kind} {name:?} (python3.11, nodejs20 or go1.23)"
+                    "--runtime is required to create {kind} {name:?} ({})",
+                    Runtime::choices()
                 );
             };
             let request = WorkloadRequest {

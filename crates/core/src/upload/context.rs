@@ -5,6 +5,7 @@ use flate2::{Compression, GzBuilder};
 use super::archive::CheckedZip;
 use super::error::UploadError;
 use crate::model::Runtime;
+use sless_api::runtime::one_of;
 
 /// The pinned tag of every runtime base image (never `latest`).
 pub const BASE_IMAGE_VERSION: &str = "v0.1.0";
@@ -27,7 +28,6 @@ pub fn base_image(prefix: &str, runtime: Runtime) -> String {
 
 /// The generated Dockerfile of docs/spec.md §4. The entrypoint CMD is the base image's.
 pub fn dockerfile(prefix: &str, runtime: Runtime, entrypoint: &str, paths: &[&str]) -> String {
-    let has = |name: &str| paths.contains(&name);
     let mut lines = vec![
         format!("FROM {}", base_image(prefix, runtime)),
         "WORKDIR /app/function".to_string(),
@@ -35,24 +35,14 @@ pub fn dockerfile(prefix: &str, runtime: Runtime, entrypoint: &str, paths: &[&st
         format!("ENV SLESS_ENTRYPOINT={}", quote_env(entrypoint)),
         "COPY . /app/function/".to_string(),
     ];
-    match runtime {
-        Runtime::Python311 => {
-            if has("requirements.txt") {
-                lines.push("RUN pip install --no-cache-dir -r requirements.txt".into());
-            }
-        }
-        Runtime::Nodejs20 => {
-            if has("package.json") {
-                lines.push("RUN npm install --omit=dev".into());
-            }
-        }
-        Runtime::Go123 => {
-            if has("go.mod") {
-                lines.push("RUN go mod download".into());
-            }
-            // The Go base image provides the script; it compiles the handler into the server.
-            lines.push("RUN /opt/sless/build.sh /app/function /app/bin/function".into());
-        }
+    let descriptor = runtime.descriptor();
+    let has_dependencies = paths.contains(&descriptor.dependency_file);
+    for step in descriptor
+        .image_steps
+        .iter()
+        .filter(|s| s.applies(has_dependencies))
+    {
+        lines.push(format!("RUN {}", step.run));
     }
     let mut text = lines.join("\n");
     text.push('\n');
@@ -81,8 +71,8 @@ pub fn build_context(
             *path,
             format!(
                 "{path:?} is reserved at the root of the zip: sless generates the build itself \
-                 (dependencies come from requirements.txt, package.json or go.mod); remove \
-                 it or move it into a subfolder"
+                 (dependencies come from {}); remove it or move it into a subfolder",
+                one_of(Runtime::ALL.map(|r| r.descriptor().dependency_file))
             ),
         ));
     }
