@@ -4,7 +4,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sless_core::error_text::{BoxError, error_chain};
+use sless_core::error_text::BoxError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsoleError {
@@ -27,7 +27,7 @@ pub enum ConsoleError {
     App(#[from] app::console::ViewError),
     #[error("session store: {0}")]
     Session(#[source] tower_sessions::session::Error),
-    /// Not the caller's doing.
+    /// Not the caller's doing: the caller sees a request id, the log the cause.
     #[error(transparent)]
     Internal(BoxError),
 }
@@ -78,10 +78,17 @@ impl From<sless_client::client::ClientError> for ConsoleError {
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
-            tracing::warn!(error = %error_chain(&self), "console request failed");
-        }
-        let message = self.to_string();
+        let message = match self {
+            ConsoleError::Session(_) | ConsoleError::Internal(_) => {
+                gateway::request_id::hide(&self)
+            }
+            _ => {
+                if status.is_server_error() {
+                    tracing::warn!(error = %self, "console request failed");
+                }
+                self.to_string()
+            }
+        };
         let failure = Failure {
             status,
             title: self.title(),

@@ -4,14 +4,17 @@ use axum::response::{IntoResponse, Response};
 
 use sless_api::ErrorBody;
 use sless_core::auth::AuthError;
-use sless_core::error_text::{BoxError, error_chain};
+use sless_core::error_text::BoxError;
 use sless_core::model::ValidationError;
 use sless_core::s3::StorageError;
 use sless_core::store::StoreError;
 use sless_core::upload::UploadError;
 
-/// The API layer's one error type: each variant is a status, the message is for a person;
-/// a 5xx keeps its cause for the log.
+use crate::request_id;
+
+/// The API layer's one error type: each variant is a status. The message of a 4xx is for
+/// the caller; a 5xx keeps its cause for the log and shows the caller an id only
+/// ([`request_id::hide`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
@@ -95,15 +98,11 @@ impl From<UploadError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(error = %error_chain(&self), "request failed");
-        }
-        (
-            status,
-            Json(ErrorBody {
-                error: self.to_string(),
-            }),
-        )
-            .into_response()
+        let error = if status.is_server_error() {
+            request_id::hide(&self)
+        } else {
+            self.to_string()
+        };
+        (status, Json(ErrorBody { error })).into_response()
     }
 }
