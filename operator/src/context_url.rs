@@ -5,12 +5,22 @@ use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
 
+use sless_core::error_text::BoxError;
 use sless_core::s3::ObjectStore;
 
 #[async_trait::async_trait]
 pub trait ContextUrls: Send + Sync + 'static {
     /// A URL that downloads `key` for `ttl`.
-    async fn presigned_get(&self, key: &str, ttl: Duration) -> Result<String, String>;
+    async fn presigned_get(&self, key: &str, ttl: Duration) -> Result<String, PresignError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("presigning s3://{bucket}/{key}: {source}")]
+pub struct PresignError {
+    pub bucket: String,
+    pub key: String,
+    #[source]
+    pub source: BoxError,
 }
 
 /// Presigns against the operator's own S3 endpoint; build pods must reach the same
@@ -27,8 +37,13 @@ impl S3ContextUrls {
 
 #[async_trait::async_trait]
 impl ContextUrls for S3ContextUrls {
-    async fn presigned_get(&self, key: &str, ttl: Duration) -> Result<String, String> {
-        let config = PresigningConfig::expires_in(ttl).map_err(|e| e.to_string())?;
+    async fn presigned_get(&self, key: &str, ttl: Duration) -> Result<String, PresignError> {
+        let failed = |source: BoxError| PresignError {
+            bucket: self.objects.bucket().to_owned(),
+            key: key.to_owned(),
+            source,
+        };
+        let config = PresigningConfig::expires_in(ttl).map_err(|e| failed(e.into()))?;
         let request = self
             .objects
             .client()
@@ -37,7 +52,7 @@ impl ContextUrls for S3ContextUrls {
             .key(key)
             .presigned(config)
             .await
-            .map_err(|e| format!("presigning s3://{}/{key}: {e}", self.objects.bucket()))?;
+            .map_err(|e| failed(e.into()))?;
         Ok(request.uri().to_string())
     }
 }

@@ -19,7 +19,7 @@ pub mod store;
 
 use std::time::Duration;
 
-pub use context_url::{ContextUrls, S3ContextUrls};
+pub use context_url::{ContextUrls, PresignError, S3ContextUrls};
 pub use controller::{Context, Error, run_controllers};
 pub use leader::LeaderElection;
 pub use logs::{KubePodLogs, KubeWorkloadLogs, PodLogs};

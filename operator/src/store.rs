@@ -66,7 +66,7 @@ pub(crate) fn is_conflict(e: &kube::Error) -> bool {
 }
 
 fn backend(e: kube::Error) -> StoreError {
-    StoreError::Backend(format!("kubernetes: {e}"))
+    StoreError::backend("kubernetes", e)
 }
 
 fn rfc3339_seconds(time: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> String {
@@ -82,10 +82,13 @@ fn terminating(object: &DynamicObject) -> bool {
 fn to_raw(kind: Kind, object: DynamicObject) -> Result<RawObject> {
     let meta = object.metadata;
     let name = meta.name.unwrap_or_default();
-    let missing = |field: &str| StoreError::Corrupt {
-        kind,
-        name: name.clone(),
-        message: format!("the API server returned no {field}"),
+    let missing = |field: &str| {
+        StoreError::corrupt(
+            kind,
+            &name,
+            "metadata",
+            format!("the API server returned no {field}"),
+        )
     };
     let namespace = meta.namespace.clone().ok_or_else(|| missing("namespace"))?;
     let resource_version = meta
@@ -127,7 +130,7 @@ fn versioned_patch(resource_version: &str, ops: Vec<Value>) -> Result<Patch<()>>
     })];
     all.extend(ops);
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(all))
-        .map_err(|e| StoreError::Backend(format!("building a patch: {e}")))?;
+        .map_err(|e| StoreError::backend("building a patch", e))?;
     Ok(Patch::Json(patch))
 }
 

@@ -1,5 +1,8 @@
 use std::error::Error as StdError;
 
+/// The cause of an error whose type varies (an SDK's, a driver's, or a plain message).
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
 /// An error and its sources on one line (`client error (Connect): tcp connect error:
 /// Connection refused`): SDK and HTTP errors hide the useful part in the chain. A source
 /// whose text the line already holds is skipped.

@@ -22,7 +22,7 @@ use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
 use aws_smithy_http_client::tls;
 use bytes::Bytes;
 
-pub type BoxError = Box<dyn StdError + Send + Sync>;
+use crate::error_text::BoxError;
 
 /// Short enough that a dead endpoint fails fast, long enough for a slow network.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -63,6 +63,8 @@ pub enum StorageError {
         endpoint: String,
         op: &'static str,
         message: String,
+        #[source]
+        source: BoxError,
     },
     #[error(
         "S3 bucket {bucket:?} does not exist at {endpoint}; create it or let sless create it on startup"
@@ -76,6 +78,8 @@ pub enum StorageError {
         /// Empty for bucket-level operations.
         key: String,
         message: String,
+        #[source]
+        source: Option<BoxError>,
     },
     #[error("embedded S3 endpoint could not start: {message}")]
     Embedded {
@@ -205,6 +209,7 @@ impl ObjectStore {
                         "create_bucket",
                         "",
                         "the bucket name is taken by another account".into(),
+                        None,
                     ))
                 }
             }
@@ -269,6 +274,7 @@ impl ObjectStore {
                 "get_object",
                 key,
                 format!("reading the body: {}", crate::error_text::error_chain(&e)),
+                Some(Box::new(e)),
             )
         })?;
         Ok(Some(data.into_bytes()))
@@ -328,13 +334,20 @@ impl ObjectStore {
         Ok(keys)
     }
 
-    fn request_error(&self, op: &'static str, key: &str, message: String) -> StorageError {
+    fn request_error(
+        &self,
+        op: &'static str,
+        key: &str,
+        message: String,
+        source: Option<BoxError>,
+    ) -> StorageError {
         StorageError::Request {
             op,
             endpoint: self.endpoint.clone(),
             bucket: self.bucket.clone(),
             key: key.to_owned(),
             message,
+            source,
         }
     }
 
@@ -361,35 +374,37 @@ impl ObjectStore {
             };
         }
         let SdkError::ServiceError(ctx) = &err else {
-            return self.request_error(op, key, crate::error_text::error_chain(&err));
+            let message = crate::error_text::error_chain(&err);
+            return self.request_error(op, key, message, Some(Box::new(err)));
         };
         // HEAD responses have no body, hence no error code: fall back to the status.
         let status = ctx.raw().status().as_u16();
-        let code = ctx.err().code().unwrap_or("");
-        let message = match (code, ctx.err().message()) {
+        let code = ctx.err().code().unwrap_or("").to_owned();
+        let message = match (code.as_str(), ctx.err().message()) {
             ("", Some(m)) => m.to_owned(),
             ("", None) => format!("HTTP {status}"),
             (c, Some(m)) => format!("{c}: {m}"),
             (c, None) => c.to_owned(),
         };
-        match code {
-            "NoSuchBucket" => StorageError::NoSuchBucket {
+        let denied = matches!(
+            code.as_str(),
+            "AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "NotSignedUp"
+        ) || status == 401
+            || status == 403;
+        if code == "NoSuchBucket" {
+            StorageError::NoSuchBucket {
                 endpoint: self.endpoint.clone(),
                 bucket: self.bucket.clone(),
-            },
-            "AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "NotSignedUp" => {
-                StorageError::Denied {
-                    endpoint: self.endpoint.clone(),
-                    op,
-                    message,
-                }
             }
-            _ if status == 401 || status == 403 => StorageError::Denied {
+        } else if denied {
+            StorageError::Denied {
                 endpoint: self.endpoint.clone(),
                 op,
                 message,
-            },
-            _ => self.request_error(op, key, message),
+                source: Box::new(err),
+            }
+        } else {
+            self.request_error(op, key, message, Some(Box::new(err)))
         }
     }
 }

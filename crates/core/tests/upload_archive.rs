@@ -44,7 +44,7 @@ fn read_zip(zip: &[u8], limits: &UploadLimits) -> Result<Vec<ArchiveFile>, Uploa
         let mut data = Vec::new();
         reader
             .read_to_end(&mut data)
-            .map_err(|e| UploadError::Io(e.to_string()))?;
+            .map_err(|e| UploadError::io("reading", e))?;
         files.push(ArchiveFile {
             path: entry.path.clone(),
             data,

@@ -9,7 +9,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use rand::Rng;
 use rand::distr::Alphanumeric;
-use sless_core::s3::{BoxError, S3Config, StorageError};
+use sless_core::error_text::BoxError;
+use sless_core::s3::{S3Config, StorageError};
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 

@@ -11,6 +11,7 @@ use sqlx::sqlite::{
 };
 use tokio::sync::broadcast;
 
+use sless_core::error_text::BoxError;
 use sless_core::model::Kind;
 use sless_core::store::{Change, Meta, Part, RawObject, Result, Store, StoreError};
 
@@ -21,8 +22,12 @@ pub struct SqliteStore {
     changes: broadcast::Sender<Change>,
 }
 
-fn backend(e: sqlx::Error) -> StoreError {
-    StoreError::Backend(e.to_string())
+fn backend(e: impl Into<BoxError>) -> StoreError {
+    StoreError::backend("sqlite", e)
+}
+
+fn open_error(doing: &str, path: &Path, e: impl Into<BoxError>) -> StoreError {
+    StoreError::backend(format!("{doing} {}", path.display()), e)
 }
 
 fn kind_from_str(s: &str) -> Option<Kind> {
@@ -37,21 +42,13 @@ fn row_to_object(row: &SqliteRow) -> Result<RawObject> {
     let kind_name: String = row.try_get("kind").map_err(backend)?;
     let name: String = row.try_get("name").map_err(backend)?;
     let kind = kind_from_str(&kind_name)
-        .ok_or_else(|| StoreError::Backend(format!("unknown kind {kind_name:?} in the store")))?;
-    let json = |column: &str| -> Result<serde_json::Value> {
+        .ok_or_else(|| backend(format!("unknown kind {kind_name:?} in the store")))?;
+    let json = |column: &'static str| -> Result<serde_json::Value> {
         let text: String = row.try_get(column).map_err(backend)?;
-        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
-            kind,
-            name: name.clone(),
-            message: format!("{column}: {e}"),
-        })
+        serde_json::from_str(&text).map_err(|e| StoreError::corrupt(kind, &name, column, e))
     };
     let annotations: BTreeMap<String, String> = serde_json::from_value(json("annotations")?)
-        .map_err(|e| StoreError::Corrupt {
-            kind,
-            name: name.clone(),
-            message: format!("annotations: {e}"),
-        })?;
+        .map_err(|e| StoreError::corrupt(kind, &name, "annotations", e))?;
     let resource_version: i64 = row.try_get("resource_version").map_err(backend)?;
     Ok(RawObject {
         kind,
@@ -71,16 +68,12 @@ fn row_to_object(row: &SqliteRow) -> Result<RawObject> {
 impl SqliteStore {
     /// Opens (or creates) `<data_dir>/sless.db` and applies migrations.
     pub async fn open(data_dir: &Path) -> Result<Self> {
-        sless_core::data_dir::create_private_dir(data_dir).map_err(|e| {
-            StoreError::Backend(format!(
-                "cannot create data dir {}: {e}",
-                data_dir.display()
-            ))
-        })?;
+        sless_core::data_dir::create_private_dir(data_dir)
+            .map_err(|e| open_error("cannot create data dir", data_dir, e))?;
         let path = data_dir.join("sless.db");
         // Every tenant's env vars are in it: 0600 before SQLite creates it (or them).
         sless_core::data_dir::own_private_file(&path)
-            .map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", path.display())))?;
+            .map_err(|e| open_error("cannot create", &path, e))?;
         let options = SqliteConnectOptions::from_str("sqlite:")
             .map_err(backend)?
             .filename(&path)
@@ -93,11 +86,11 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options)
             .await
-            .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| open_error("cannot open", &path, e))?;
         sqlx::migrate!("./migrations")
             .run(&pool)
             .await
-            .map_err(|e| StoreError::Backend(format!("migrating {}: {e}", path.display())))?;
+            .map_err(|e| open_error("migrating", &path, e))?;
         let (changes, _) = broadcast::channel(1024);
         Ok(Self { pool, changes })
     }
@@ -268,8 +261,7 @@ impl Store for SqliteStore {
     }
 
     async fn update(&self, object: &RawObject) -> Result<RawObject> {
-        let annotations = serde_json::to_string(&object.meta.annotations)
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let annotations = serde_json::to_string(&object.meta.annotations).map_err(backend)?;
         let query = sqlx::query(
             "UPDATE objects SET spec = ?, annotations = ?, resource_version = resource_version + 1 \
              WHERE kind = ? AND namespace = ? AND name = ? AND resource_version = ? RETURNING *",
@@ -325,10 +317,7 @@ impl Store for SqliteStore {
                  WHERE kind = ? AND namespace = ? AND name = ? RETURNING *",
             )
             .bind(object.spec.to_string())
-            .bind(
-                serde_json::to_string(&object.meta.annotations)
-                    .map_err(|e| StoreError::Backend(e.to_string()))?,
-            ),
+            .bind(serde_json::to_string(&object.meta.annotations).map_err(backend)?),
             Part::Status => sqlx::query(
                 "UPDATE objects SET status = ?, resource_version = resource_version + 1 \
                  WHERE kind = ? AND namespace = ? AND name = ? RETURNING *",

@@ -210,8 +210,8 @@ impl Actor {
         let Some(raw) = store.get(self.kind, &self.ns, &self.name).await? else {
             return Ok(false);
         };
-        let spec: WorkloadSpec = decode(&raw, &raw.spec)?;
-        let status: WorkloadStatus = decode(&raw, &raw.status)?;
+        let spec: WorkloadSpec = decode(&raw, "spec", &raw.spec)?;
+        let status: WorkloadStatus = decode(&raw, "status", &raw.status)?;
         let triggers = self.triggers().await?;
         let noun = self.kind.noun();
         let name = &self.name.clone();
@@ -652,13 +652,13 @@ impl Actor {
             else {
                 return Ok(());
             };
-            let before: WorkloadStatus = decode(&raw, &raw.status)?;
+            let before: WorkloadStatus = decode(&raw, "status", &raw.status)?;
             let mut after = before.clone();
             change(&mut after);
             if after == before {
                 return Ok(());
             }
-            raw.status = serde_json::to_value(&after).map_err(|e| corrupt(&raw, e))?;
+            raw.status = serde_json::to_value(&after).map_err(|e| corrupt(&raw, "status", e))?;
             match self.shared.store.update_status(&raw).await {
                 Err(StoreError::Conflict { .. }) => continue,
                 other => return other.map(|_| ()),
@@ -725,17 +725,14 @@ impl Actor {
 
 fn decode<T: serde::de::DeserializeOwned>(
     raw: &RawObject,
+    part: &'static str,
     value: &serde_json::Value,
 ) -> Result<T, StoreError> {
-    serde_json::from_value(value.clone()).map_err(|e| corrupt(raw, e))
+    serde_json::from_value(value.clone()).map_err(|e| corrupt(raw, part, e))
 }
 
-fn corrupt(raw: &RawObject, e: serde_json::Error) -> StoreError {
-    StoreError::Corrupt {
-        kind: raw.kind,
-        name: raw.meta.name.clone(),
-        message: e.to_string(),
-    }
+fn corrupt(raw: &RawObject, part: &'static str, e: serde_json::Error) -> StoreError {
+    StoreError::corrupt(raw.kind, &raw.meta.name, part, e)
 }
 
 fn first_line(text: &str) -> &str {

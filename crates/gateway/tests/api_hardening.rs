@@ -10,7 +10,7 @@ use gateway::api::ApiConfig;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sless_core::auth::KeySource;
-use sless_core::model::{Function, Phase};
+use sless_core::model::{Function, Kind, Phase};
 use sless_core::store::modify_status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -527,6 +527,83 @@ async fn a_source_listing_holds_at_most_its_cap() {
         assert_eq!(file["truncated"], true, "{}", file["name"]);
         assert_eq!(file["size"], 1024 * 1024);
     }
+}
+
+/// A stored object that no longer decodes is the server's fault: the caller gets a 500
+/// that names a request id (its own `X-Request-Id` when it is a sane one), never the
+/// detail, which goes to the log under the same id.
+#[tokio::test]
+async fn an_internal_error_shows_the_caller_an_id_not_the_detail() {
+    let server = TestServer::start().await;
+    let alice = user("alice");
+    let functions = format!("/v1/namespaces/{}/functions", alice.ns);
+    let (status, answer) = send(
+        &server,
+        &alice,
+        Method::POST,
+        &functions,
+        Some(function("broken")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let mut raw = server
+        .store
+        .get(Kind::Function, &alice.ns, "broken")
+        .await
+        .unwrap()
+        .unwrap();
+    raw.spec = json!("secret-detail: not a spec");
+    server.store.update(&raw).await.unwrap();
+
+    let get = |path: String, request_id: Option<String>| {
+        let mut request = server
+            .client
+            .get(server.url(&path))
+            .bearer_auth(&alice.token);
+        if let Some(id) = request_id {
+            request = request.header("X-Request-Id", id);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let id = response
+                .headers()
+                .get("x-request-id")
+                .map(|v| v.to_str().unwrap().to_string());
+            (status, id, response.text().await.unwrap())
+        }
+    };
+    let broken = format!("{functions}/broken");
+
+    let (status, id, body) = get(broken.clone(), Some("case-42.a_B".into())).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(id.as_deref(), Some("case-42.a_B"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"error": "internal error (id case-42.a_B)"})
+    );
+
+    // No id, or one that is not 1-64 of [A-Za-z0-9._-]: a fresh one, the same in both.
+    for given in [None, Some("has space".into()), Some("x".repeat(65))] {
+        let (status, id, body) = get(broken.clone(), given.clone()).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{given:?}");
+        let id = id.unwrap();
+        assert_eq!(id.len(), 16, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert_eq!(body, format!(r#"{{"error":"internal error (id {id})"}}"#));
+    }
+
+    // The listing reads the same object; caller-facing errors keep their text.
+    let (status, _, body) = get(functions.clone(), None).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        !body.contains("secret") && !body.contains("cannot be read"),
+        "{body}"
+    );
+    let (status, id, body) = get(format!("{functions}/missing"), Some("r1".into())).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(id.as_deref(), Some("r1"));
+    assert!(body.contains(r#"function \"missing\" not found"#), "{body}");
 }
 
 /// Peak resident memory of this process since the last reset, in bytes.

@@ -18,7 +18,11 @@ struct FixedUrls;
 
 #[async_trait::async_trait]
 impl ContextUrls for FixedUrls {
-    async fn presigned_get(&self, key: &str, _ttl: Duration) -> Result<String, String> {
+    async fn presigned_get(
+        &self,
+        key: &str,
+        _ttl: Duration,
+    ) -> Result<String, operator::PresignError> {
         Ok(format!("http://contexts.invalid/{key}"))
     }
 }

@@ -49,7 +49,7 @@ pub enum Error {
     #[error("SerializationError: {0}")]
     SerializationError(#[source] serde_json::Error),
     #[error("PresignError: {0}")]
-    PresignError(String),
+    PresignError(#[source] crate::PresignError),
     #[error("MissingObjectKey: {0}")]
     MissingObjectKey(&'static str),
 }

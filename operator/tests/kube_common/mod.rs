@@ -158,7 +158,11 @@ pub struct FakeUrls;
 
 #[async_trait::async_trait]
 impl ContextUrls for FakeUrls {
-    async fn presigned_get(&self, key: &str, _ttl: Duration) -> Result<String, String> {
+    async fn presigned_get(
+        &self,
+        key: &str,
+        _ttl: Duration,
+    ) -> Result<String, operator::PresignError> {
         Ok(format!("https://s3.test/sless/{key}?X-Amz-Signature=test"))
     }
 }

@@ -51,7 +51,7 @@ fn auth_error(e: AuthError) -> ConsoleError {
     match e.status() {
         401 => ConsoleError::Unauthorized(e.to_string()),
         403 => ConsoleError::Forbidden(e.to_string()),
-        _ => ConsoleError::Internal(e.to_string()),
+        _ => ConsoleError::Internal(e.into()),
     }
 }
 

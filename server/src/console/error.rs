@@ -4,6 +4,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use sless_core::error_text::BoxError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsoleError {
@@ -24,8 +25,11 @@ pub enum ConsoleError {
     BadRequest(String),
     #[error(transparent)]
     App(#[from] app::console::ViewError),
-    #[error("{0}")]
-    Internal(String),
+    #[error("session store: {0}")]
+    Session(#[source] tower_sessions::session::Error),
+    /// Not the caller's doing: the caller sees a request id, the log the cause.
+    #[error(transparent)]
+    Internal(BoxError),
 }
 
 /// Attached to error responses so the middleware can render them for browsers.
@@ -47,7 +51,9 @@ impl ConsoleError {
             ConsoleError::App(e) => {
                 StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY)
             }
-            ConsoleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ConsoleError::Session(_) | ConsoleError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -72,13 +78,21 @@ impl From<sless_client::client::ClientError> for ConsoleError {
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
-            tracing::warn!(error = %self, "console request failed");
-        }
+        let message = match self {
+            ConsoleError::Session(_) | ConsoleError::Internal(_) => {
+                gateway::request_id::hide(&self)
+            }
+            _ => {
+                if status.is_server_error() {
+                    tracing::warn!(error = %self, "console request failed");
+                }
+                self.to_string()
+            }
+        };
         let failure = Failure {
             status,
             title: self.title(),
-            message: self.to_string(),
+            message,
             login: matches!(
                 self,
                 ConsoleError::LoginRequired | ConsoleError::Unauthorized(_)

@@ -110,5 +110,6 @@ pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::
     let files = assets::router().layer(axum::middleware::from_fn(headers::secure));
     Ok(pages
         .merge(files)
+        .layer(axum::middleware::from_fn(gateway::request_id::layer))
         .layer(tower_http::trace::TraceLayer::new_for_http()))
 }

@@ -88,7 +88,7 @@ fn create_private(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 fn store_error(e: tower_sessions::session::Error) -> ConsoleError {
-    ConsoleError::Internal(format!("session store: {e}"))
+    ConsoleError::Session(e)
 }
 
 pub async fn user(session: &Session) -> Result<Option<SessionUser>, ConsoleError> {

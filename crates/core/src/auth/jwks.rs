@@ -1,5 +1,6 @@
 //! The JWKS cache: keys fetched from the identity provider, looked up by `kid`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
@@ -12,6 +13,30 @@ use super::{AuthError, invalid, printable};
 
 /// A key set larger than this is refused (a JWKS is a few KiB).
 const MAX_JWKS_BYTES: usize = 1024 * 1024;
+
+/// Why the key set could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksFetchError {
+    #[error("GET {url}: {}", crate::error_text::error_chain(.source))]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("GET {url}: HTTP {status}")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error("GET {url}: the key set exceeds {MAX_JWKS_BYTES} bytes")]
+    TooLarge { url: String },
+    #[error("GET {url}: the response is not a JWK set: {source}")]
+    NotAKeySet {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
 
 /// Timings of the JWKS cache.
 #[derive(Clone, Debug)]
@@ -54,7 +79,7 @@ struct State {
     keys: Vec<JwksKey>,
     fetched_at: Option<Instant>,
     last_attempt: Option<Instant>,
-    last_error: Option<String>,
+    last_error: Option<Arc<JwksFetchError>>,
 }
 
 enum Lookup {
@@ -79,10 +104,6 @@ impl State {
     fn attempted_within(&self, now: Instant, window: Duration) -> bool {
         self.last_attempt
             .is_some_and(|t| now.saturating_duration_since(t) < window)
-    }
-
-    fn last_failed(&self) -> bool {
-        self.last_error.is_some()
     }
 
     /// Prefers the key whose pinned algorithm matches the token, so the caller can
@@ -124,7 +145,7 @@ pub(super) struct JwksCache {
 impl JwksCache {
     pub fn new(url: &str, policy: JwksPolicy) -> Result<Self, AuthError> {
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| AuthError::Config(format!("the JWKS URL {url:?} is invalid: {e}")))?;
+            .map_err(|e| AuthError::setup(format!("the JWKS URL {url:?} is invalid"), e))?;
         match parsed.scheme() {
             "https" => {}
             "http" => {
@@ -151,7 +172,7 @@ impl JwksCache {
             .connect_timeout(policy.fetch_timeout)
             .timeout(policy.fetch_timeout)
             .build()
-            .map_err(|e| AuthError::Config(format!("cannot build the JWKS HTTP client: {e}")))?;
+            .map_err(|e| AuthError::setup("cannot build the JWKS HTTP client", e))?;
         Ok(JwksCache {
             url: url.to_string(),
             client,
@@ -204,11 +225,11 @@ impl JwksCache {
             if let Some(answer) = self.cached_answer(&state, now, kid, alg) {
                 return answer;
             }
-            if !state.is_fresh(now, &self.policy)
-                && state.last_failed()
+            if let Some(failure) = &state.last_error
+                && !state.is_fresh(now, &self.policy)
                 && state.attempted_within(now, self.policy.retry_after_failure)
             {
-                return self.fall_back_to_stale(&state, now, kid, alg);
+                return self.fall_back_to_stale(&state, failure, now, kid, alg);
             }
         }
 
@@ -226,10 +247,11 @@ impl JwksCache {
                     Lookup::Unknown(e) => Err(e),
                 }
             }
-            Err(reason) => {
-                tracing::warn!(url = %self.url, error = %reason, "fetching the JWKS failed");
-                state.last_error = Some(reason);
-                self.fall_back_to_stale(&state, now, kid, alg)
+            Err(failure) => {
+                tracing::warn!(url = %self.url, error = %failure, "fetching the JWKS failed");
+                let failure = Arc::new(failure);
+                state.last_error = Some(failure.clone());
+                self.fall_back_to_stale(&state, &failure, now, kid, alg)
             }
         }
     }
@@ -238,63 +260,51 @@ impl JwksCache {
     fn fall_back_to_stale(
         &self,
         state: &State,
+        failure: &Arc<JwksFetchError>,
         now: Instant,
         kid: Option<&str>,
         alg: Algorithm,
     ) -> Result<JwksKey, AuthError> {
-        let reason = state.last_error.clone().unwrap_or_default();
         if state.is_usable_stale(now, &self.policy)
             && let Lookup::Found(key) = state.find(kid, alg)
         {
             return Ok(key);
         }
-        Err(AuthError::KeyUnavailable(reason))
+        Err(AuthError::KeyUnavailable(failure.clone()))
     }
 
-    async fn fetch(&self) -> Result<Vec<JwksKey>, String> {
+    async fn fetch(&self) -> Result<Vec<JwksKey>, JwksFetchError> {
+        let url = || self.url.clone();
+        let request_error = |e: reqwest::Error| JwksFetchError::Request {
+            url: url(),
+            source: e.without_url(),
+        };
         let mut response = self
             .client
             .get(&self.url)
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| {
-                format!(
-                    "GET {}: {}",
-                    self.url,
-                    crate::error_text::error_chain(&e.without_url())
-                )
-            })?;
+            .map_err(request_error)?;
         let status = response.status();
         if !status.is_success() {
-            return Err(format!("GET {}: HTTP {status}", self.url));
+            return Err(JwksFetchError::Status { url: url(), status });
         }
         if response
             .content_length()
             .is_some_and(|n| n > MAX_JWKS_BYTES as u64)
         {
-            return Err(format!(
-                "GET {}: the key set exceeds {MAX_JWKS_BYTES} bytes",
-                self.url
-            ));
+            return Err(JwksFetchError::TooLarge { url: url() });
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| {
-            format!(
-                "GET {}: {}",
-                self.url,
-                crate::error_text::error_chain(&e.without_url())
-            )
-        })? {
+        while let Some(chunk) = response.chunk().await.map_err(request_error)? {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
-                return Err(format!(
-                    "GET {}: the key set exceeds {MAX_JWKS_BYTES} bytes",
-                    self.url
-                ));
+                return Err(JwksFetchError::TooLarge { url: url() });
             }
             body.extend_from_slice(&chunk);
         }
-        let keys = parse_jwks(&body).map_err(|e| format!("GET {}: {e}", self.url))?;
+        let keys = parse_jwks(&body)
+            .map_err(|source| JwksFetchError::NotAKeySet { url: url(), source })?;
         if keys.is_empty() {
             tracing::warn!(url = %self.url, "the JWKS holds no RS256 or ES256 signing keys");
         }
@@ -309,9 +319,8 @@ struct RawJwkSet {
 
 /// Parses key by key so one exotic entry (an encryption key, an unknown kty) does not
 /// make the whole set unusable.
-pub(super) fn parse_jwks(body: &[u8]) -> Result<Vec<JwksKey>, String> {
-    let set: RawJwkSet =
-        serde_json::from_slice(body).map_err(|e| format!("the response is not a JWK set: {e}"))?;
+pub(super) fn parse_jwks(body: &[u8]) -> Result<Vec<JwksKey>, serde_json::Error> {
+    let set: RawJwkSet = serde_json::from_slice(body)?;
     let mut keys = Vec::new();
     for raw in set.keys {
         let jwk: Jwk = match serde_json::from_value(raw) {

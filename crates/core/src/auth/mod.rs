@@ -8,7 +8,7 @@ mod jwks;
 mod signing_key;
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -17,9 +17,10 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error_text::BoxError;
 use crate::model::namespace_for_sub;
 
-pub use jwks::JwksPolicy;
+pub use jwks::{JwksFetchError, JwksPolicy};
 pub use signing_key::{SIGNING_KEY_FILE, load_or_create_signing_key, load_signing_key};
 
 /// Clock skew accepted on `exp` and `nbf` unless configured otherwise.
@@ -97,10 +98,18 @@ pub enum AuthError {
     },
     #[error("only admin tokens may read {0} (sless token --admin)")]
     AdminOnly(&'static str),
+    /// Shared: one failed fetch answers every request until the next attempt.
     #[error("the signing key set could not be fetched, try again later: {0}")]
-    KeyUnavailable(String),
+    KeyUnavailable(#[source] Arc<JwksFetchError>),
     #[error("auth configuration: {0}")]
     Config(String),
+    /// A part of the set-up failed (the JWKS client, signing a token): `what` it was.
+    #[error("auth configuration: {what}: {source}")]
+    Setup {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
 }
 
 impl AuthError {
@@ -110,7 +119,14 @@ impl AuthError {
             AuthError::MissingToken | AuthError::InvalidToken(_) => 401,
             AuthError::Forbidden { .. } | AuthError::AdminOnly(_) => 403,
             AuthError::KeyUnavailable(_) => 503,
-            AuthError::Config(_) => 500,
+            AuthError::Config(_) | AuthError::Setup { .. } => 500,
+        }
+    }
+
+    fn setup(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        AuthError::Setup {
+            what: what.into(),
+            source: source.into(),
         }
     }
 }
@@ -554,7 +570,7 @@ pub fn issue_hs256(secret: &[u8], sub: &str, ttl_sec: u64) -> Result<String, Aut
         &claims,
         &EncodingKey::from_secret(secret),
     )
-    .map_err(|e| AuthError::Config(format!("signing the token failed: {e}")))
+    .map_err(|e| AuthError::setup("signing the token failed", e))
 }
 
 #[cfg(test)]
@@ -602,7 +618,10 @@ mod tests {
             forbidden.to_string(),
             "token may not act on namespace a (your namespace is b)"
         );
-        assert_eq!(AuthError::KeyUnavailable("x".into()).status(), 503);
+        let unavailable = AuthError::KeyUnavailable(Arc::new(JwksFetchError::TooLarge {
+            url: "https://idp.example/jwks".into(),
+        }));
+        assert_eq!(unavailable.status(), 503);
         assert_eq!(AuthError::Config("x".into()).status(), 500);
     }
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::error_text::BoxError;
 use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,14 +36,46 @@ pub enum StoreError {
         name: String,
         expected: String,
     },
-    #[error("stored {kind} {name:?} cannot be read: {message}")]
+    /// `part` is what did not decode (`spec`, `status`, a column).
+    #[error("stored {kind} {name:?} cannot be read: {part}: {source}")]
     Corrupt {
         kind: Kind,
         name: String,
-        message: String,
+        part: &'static str,
+        #[source]
+        source: BoxError,
     },
-    #[error("store unavailable: {0}")]
-    Backend(String),
+    /// `context` names the backend or what failed (`kubernetes`, `cannot open <file>`).
+    #[error("store unavailable: {context}: {source}")]
+    Backend {
+        context: String,
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl StoreError {
+    pub fn backend(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Backend {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// An object whose `part` does not decode (or encode).
+    pub fn corrupt(
+        kind: Kind,
+        name: &str,
+        part: &'static str,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        StoreError::Corrupt {
+            kind,
+            name: name.to_string(),
+            part,
+            source: source.into(),
+        }
+    }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -133,7 +166,7 @@ pub trait Store: Send + Sync + 'static {
                 other => return other,
             }
         }
-        Err(last.unwrap_or_else(|| StoreError::Backend("update retries exhausted".into())))
+        Err(last.unwrap_or_else(|| StoreError::backend("modify", "retries exhausted")))
     }
     /// `true` if something was deleted.
     async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
@@ -199,16 +232,13 @@ pub struct Object<R: Resource> {
 
 impl<R: Resource> Object<R> {
     pub fn from_raw(raw: RawObject) -> Result<Self> {
-        let corrupt = |e: serde_json::Error| StoreError::Corrupt {
-            kind: R::KIND,
-            name: raw.meta.name.clone(),
-            message: e.to_string(),
-        };
-        let spec = serde_json::from_value(raw.spec.clone()).map_err(corrupt)?;
+        let name = &raw.meta.name;
+        let corrupt = |part| move |e| StoreError::corrupt(R::KIND, name, part, e);
+        let spec = serde_json::from_value(raw.spec.clone()).map_err(corrupt("spec"))?;
         let status = if raw.status.is_null() {
             R::Status::default()
         } else {
-            serde_json::from_value(raw.status.clone()).map_err(corrupt)?
+            serde_json::from_value(raw.status.clone()).map_err(corrupt("status"))?
         };
         Ok(Self {
             meta: raw.meta,
@@ -218,16 +248,13 @@ impl<R: Resource> Object<R> {
     }
 
     fn to_raw(&self) -> Result<RawObject> {
-        let encode = |e: serde_json::Error| StoreError::Corrupt {
-            kind: R::KIND,
-            name: self.meta.name.clone(),
-            message: e.to_string(),
-        };
+        let name = &self.meta.name;
+        let encode = |part| move |e| StoreError::corrupt(R::KIND, name, part, e);
         Ok(RawObject {
             kind: R::KIND,
             meta: self.meta.clone(),
-            spec: serde_json::to_value(&self.spec).map_err(encode)?,
-            status: serde_json::to_value(&self.status).map_err(encode)?,
+            spec: serde_json::to_value(&self.spec).map_err(encode("spec"))?,
+            status: serde_json::to_value(&self.status).map_err(encode("status"))?,
         })
     }
 
@@ -282,13 +309,9 @@ impl StoreExt for dyn Store {
         name: &str,
         spec: &R::Spec,
     ) -> Result<Object<R>> {
-        let encode = |e: serde_json::Error| StoreError::Corrupt {
-            kind: R::KIND,
-            name: name.to_string(),
-            message: e.to_string(),
-        };
-        let spec = serde_json::to_value(spec).map_err(encode)?;
-        let status = serde_json::to_value(R::Status::default()).map_err(encode)?;
+        let encode = |part| move |e| StoreError::corrupt(R::KIND, name, part, e);
+        let spec = serde_json::to_value(spec).map_err(encode("spec"))?;
+        let status = serde_json::to_value(R::Status::default()).map_err(encode("status"))?;
         Object::from_raw(self.create(R::KIND, namespace, name, spec, status).await?)
     }
 

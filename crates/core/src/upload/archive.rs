@@ -547,10 +547,10 @@ fn create_parents(dest: &Path, parent: &Path, entry: &str) -> Result<(), UploadE
 }
 
 fn io_error(action: &str, path: &Path, e: io::Error) -> UploadError {
-    UploadError::Io(format!(
-        "unpacking the upload: {action} {}: {e}",
-        path.display()
-    ))
+    UploadError::io(
+        format!("unpacking the upload: {action} {}", path.display()),
+        e,
+    )
 }
 
 #[cfg(test)]

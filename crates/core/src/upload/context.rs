@@ -114,5 +114,5 @@ fn append<W: std::io::Write>(
 }
 
 fn context_error(e: std::io::Error) -> UploadError {
-    UploadError::Io(format!("writing the build context failed: {e}"))
+    UploadError::io("writing the build context failed", e)
 }

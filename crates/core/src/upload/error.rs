@@ -78,8 +78,13 @@ pub enum UploadError {
          `cd my-function && zip -r ../function.zip .`"
     )]
     Empty,
-    #[error("{0}")]
-    Io(String),
+    /// `context` says what was being read or written.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl UploadError {
@@ -89,6 +94,13 @@ impl UploadError {
             self,
             UploadError::TooLarge { .. } | UploadError::Expands { .. }
         )
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        UploadError::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub(crate) fn unsafe_entry(entry: impl Into<String>, reason: impl Into<String>) -> Self {

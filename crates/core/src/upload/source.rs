@@ -45,7 +45,7 @@ pub fn source_files(
         let mut head = Vec::new();
         data.take(wanted as u64)
             .read_to_end(&mut head)
-            .map_err(|e| UploadError::Io(format!("reading {:?}: {e}", file.path)))?;
+            .map_err(|e| UploadError::io(format!("reading {:?}", file.path), e))?;
         let entry = describe(&file.path, file.size, &head, shown);
         budget -= entry.content.as_ref().map_or(0, String::len);
         listing.push(entry);

@@ -34,17 +34,17 @@ async fn zip_permit() -> Result<SemaphorePermit<'static>, ApiError> {
     ZIP_WORK
         .acquire()
         .await
-        .map_err(|e| ApiError::Internal(format!("zip work: {e}")))
+        .map_err(|e| ApiError::Internal(e.into()))
 }
 
 /// Runs `work` on the blocking pool (inflating is CPU work).
 async fn blocking<T: Send + 'static>(
-    what: &str,
+    what: &'static str,
     work: impl FnOnce() -> Result<T, UploadError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(work)
         .await
-        .map_err(|e| ApiError::Internal(format!("{what} task failed: {e}")))?
+        .map_err(|source| ApiError::Task { what, source })?
         .map_err(ApiError::from)
 }
 
@@ -192,7 +192,7 @@ pub async fn list_source(
 /// The user's zip behind a context key.
 pub async fn stored_zip(state: &AppState, context_key: &str) -> Result<Bytes, ApiError> {
     let zip_key = zip_key_for_context(context_key)
-        .ok_or_else(|| ApiError::Internal(format!("unexpected s3 key {context_key:?}")))?;
+        .ok_or_else(|| ApiError::Internal(format!("unexpected s3 key {context_key:?}").into()))?;
     state.objects.get(&zip_key).await?.ok_or_else(|| {
         ApiError::NotFound(format!(
             "the uploaded zip {zip_key:?} is missing from object storage; upload the code again"

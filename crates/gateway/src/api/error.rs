@@ -4,12 +4,17 @@ use axum::response::{IntoResponse, Response};
 
 use sless_api::ErrorBody;
 use sless_core::auth::AuthError;
+use sless_core::error_text::BoxError;
 use sless_core::model::ValidationError;
 use sless_core::s3::StorageError;
 use sless_core::store::StoreError;
 use sless_core::upload::UploadError;
 
-/// The API layer's one error type: each variant is a status, the message is for a person.
+use crate::request_id;
+
+/// The API layer's one error type: each variant is a status. The message of a 4xx is for
+/// the caller; a 5xx keeps its cause for the log and shows the caller an id only
+/// ([`request_id::hide`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
@@ -24,10 +29,21 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
-    #[error("{0}")]
-    Unavailable(String),
-    #[error("{0}")]
-    Internal(String),
+    /// The store's backend is down (503) or an object cannot be read (500); its 4xx
+    /// errors become the variants above.
+    #[error(transparent)]
+    Store(StoreError),
+    #[error("object storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("{what} task failed")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A broken invariant: a bug, not the caller's doing.
+    #[error(transparent)]
+    Internal(BoxError),
 }
 
 impl ApiError {
@@ -41,8 +57,12 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Store(StoreError::Backend { .. }) | ApiError::Storage(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::Store(_) | ApiError::Task { .. } | ApiError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 }
@@ -60,8 +80,7 @@ impl From<StoreError> for ApiError {
             StoreError::AlreadyExists { .. } | StoreError::Conflict { .. } => {
                 ApiError::Conflict(e.to_string())
             }
-            StoreError::Corrupt { .. } => ApiError::Internal(e.to_string()),
-            StoreError::Backend(_) => ApiError::Unavailable(e.to_string()),
+            StoreError::Corrupt { .. } | StoreError::Backend { .. } => ApiError::Store(e),
         }
     }
 }
@@ -76,24 +95,14 @@ impl From<UploadError> for ApiError {
     }
 }
 
-impl From<StorageError> for ApiError {
-    fn from(e: StorageError) -> Self {
-        ApiError::Unavailable(format!("object storage: {e}"))
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
-        }
-        (
-            status,
-            Json(ErrorBody {
-                error: self.to_string(),
-            }),
-        )
-            .into_response()
+        let error = if status.is_server_error() {
+            request_id::hide(&self)
+        } else {
+            self.to_string()
+        };
+        (status, Json(ErrorBody { error })).into_response()
     }
 }

@@ -117,6 +117,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .merge(uploads)
         .fallback(unknown_route)
+        .layer(axum::middleware::from_fn(crate::request_id::layer))
         .with_state(state)
 }
 
