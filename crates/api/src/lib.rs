@@ -1,14 +1,16 @@
-//! sless API types: the REST API's JSON types and enums (`Phase`, `JobPhase`,
-//! `WorkloadKind`, `Collection`), the naming rule of namespaces and the units people read.
+//! sless API types: the REST API's JSON types and enums (`Kind` and its `WorkloadKind`
+//! subset, `Phase`, `JobPhase`), the naming rule of namespaces and the units people read.
 //! Plain serde types with no HTTP client, Kubernetes, database or S3 dependency (as
 //! `kube-core` is to `kube-client`): the typed client, the console, the CLI, the
 //! Terraform provider and the server's model all build on these.
 
+mod kind;
 mod naming;
 mod types;
 mod units;
 pub mod validation;
 
+pub use kind::{Kind, WorkloadKind};
 pub use naming::namespace_for_sub;
 pub use types::*;
 pub use units::human_bytes;

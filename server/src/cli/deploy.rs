@@ -9,9 +9,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use sless_api::{Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
 use sless_client::archive;
-use sless_client::client::{Client, Collection};
+use sless_client::client::{Client, Kind};
 
-use super::{Connection, POLL_INTERVAL, is_not_found, noun};
+use super::{Connection, POLL_INTERVAL, is_not_found};
 
 /// How long a new trigger may take to become active before deploy stops waiting for it.
 const TRIGGER_WAIT: Duration = Duration::from_secs(60);
@@ -102,11 +102,11 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     let client = args.connection.client()?;
     let archive = archive::zip_folder(&args.dir)?;
     let collection = if args.service {
-        Collection::Services
+        Kind::Service
     } else {
-        Collection::Functions
+        Kind::Function
     };
-    let kind = noun(collection);
+    let kind = collection.noun();
     let name = args.name.as_str();
     eprintln!(
         "packed {} file{} ({:.1} KiB) from {}",
@@ -238,12 +238,12 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
 /// build log as it grows. Answers the workload and whether any of the log was printed.
 async fn follow_build(
     client: &Client,
-    collection: Collection,
+    collection: Kind,
     name: &str,
     key: Option<&str>,
     deadline: Instant,
 ) -> anyhow::Result<(WorkloadResponse, bool)> {
-    let kind = noun(collection);
+    let kind = collection.noun();
     let mut shown: Option<(Phase, Option<String>)> = None;
     let mut printed = String::new();
     let mut building = false;
@@ -304,7 +304,7 @@ fn did_not_start(kind: &str, name: &str, message: &str) -> anyhow::Error {
 /// Prints the part of the build log not printed yet (whole lines, unless `all`).
 async fn print_new_log(
     client: &Client,
-    collection: Collection,
+    collection: Kind,
     name: &str,
     printed: &mut String,
     all: bool,
@@ -427,7 +427,7 @@ async fn wait_until_active(
         if waiting.is_empty() {
             return Ok(triggers);
         }
-        let workload = client.get_workload(Collection::Functions, function).await?;
+        let workload = client.get_workload(Kind::Function, function).await?;
         if workload.phase == Phase::Failed {
             let message = workload.message.unwrap_or_default();
             return Err(did_not_start("function", function, &message));
@@ -462,7 +462,7 @@ fn version_of(key: &str) -> &str {
 /// that writes no such lines is not waited for.
 async fn wait_for_rollout(
     client: &Client,
-    collection: Collection,
+    collection: Kind,
     name: &str,
     version: &str,
     deadline: Instant,
@@ -485,7 +485,7 @@ async fn wait_for_rollout(
         let workload = client.get_workload(collection, name).await?;
         if workload.phase == Phase::Failed {
             let message = workload.message.unwrap_or_default();
-            return Err(did_not_start(noun(collection), name, &message));
+            return Err(did_not_start(collection.noun(), name, &message));
         }
         if Instant::now() >= until {
             eprintln!("warning: version {version} of {name} is not serving yet");

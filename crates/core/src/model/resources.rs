@@ -1,5 +1,4 @@
 use std::collections::BTreeMap;
-use std::fmt;
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -10,7 +9,7 @@ use sless_api::validation::{
 };
 pub use sless_api::{
     DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY, DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB,
-    DEFAULT_TIMEOUT_SEC, JobPhase, Phase, Runtime, TriggerType, WorkloadKind,
+    DEFAULT_TIMEOUT_SEC, JobPhase, Kind, Phase, Runtime, TriggerType, WorkloadKind,
 };
 
 pub const API_GROUP: &str = "sless.kube5s.ru";
@@ -61,59 +60,6 @@ pub fn env_names_rule(schema: &mut schemars::Schema) {
             "message": "env names use letters, digits and '_', not starting with a digit; PORT and SLESS_* are reserved",
         }]),
     );
-}
-
-/// The four resource kinds; the store and the API dispatch on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Kind {
-    Function,
-    Trigger,
-    FunctionJob,
-    Service,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 4] = [
-        Kind::Function,
-        Kind::Trigger,
-        Kind::FunctionJob,
-        Kind::Service,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Function => "Function",
-            Kind::Trigger => "Trigger",
-            Kind::FunctionJob => "FunctionJob",
-            Kind::Service => "Service",
-        }
-    }
-
-    /// Lowercase word for messages ("function \"x\" not found").
-    pub fn noun(self) -> &'static str {
-        match self {
-            Kind::Function => "function",
-            Kind::Trigger => "trigger",
-            Kind::FunctionJob => "job",
-            Kind::Service => "service",
-        }
-    }
-
-    /// Functions and Services share one name space: both are reachable at
-    /// `/fn/<ns>/<name>` and become workloads of that name.
-    pub fn shares_names_with(self) -> Option<Kind> {
-        match self {
-            Kind::Function => Some(Kind::Service),
-            Kind::Service => Some(Kind::Function),
-            Kind::Trigger | Kind::FunctionJob => None,
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// What Functions and Services have in common: code, how to call it, its limits.
