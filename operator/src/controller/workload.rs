@@ -1,10 +1,8 @@
 //! Functions and Services: build each upload once, then run the image as a Deployment
 //! behind a Service in `sless-fn-<ns>`.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Service as KubeService;
@@ -12,9 +10,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{DynamicObject, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::{Api, ResourceExt};
 
 use super::build::{BuildState, BuildTarget, build};
 use super::{
@@ -26,44 +22,9 @@ use crate::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selecto
 use crate::store::api_resource;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
-    WorkloadSpec, WorkloadStatus, build_namespace, deploy_namespace, workload_image,
+    build_namespace, deploy_namespace, workload_image,
 };
-
-/// Functions and Services, as the reconciler needs them.
-pub trait WorkloadResource:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + Debug
-    + Serialize
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-    const KIND: Kind;
-    fn workload(&self) -> &WorkloadSpec;
-    fn workload_status(&self) -> Option<&WorkloadStatus>;
-}
-
-impl WorkloadResource for Function {
-    const KIND: Kind = Kind::Function;
-    fn workload(&self) -> &WorkloadSpec {
-        &self.spec.workload
-    }
-    fn workload_status(&self) -> Option<&WorkloadStatus> {
-        self.status.as_ref()
-    }
-}
-
-impl WorkloadResource for Service {
-    const KIND: Kind = Kind::Service;
-    fn workload(&self) -> &WorkloadSpec {
-        &self.spec.workload
-    }
-    fn workload_status(&self) -> Option<&WorkloadStatus> {
-        self.status.as_ref()
-    }
-}
+use sless_core::store::WorkloadResource;
 
 pub async fn reconcile_function(function: Arc<Function>, ctx: Arc<Context>) -> Result<Action> {
     reconcile(function, ctx).await
@@ -112,8 +73,8 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     let namespace = namespace_of(object)?;
     let name = object.name_any();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    let spec = object.workload();
-    let current = object.workload_status().cloned().unwrap_or_default();
+    let spec = K::workload(object.spec());
+    let current = object.status().cloned().unwrap_or_default();
     let mut status = current.clone();
     let noun = K::KIND.noun();
     let (needed, exposed) = wants_instances::<K>(ctx, &namespace, &name).await?;
