@@ -1,9 +1,11 @@
 //! sless API types: the REST API's JSON types and enums (`Kind` and its `WorkloadKind`
-//! subset, `Phase`, `JobPhase`), the naming rule of namespaces and the units people read.
+//! subset, `Phase`, `JobPhase`), the naming rule of namespaces, the object keys of
+//! uploads and the units people read.
 //! Plain serde types with no HTTP client, Kubernetes, database or S3 dependency (as
 //! `kube-core` is to `kube-client`): the typed client, the console, the CLI, the
 //! Terraform provider and the server's model all build on these.
 
+pub mod keys;
 mod kind;
 mod naming;
 mod types;

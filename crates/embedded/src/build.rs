@@ -13,7 +13,7 @@ use crate::runtimes::{GO_BINARY, Toolchain, Wrappers};
 use crate::sandbox::{Confinement, Sandbox};
 use sless_core::model::Runtime;
 use sless_core::s3::ObjectStore;
-use sless_core::upload::{UploadLimits, check_zip, unpack, zip_key_for_context};
+use sless_core::upload::{UploadLimits, check_zip, unpack, version_of, zip_key_for_context};
 
 /// A build that did not finish; the message ends with the log tail.
 #[derive(Debug, thiserror::Error)]
@@ -32,12 +32,6 @@ pub struct Builder {
     pub sandbox: Arc<Sandbox>,
     pub toolchain: Toolchain,
     pub limits: UploadLimits,
-}
-
-/// The version directory of a context key: `contexts/ns/name/v.tar.gz` → `<root>/v`.
-pub fn version_of(context_key: &str) -> &str {
-    let file = context_key.rsplit('/').next().unwrap_or(context_key);
-    file.strip_suffix(".tar.gz").unwrap_or(file)
 }
 
 pub fn log_path(dir: &Path) -> PathBuf {
@@ -278,11 +272,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_and_tails() {
-        assert_eq!(
-            version_of("contexts/ns/f/20260101120000-1.tar.gz"),
-            "20260101120000-1"
-        );
+    fn tails() {
         let long: String = (0..1000).map(|i| format!("line {i}\n")).collect();
         let cut = tail(&long);
         assert!(cut.starts_with("...\nline "));

@@ -13,11 +13,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::Shared;
-use crate::build::{tail, version_of};
+use crate::build::tail;
 use crate::process::die_with_parent;
 use crate::sandbox::Confinement;
 use sless_core::model::{DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
 use sless_core::store::{StoreError, StoreExt, modify_status};
+use sless_core::upload::version_of;
 
 /// While a job waits for its function's build, it looks again this often.
 const RECHECK: Duration = Duration::from_secs(1);

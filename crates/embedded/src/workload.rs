@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use crate::build::version_of;
 use crate::process::{Instance, Launch};
 use crate::{Endpoint, Shared};
 use sless_core::logs::Stream;
@@ -19,6 +18,7 @@ use sless_core::model::{
 };
 use sless_core::routes::{Route, no_http_trigger, trigger_stopped};
 use sless_core::store::{Object, RawObject, StoreError, StoreExt};
+use sless_core::upload::version_of;
 
 /// How long the old instance keeps serving calls already sent to it after a switch.
 const DRAIN: Duration = Duration::from_secs(1);

@@ -5,13 +5,14 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::PostParams;
 
-use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome, version_of};
+use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome};
 use crate::manifests::PodSecurity;
 use crate::manifests::build::{BUILD_CONTAINER, COMPONENT, FETCH_CONTAINER};
 use crate::manifests::{self, BuildJob};
 use crate::names::{build_job_name, component_labels, selector};
 use crate::store::is_already_exists;
 use sless_core::model::{Kind, build_namespace};
+use sless_core::upload::version_of;
 
 /// How much of a failed build's log the status carries.
 const LOG_TAIL_BYTES: usize = 2000;

@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 use super::build::{BuildState, BuildTarget, build, tail};
 use super::{
     Context, Error, JobOutcome, Result, annotate, delete_labelled, ensure_finalizer, job_outcome,
-    namespace_of, now, version_of, write_status,
+    namespace_of, now, write_status,
 };
 use crate::manifests::run::{COMPONENT as RUN_COMPONENT, RUN_CONTAINER};
 use crate::manifests::{self, RunJob, read_only_root};
@@ -26,6 +26,7 @@ use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_MEMORY_MB, Function, FunctionJob,
     FunctionJobStatus, JobPhase, Kind, Phase, build_namespace, deploy_namespace, workload_image,
 };
+use sless_core::upload::version_of;
 
 /// Output kept in `logTail`.
 const LOG_TAIL_BYTES: usize = 4096;

@@ -418,12 +418,6 @@ pub(crate) fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// The version stamp of a context key: `contexts/ns/name/<v>.tar.gz` → `<v>`.
-pub(crate) fn version_of(s3_key: &str) -> &str {
-    let file = s3_key.rsplit('/').next().unwrap_or(s3_key);
-    file.strip_suffix(".tar.gz").unwrap_or(file)
-}
-
 /// How a Job ended, or that it has not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobOutcome {

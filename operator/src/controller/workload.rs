@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use super::build::{BuildState, BuildTarget, build};
 use super::{
     Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of, now,
-    refusal, version_of, write_status,
+    refusal, write_status,
 };
 use crate::manifests::{self, Workload};
 use crate::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
@@ -25,6 +25,7 @@ use sless_core::model::{
     build_namespace, deploy_namespace, workload_image,
 };
 use sless_core::store::WorkloadResource;
+use sless_core::upload::version_of;
 
 pub async fn reconcile_function(function: Arc<Function>, ctx: Arc<Context>) -> Result<Action> {
     reconcile(function, ctx).await

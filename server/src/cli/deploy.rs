@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
+use sless_api::keys::version_of;
 use sless_api::{Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
 use sless_client::archive;
 use sless_client::client::{Client, Kind};
@@ -448,12 +449,6 @@ async fn wait_until_active(
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
-}
-
-/// The version stamp of an upload: `contexts/ns/name/<v>.tar.gz` → `<v>`.
-fn version_of(key: &str) -> &str {
-    let file = key.rsplit('/').next().unwrap_or(key);
-    file.strip_suffix(".tar.gz").unwrap_or(file)
 }
 
 /// Ready means built; a running instance switches to the new code a moment later. The
