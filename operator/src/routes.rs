@@ -15,6 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
+use sless_api::text::first_line;
 use sless_core::model::{
     Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus,
 };
@@ -80,10 +81,6 @@ fn workload_readiness(deployment: &Deployment) -> Option<((String, String), bool
         .unwrap_or(0);
     let (_, namespace, name) = owner_of(deployment.labels())?;
     Some(((namespace, name), ready > 0))
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
 }
 
 fn timeout(spec: &WorkloadSpec) -> Option<Duration> {

@@ -1,6 +1,6 @@
 //! sless API types: the REST API's JSON types and enums (`Kind` and its `WorkloadKind`
 //! subset, `Phase`, `JobPhase`), the naming rule of namespaces, the object keys of
-//! uploads and the units people read.
+//! uploads, and the units and text cuts people read.
 //! Plain serde types with no HTTP client, Kubernetes, database or S3 dependency (as
 //! `kube-core` is to `kube-client`): the typed client, the console, the CLI, the
 //! Terraform provider and the server's model all build on these.
@@ -8,6 +8,7 @@
 pub mod keys;
 mod kind;
 mod naming;
+pub mod text;
 mod types;
 mod units;
 pub mod validation;

@@ -13,10 +13,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::Shared;
-use crate::build::tail;
 use crate::process::die_with_parent;
 use crate::sandbox::Confinement;
-use sless_core::model::{DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
+use sless_core::logs::last_bytes;
+use sless_core::model::{
+    DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime, now,
+};
 use sless_core::store::{StoreError, StoreExt, modify_status};
 use sless_core::upload::version_of;
 
@@ -417,12 +419,7 @@ fn log_tail(output: &Output) -> String {
         .iter()
         .map(|(_, line)| format!("{line}\n"))
         .collect();
-
-    if text.len() > LOG_TAIL_BYTES {
-        tail(&text)
-    } else {
-        text.trim_end().to_string()
-    }
+    last_bytes(&text, LOG_TAIL_BYTES)
 }
 
 /// Writes the status of run `run_id` (unless a newer run took over) when it changes.
@@ -473,8 +470,4 @@ async fn fail(
         s.completion_time = Some(now());
     })
     .await
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

@@ -11,7 +11,7 @@ use sqlx::sqlite::{
 };
 use tokio::sync::broadcast;
 
-use sless_core::model::Kind;
+use sless_core::model::{Kind, now};
 use sless_core::store::{Change, Meta, Part, RawObject, Result, Store, StoreError};
 
 /// The embedded store: one SQLite file in WAL mode. `synchronous=FULL` makes every
@@ -27,10 +27,6 @@ fn backend(e: sqlx::Error) -> StoreError {
 
 fn kind_from_str(s: &str) -> Option<Kind> {
     Kind::ALL.into_iter().find(|k| k.as_str() == s)
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn row_to_object(row: &SqliteRow) -> Result<RawObject> {

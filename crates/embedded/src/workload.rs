@@ -11,10 +11,11 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use crate::process::{Instance, Launch};
 use crate::{Endpoint, Shared};
+use sless_api::text::first_line;
 use sless_core::logs::Stream;
 use sless_core::model::{
     ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
-    WorkloadSpec, WorkloadStatus,
+    WorkloadSpec, WorkloadStatus, now,
 };
 use sless_core::routes::{Route, no_http_trigger, trigger_stopped};
 use sless_core::store::{Object, RawObject, StoreError, StoreExt};
@@ -733,12 +734,4 @@ fn corrupt(raw: &RawObject, e: serde_json::Error) -> StoreError {
         name: raw.meta.name.clone(),
         message: e.to_string(),
     }
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

@@ -209,12 +209,6 @@ pub fn to_u32(diags: &mut Diagnostics, field: &'static str, value: &Value<i64>) 
     }
 }
 
-/// The last lines of a log, for an error message.
-pub fn tail(text: &str, count: usize) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(count)..].join("\n")
-}
-
 /// A string attribute's text ("" when null or unknown).
 pub fn text(value: &Value<String>) -> &str {
     value

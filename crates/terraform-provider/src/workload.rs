@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use sless_api::text::{first_line, last_lines};
 use sless_api::validation::{
     parse_runtime, validate_entrypoint, validate_env, validate_memory_mb, validate_name,
     validate_timeout_sec,
@@ -20,7 +21,7 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
     DEFAULT_WAIT_SEC, POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found,
-    plan_source_hash, planned_code, remote_digest, report, tail, text, to_u32,
+    plan_source_hash, planned_code, remote_digest, report, text, to_u32,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -141,13 +142,16 @@ impl WorkloadResource {
                 let log = client.build_log(self.kind, name).await.unwrap_or_default();
                 let (summary, detail) = if log.contains(message.trim()) {
                     (
-                        format!("{noun} {name} failed to build: {}", tail(&message, 1)),
-                        format!("end of the build log:\n{}", tail(&log, 20)),
+                        format!(
+                            "{noun} {name} failed to build: {}",
+                            last_lines(&message, 1).join("\n")
+                        ),
+                        format!("end of the build log:\n{}", last_lines(&log, 20).join("\n")),
                     )
                 } else {
                     (
                         format!("{noun} {name} failed: {}", first_line(&message)),
-                        tail(&message, 20),
+                        last_lines(&message, 20).join("\n"),
                     )
                 };
                 diags.root_error(summary, detail);
@@ -210,13 +214,6 @@ fn default_settings(planned: &mut WorkloadState, config: &WorkloadState) {
     if config.memory_mb.is_null() {
         planned.memory_mb = Value::Value(DEFAULT_MEMORY_MB.into());
     }
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or_default()
 }
 
 /// How long apply waits for a build.

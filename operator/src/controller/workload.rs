@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 
 use super::build::{BuildState, BuildTarget, build};
 use super::{
-    Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of, now,
+    Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of,
     refusal, write_status,
 };
 use crate::manifests::{self, Workload};
@@ -22,7 +22,7 @@ use crate::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selecto
 use crate::store::api_resource;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
-    build_namespace, deploy_namespace, workload_image,
+    build_namespace, deploy_namespace, now, workload_image,
 };
 use sless_core::store::WorkloadResource;
 use sless_core::upload::version_of;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use sless_api::keys::version_of;
+use sless_api::text::{first_line, last_lines};
 use sless_api::{Phase, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse};
 use sless_client::archive;
 use sless_client::client::{Client, Kind};
@@ -255,7 +256,11 @@ async fn follow_build(
             workload.phase == Phase::Building && workload.message.as_deref() != Some(BUILD_QUEUED);
         let ours = key.is_none() || workload.s3_key.as_deref() == key;
         let done = ours && (workload.phase == Phase::Ready || workload.phase == Phase::Failed);
-        let state = (workload.phase, first_line(workload.message.as_deref()));
+        let message = workload.message.as_deref().map(first_line);
+        let state = (
+            workload.phase,
+            message.filter(|l| !l.is_empty()).map(String::from),
+        );
         let changed = shown.as_ref() != Some(&state);
         // The log of a finished build comes before the phase that ends it.
         if changed && !done {
@@ -298,7 +303,7 @@ fn did_not_start(kind: &str, name: &str, message: &str) -> anyhow::Error {
     }
     anyhow::anyhow!(
         "{kind} {name:?} was built but did not start: {} (its output: sless logs {name})",
-        first_line(Some(message)).unwrap_or_default()
+        first_line(message)
     )
 }
 
@@ -509,16 +514,6 @@ fn url_of(
         })
 }
 
-fn first_line(text: Option<&str>) -> Option<String> {
-    text.and_then(|t| t.lines().map(str::trim).find(|l| !l.is_empty()))
-        .map(String::from)
-}
-
-fn last_lines(text: &str, count: usize) -> Vec<&str> {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(count)..].to_vec()
-}
-
 /// `[12:34:56] text` → `text` (the build log stamps its lines).
 fn strip_stamp(line: &str) -> &str {
     match line
@@ -564,6 +559,5 @@ mod tests {
             "build failed: pip exited"
         );
         assert_eq!(strip_stamp("plain"), "plain");
-        assert_eq!(last_lines("a\n\nb\nc\n", 2), ["b", "c"]);
     }
 }

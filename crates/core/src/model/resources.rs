@@ -63,6 +63,11 @@ pub fn env_names_rule(schema: &mut schemars::Schema) {
 }
 
 /// What Functions and Services have in common: code, how to call it, its limits.
+/// A timestamp as the statuses and the store write them: RFC 3339, UTC, whole seconds.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadSpec {
