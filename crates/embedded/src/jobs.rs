@@ -21,6 +21,7 @@ use sless_core::model::{
 };
 use sless_core::store::{StoreError, StoreExt, modify_status};
 use sless_core::upload::version_of;
+use sless_core::workload::no_code;
 
 /// While a job waits for its function's build, it looks again this often.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -198,9 +199,7 @@ async fn reconcile(
             let (Some(runtime), Some(key)) = (spec.runtime, spec.s3_key.clone()) else {
                 write(shared, ns, name, run_id, |s| {
                     s.phase = JobPhase::Pending;
-                    s.message = Some(format!(
-                        "no code yet: upload a zip to .../jobs/{name}/upload"
-                    ));
+                    s.message = Some(no_code(Kind::FunctionJob, name));
                 })
                 .await?;
                 return Ok(Next::Idle);

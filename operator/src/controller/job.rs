@@ -29,6 +29,7 @@ use sless_core::model::{
     workload_image,
 };
 use sless_core::upload::version_of;
+use sless_core::workload::no_code;
 
 /// Output kept in `logTail`.
 const LOG_TAIL_BYTES: usize = 4096;
@@ -293,9 +294,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
     }
 
     let (Some(runtime), Some(key)) = (spec.runtime, spec.s3_key.as_deref()) else {
-        return Ok(Planned::Idle(waiting(format!(
-            "no code yet: upload a zip to .../jobs/{name}/upload"
-        ))));
+        return Ok(Planned::Idle(waiting(no_code(Kind::FunctionJob, &name))));
     };
     let annotations = job.annotations();
     let image = workload_image(&ctx.config.registry, namespace, &name, key);

@@ -26,6 +26,7 @@ use sless_core::model::{
 };
 use sless_core::store::WorkloadResource;
 use sless_core::upload::version_of;
+use sless_core::workload::{Demand, demand, no_code};
 
 pub async fn reconcile_function(function: Arc<Function>, ctx: Arc<Context>) -> Result<Action> {
     reconcile(function, ctx).await
@@ -49,25 +50,21 @@ async fn reconcile<K: WorkloadResource>(object: Arc<K>, ctx: Arc<Context>) -> Re
     .map_err(|e| Error::FinalizerError(Box::new(e)))
 }
 
-/// The enabled triggers of a function; a Service needs none.
-async fn wants_instances<K: WorkloadResource>(
+/// What the triggers of the workload ask of it; those being deleted no longer count.
+async fn demand_on<K: WorkloadResource>(
     ctx: &Context,
     namespace: &str,
     name: &str,
-) -> Result<(bool, bool)> {
-    if K::KIND == Kind::Service {
-        return Ok((true, true));
-    }
-    let mine: Vec<Trigger> = super::tolerant::list::<Trigger>(&ctx.client, namespace)
-        .await?
-        .into_iter()
-        .filter(|t| t.spec.function_ref == name && t.metadata.deletion_timestamp.is_none())
-        .collect();
-    let needed = mine.iter().any(|t| t.spec.enabled);
-    let exposed = mine
+) -> Result<Demand> {
+    let triggers = match K::KIND {
+        Kind::Function => super::tolerant::list::<Trigger>(&ctx.client, namespace).await?,
+        _ => Vec::new(),
+    };
+    let live = triggers
         .iter()
-        .any(|t| t.spec.trigger_type == sless_core::model::TriggerType::Http);
-    Ok((needed, exposed))
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+        .map(|t| (t.metadata.name.as_deref().unwrap_or_default(), &t.spec));
+    Ok(demand(K::KIND, name, live))
 }
 
 async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Result<Action> {
@@ -78,8 +75,9 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     let current = object.status().cloned().unwrap_or_default();
     let mut status = current.clone();
     let noun = K::KIND.noun();
-    let (needed, exposed) = wants_instances::<K>(ctx, &namespace, &name).await?;
-    let url = (K::KIND == Kind::Service || exposed)
+    let demand = demand_on::<K>(ctx, &namespace, &name).await?;
+    let url = demand
+        .has_url
         .then(|| ctx.config.function_url(&namespace, &name))
         .flatten();
 
@@ -96,9 +94,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
 
     let Some(key) = spec.s3_key.as_deref() else {
         status.phase = Phase::Pending;
-        status.message = Some(format!(
-            "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
-        ));
+        status.message = Some(no_code(K::KIND, &name));
         status.url = url;
         if status != current {
             write_status(&api, object, &status).await?;
@@ -166,7 +162,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         return Ok(Action::await_change());
     }
 
-    let replicas = if needed {
+    let replicas = if demand.needed {
         spec.replicas.unwrap_or(1)
     } else {
         0

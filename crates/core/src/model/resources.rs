@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -62,12 +63,12 @@ pub fn env_names_rule(schema: &mut schemars::Schema) {
     );
 }
 
-/// What Functions and Services have in common: code, how to call it, its limits.
 /// A timestamp as the statuses and the store write them: RFC 3339, UTC, whole seconds.
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// What Functions and Services have in common: code, how to call it, its limits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadSpec {
@@ -88,6 +89,13 @@ pub struct WorkloadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
+}
+
+impl WorkloadSpec {
+    /// How long a call may take; `None` = no limit.
+    pub fn timeout(&self) -> Option<Duration> {
+        (self.timeout_sec > 0).then(|| Duration::from_secs(self.timeout_sec.into()))
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
