@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use percent_encoding::percent_decode_str;
 use sless_api::{JobPatch, JobResponse, WorkloadResponse};
-use sless_client::client::{Client, ClientError, Collection, RunWait, TriggerWait};
+use sless_client::client::{Client, ClientError, Kind, RunWait, TriggerWait};
 
 use crate::function::{
     CallSummary, FETCHED_CALLS, FunctionView, INVOKE_BODY_LIMIT, InvokeOutcome, LOG_LINES,
@@ -127,8 +127,8 @@ impl Console {
     /// Functions, Services and Triggers, fetched concurrently.
     pub async fn listing(&self, client: &Client) -> Result<Listing> {
         let (functions, services, triggers) = tokio::try_join!(
-            client.list_workloads(Collection::Functions),
-            client.list_workloads(Collection::Services),
+            client.list_workloads(Kind::Function),
+            client.list_workloads(Kind::Service),
             client.list_triggers(),
         )?;
         Ok(Listing::from_api(
@@ -148,7 +148,7 @@ impl Console {
         name: &str,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<FunctionView> {
-        let collection = kind.collection();
+        let collection = Kind::from(kind);
         let (workload, triggers, calls, logs, build_log) = tokio::try_join!(
             client.get_workload(collection, name),
             client.list_triggers(),
@@ -182,7 +182,7 @@ impl Console {
         kind: WorkloadKind,
         name: &str,
     ) -> Result<WorkloadResponse> {
-        Ok(client.get_workload(kind.collection(), name).await?)
+        Ok(client.get_workload(kind.into(), name).await?)
     }
 
     /// The highlighted files of the upload behind `s3_key`: from the cache, else fetched
@@ -197,7 +197,7 @@ impl Console {
         if let Some(files) = self.cache.get_upload(s3_key) {
             return Ok(files);
         }
-        let listed = client.source(kind.collection(), name).await?;
+        let listed = client.source(kind.into(), name).await?;
         self.highlight(s3_key, listed).await
     }
 
@@ -276,7 +276,7 @@ impl Console {
             let size: u64 = files.iter().map(|f| f.size).sum();
             return Ok((size <= limit).then_some(files));
         }
-        let listed = client.source(kind.collection(), name).await?;
+        let listed = client.source(kind.into(), name).await?;
         if listed.iter().map(|f| f.size).sum::<u64>() > limit {
             return Ok(None);
         }

@@ -15,11 +15,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
-use sless_core::model::{
-    Function, Kind, Phase, Service, Trigger, TriggerType, WorkloadSpec, WorkloadStatus,
-};
-use sless_core::routes::{Route, RouteTable, no_http_trigger, trigger_stopped};
-use sless_core::store::{Object, Resource, Store, StoreError};
+use sless_api::text::first_line;
+use sless_core::model::{Function, Kind, Phase, Service, Trigger, WorkloadSpec, WorkloadStatus};
+use sless_core::routes::{Route, RouteTable};
+use sless_core::store::{Object, Resource, Store, StoreError, WorkloadResource};
+use sless_core::workload::{Demand, demand, no_code};
 
 pub struct KubeRoutes {
     cluster_domain: String,
@@ -82,14 +82,6 @@ fn workload_readiness(deployment: &Deployment) -> Option<((String, String), bool
     Some(((namespace, name), ready > 0))
 }
 
-fn first_line(text: &str) -> &str {
-    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
-}
-
-fn timeout(spec: &WorkloadSpec) -> Option<Duration> {
-    (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()))
-}
-
 /// Not Ready yet, or failed: the route that says why. A version being built is
 /// [`Route::Starting`], so the first call after an upload waits for it.
 fn not_ready(
@@ -107,9 +99,7 @@ fn not_ready(
         ),
         Phase::Pending if spec.s3_key.is_none() => {
             return Some(Route::NoCode {
-                reason: format!(
-                    "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
-                ),
+                reason: no_code(kind, name),
             });
         }
         Phase::Pending | Phase::Building => {
@@ -128,51 +118,38 @@ pub fn function_route(
     triggers: &[Object<Trigger>],
     cluster_domain: &str,
 ) -> Route {
-    let name = &function.meta.name;
-    let spec = &function.spec.workload;
-    let http: Vec<&Object<Trigger>> = triggers
-        .iter()
-        .filter(|t| t.spec.trigger_type == TriggerType::Http && &t.spec.function_ref == name)
-        .collect();
-    let not_ready = not_ready(Kind::Function, name, spec, &function.status);
-    let authority = || service_authority(&function.meta.namespace, name, cluster_domain).into();
-    if !http.iter().any(|t| t.spec.enabled) {
-        let reason = match http.first() {
-            Some(stopped) => trigger_stopped(&stopped.meta.name, name),
-            None => no_http_trigger(name),
-        };
-        // An enabled event trigger runs it: the dispatcher calls it, `/fn` does not.
-        let event = triggers.iter().any(|t| {
-            t.spec.trigger_type == TriggerType::Event
-                && t.spec.enabled
-                && &t.spec.function_ref == name
-        });
-        return match not_ready {
-            None if event => Route::Hidden {
-                reason,
-                kind: Kind::Function,
-                authority: authority(),
-                timeout: timeout(spec),
-            },
-            _ => Route::Unavailable { reason },
-        };
-    }
-    not_ready.unwrap_or_else(|| Route::Ready {
-        kind: Kind::Function,
-        authority: authority(),
-        timeout: timeout(spec),
-    })
+    let triggers = triggers.iter().map(|t| (t.meta.name.as_str(), &t.spec));
+    let demand = demand(Kind::Function, &function.meta.name, triggers);
+    workload_route(function, &demand, cluster_domain)
 }
 
 /// A Service is always exposed once it is Ready.
 pub fn service_route(service: &Object<Service>, cluster_domain: &str) -> Route {
-    let name = &service.meta.name;
-    let spec = &service.spec.workload;
-    not_ready(Kind::Service, name, spec, &service.status).unwrap_or_else(|| Route::Ready {
-        kind: Kind::Service,
-        authority: service_authority(&service.meta.namespace, name, cluster_domain).into(),
-        timeout: timeout(spec),
-    })
+    let demand = demand(Kind::Service, &service.meta.name, []);
+    workload_route(service, &demand, cluster_domain)
+}
+
+/// Not Ready: why, to callers of `/fn` only if it is exposed. Ready: its Service.
+fn workload_route<R: WorkloadResource>(
+    object: &Object<R>,
+    demand: &Demand,
+    cluster_domain: &str,
+) -> Route {
+    let (namespace, name) = (&object.meta.namespace, &object.meta.name);
+    let spec = R::workload(&object.spec);
+    match (
+        not_ready(R::KIND, name, spec, &object.status),
+        &demand.exposed,
+    ) {
+        (Some(route), Ok(())) => route,
+        (Some(_), Err(reason)) => Route::Unavailable {
+            reason: reason.clone(),
+        },
+        (None, _) => {
+            let authority = service_authority(namespace, name, cluster_domain).into();
+            demand.ready_route(R::KIND, authority, spec.timeout())
+        }
+    }
 }
 
 /// The objects of a kind that decode; one that does not (e.g. applied with kubectl

@@ -1,16 +1,21 @@
-//! sless API types: the REST API's JSON types and enums (`Phase`, `JobPhase`,
-//! `WorkloadKind`, `Collection`), the runtimes and their descriptors (`runtime/`), the
-//! naming rule of namespaces and the units people read.
+//! sless API types: the REST API's JSON types and enums (`Kind` and its `WorkloadKind`
+//! subset, `Phase`, `JobPhase`), the runtimes and their descriptors (`runtime/`), the
+//! naming rule of namespaces, the object keys of uploads, and the units and text cuts
+//! people read.
 //! Plain serde types with no HTTP client, Kubernetes, database or S3 dependency (as
 //! `kube-core` is to `kube-client`): the typed client, the console, the CLI, the
 //! Terraform provider and the server's model all build on these.
 
+pub mod keys;
+mod kind;
 mod naming;
 pub mod runtime;
+pub mod text;
 mod types;
 mod units;
 pub mod validation;
 
+pub use kind::{Kind, WorkloadKind};
 pub use naming::namespace_for_sub;
 pub use runtime::{Runtime, RuntimeDescriptor};
 pub use types::*;

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::WorkloadKind;
+
 pub const DEFAULT_MEMORY_MB: u32 = 128;
 pub const DEFAULT_ENTRYPOINT: &str = "handler.handle";
 /// Applied when a request gives no timeout; 0 (no limit) must be asked for.
@@ -27,61 +29,6 @@ impl TriggerType {
             TriggerType::Http => "http",
             TriggerType::Cron => "cron",
             TriggerType::Event => "event",
-        }
-    }
-}
-
-/// The API collections under `/v1/namespaces/{ns}/`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Collection {
-    Functions,
-    Services,
-    Triggers,
-    Jobs,
-}
-
-impl Collection {
-    pub fn path(self) -> &'static str {
-        match self {
-            Collection::Functions => "functions",
-            Collection::Services => "services",
-            Collection::Triggers => "triggers",
-            Collection::Jobs => "jobs",
-        }
-    }
-}
-
-/// Functions and Services: what `/fn` reaches and the console lists. `"function"` /
-/// `"service"` in JSON and in the console's `kind=` query.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WorkloadKind {
-    Function,
-    Service,
-}
-
-impl WorkloadKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkloadKind::Function => "function",
-            WorkloadKind::Service => "service",
-        }
-    }
-
-    /// Lenient, for people: any case, plurals too. "job" is not a Function: jobs are
-    /// their own kind.
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "function" | "functions" => Some(WorkloadKind::Function),
-            "service" | "services" => Some(WorkloadKind::Service),
-            _ => None,
-        }
-    }
-
-    pub fn collection(self) -> Collection {
-        match self {
-            WorkloadKind::Function => Collection::Functions,
-            WorkloadKind::Service => Collection::Services,
         }
     }
 }
@@ -149,7 +96,7 @@ macro_rules! display_as_str {
         }
     )*};
 }
-display_as_str!(WorkloadKind, Phase, JobPhase);
+display_as_str!(Phase, JobPhase);
 
 /// Create (POST) or replace (PUT) a Function or a Service.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use base64::Engine;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use sless_api::Collection;
+pub use sless_api::Kind;
 use sless_api::*;
 
 #[derive(Debug, thiserror::Error)]
@@ -195,54 +195,45 @@ impl Client {
         self.json(self.http.post(&url), &url).await
     }
 
-    pub async fn list_workloads(&self, collection: Collection) -> Result<Vec<WorkloadResponse>> {
-        self.get(collection.path()).await
+    pub async fn list_workloads(&self, kind: Kind) -> Result<Vec<WorkloadResponse>> {
+        self.get(kind.path()).await
     }
 
-    pub async fn get_workload(
-        &self,
-        collection: Collection,
-        name: &str,
-    ) -> Result<WorkloadResponse> {
-        self.get(&format!("{}/{name}", collection.path())).await
+    pub async fn get_workload(&self, kind: Kind, name: &str) -> Result<WorkloadResponse> {
+        self.get(&format!("{}/{name}", kind.path())).await
     }
 
     pub async fn create_workload(
         &self,
-        collection: Collection,
+        kind: Kind,
         request: &WorkloadRequest,
     ) -> Result<WorkloadResponse> {
-        self.with_body(reqwest::Method::POST, collection.path(), request)
+        self.with_body(reqwest::Method::POST, kind.path(), request)
             .await
     }
 
     pub async fn replace_workload(
         &self,
-        collection: Collection,
+        kind: Kind,
         name: &str,
         request: &WorkloadRequest,
     ) -> Result<WorkloadResponse> {
         self.with_body(
             reqwest::Method::PUT,
-            &format!("{}/{name}", collection.path()),
+            &format!("{}/{name}", kind.path()),
             request,
         )
         .await
     }
 
-    pub async fn delete(&self, collection: Collection, name: &str) -> Result<()> {
-        let url = self.url(&format!("{}/{name}", collection.path()));
+    pub async fn delete(&self, kind: Kind, name: &str) -> Result<()> {
+        let url = self.url(&format!("{}/{name}", kind.path()));
         self.send(self.http.delete(&url), &url).await.map(|_| ())
     }
 
     /// Uploads a zip (functions, services, self-contained jobs); answers the resource's JSON.
-    pub async fn upload(
-        &self,
-        collection: Collection,
-        name: &str,
-        zip: Vec<u8>,
-    ) -> Result<serde_json::Value> {
-        let url = self.url(&format!("{}/{name}/upload", collection.path()));
+    pub async fn upload(&self, kind: Kind, name: &str, zip: Vec<u8>) -> Result<serde_json::Value> {
+        let url = self.url(&format!("{}/{name}/upload", kind.path()));
         let form = reqwest::multipart::Form::new().part(
             "code",
             reqwest::multipart::Part::bytes(zip).file_name(format!("{name}.zip")),
@@ -250,27 +241,17 @@ impl Client {
         self.json(self.http.post(&url).multipart(form), &url).await
     }
 
-    pub async fn source(
-        &self,
-        collection: Collection,
-        name: &str,
-    ) -> Result<Vec<SourceFileResponse>> {
-        self.get(&format!("{}/{name}/source", collection.path()))
+    pub async fn source(&self, kind: Kind, name: &str) -> Result<Vec<SourceFileResponse>> {
+        self.get(&format!("{}/{name}/source", kind.path())).await
+    }
+
+    pub async fn logs(&self, kind: Kind, name: &str, tail: usize) -> Result<Vec<LogLineResponse>> {
+        self.get(&format!("{}/{name}/logs?tail={tail}", kind.path()))
             .await
     }
 
-    pub async fn logs(
-        &self,
-        collection: Collection,
-        name: &str,
-        tail: usize,
-    ) -> Result<Vec<LogLineResponse>> {
-        self.get(&format!("{}/{name}/logs?tail={tail}", collection.path()))
-            .await
-    }
-
-    pub async fn build_log(&self, collection: Collection, name: &str) -> Result<String> {
-        let url = self.url(&format!("{}/{name}/build-log", collection.path()));
+    pub async fn build_log(&self, kind: Kind, name: &str) -> Result<String> {
+        let url = self.url(&format!("{}/{name}/build-log", kind.path()));
         self.send(self.http.get(&url), &url)
             .await?
             .text()
@@ -285,15 +266,12 @@ impl Client {
     /// `{"stats": {...}, "invocations": [{"time", "method", "path", "status", "duration_ms"}]}`.
     pub async fn invocations(
         &self,
-        collection: Collection,
+        kind: Kind,
         name: &str,
         tail: usize,
     ) -> Result<serde_json::Value> {
-        self.get(&format!(
-            "{}/{name}/invocations?tail={tail}",
-            collection.path()
-        ))
-        .await
+        self.get(&format!("{}/{name}/invocations?tail={tail}", kind.path()))
+            .await
     }
 
     pub async fn list_triggers(&self) -> Result<Vec<TriggerResponse>> {
@@ -381,8 +359,8 @@ impl Client {
 
     /// The phase of the function or service of that name; `None` when there is neither.
     async fn workload_phase(&self, name: &str) -> Result<Option<Phase>> {
-        for collection in [Collection::Functions, Collection::Services] {
-            match self.get_workload(collection, name).await {
+        for kind in [Kind::Function, Kind::Service] {
+            match self.get_workload(kind, name).await {
                 Ok(workload) => return Ok(Some(workload.phase)),
                 Err(e) if e.status() == Some(404) => continue,
                 Err(e) => return Err(e),

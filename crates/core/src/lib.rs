@@ -1,6 +1,7 @@
 //! sless core: what both modes share — the resource model and its validation, the store
-//! seam, auth, uploads and build contexts, the S3 client, logs, metrics and the route
-//! table the runners fill for the proxy. No Kubernetes client, no SQLite, no S3 server.
+//! seam, auth, uploads and build contexts, the S3 client, logs, metrics, the route
+//! table the runners fill for the proxy, and the rule of when a workload runs and is
+//! reachable. No Kubernetes client, no SQLite, no S3 server.
 
 pub mod auth;
 pub mod data_dir;
@@ -12,3 +13,4 @@ pub mod routes;
 pub mod s3;
 pub mod store;
 pub mod upload;
+pub mod workload;

@@ -35,6 +35,22 @@ pub struct LogLine {
     pub line: String,
 }
 
+/// The last `max` bytes of a log for a status or an event, cut at a line start and
+/// marked with `...` when something was left out.
+pub fn last_bytes(text: &str, max: usize) -> String {
+    let text = text.trim_end();
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let cut = &text[start..];
+    let cut = cut.find('\n').map_or(cut, |i| &cut[i + 1..]);
+    format!("...\n{cut}")
+}
+
 /// Lines longer than this are cut (the mark included): one runaway print must not eat
 /// the ring, nor memory while it is read.
 pub const MAX_LINE_BYTES: usize = 16 * 1024;
@@ -167,6 +183,17 @@ impl WorkloadLogs for LogBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn last_bytes_start_at_a_line() {
+        let long: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let cut = last_bytes(&long, 2000);
+        assert!(cut.starts_with("...\nline "));
+        assert!(cut.ends_with("line 999"));
+        assert!(cut.len() <= 2000 + 4);
+        assert_eq!(last_bytes("short\n", 2000), "short");
+        assert_eq!(last_bytes("é\né\n", 3), "...\né");
+    }
 
     #[test]
     fn ring_keeps_the_newest_lines() {

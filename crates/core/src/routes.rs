@@ -38,17 +38,6 @@ pub enum Route {
     },
 }
 
-/// Why `/fn` cannot call a function whose http trigger is stopped. Callers are often
-/// anonymous: how to start it belongs to the console and the CLI, not this answer.
-pub fn trigger_stopped(trigger: &str, function: &str) -> String {
-    format!("the http trigger {trigger:?} of function {function:?} is stopped")
-}
-
-/// Why `/fn` cannot call a function that has no http trigger.
-pub fn no_http_trigger(function: &str) -> String {
-    format!("function {function:?} has no http trigger, so it cannot be called here")
-}
-
 /// Answers [`Route`]s from memory: the invoke path never waits on the store.
 pub trait RouteTable: Send + Sync + 'static {
     fn route(&self, namespace: &str, name: &str) -> Route;

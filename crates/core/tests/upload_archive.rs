@@ -1,9 +1,8 @@
 //! Upload pipeline: zip validation (including hand-crafted malicious zips), source
-//! listing, unpacking, the generated Dockerfile, build contexts and object keys.
+//! listing, unpacking, the generated Dockerfile and build contexts (object keys: sless-api).
 
 use std::io::{Cursor, Read, Write};
 
-use chrono::TimeZone;
 use flate2::read::GzDecoder;
 use sless_core::model::Runtime;
 use sless_core::upload::*;
@@ -857,49 +856,5 @@ fn context_refuses_reserved_root_names() {
             unsafe_entry(context_of("handler.handle", Runtime::Python311, &files).unwrap_err());
         assert_eq!(entry, reserved);
         assert!(reason.contains("reserved at the root"), "{reason}");
-    }
-}
-
-// ---------- object keys ----------
-
-#[test]
-fn object_keys_follow_the_spec_layout() {
-    assert_eq!(
-        object_keys("team-a", "resize", "20250102030405"),
-        ObjectKeys {
-            zip: "functions/team-a/resize/20250102030405.zip".into(),
-            context: "contexts/team-a/resize/20250102030405.tar.gz".into(),
-        }
-    );
-}
-
-#[test]
-fn version_stamps() {
-    let now = chrono::Utc
-        .with_ymd_and_hms(2025, 1, 2, 3, 4, 5)
-        .unwrap()
-        .checked_add_signed(chrono::Duration::milliseconds(999))
-        .unwrap();
-    assert_eq!(version_stamp(now, 0), "20250102030405");
-    assert_eq!(version_stamp(now, 1), "20250102030405-1");
-    assert_eq!(version_stamp(now, 12), "20250102030405-12");
-}
-
-#[test]
-fn zip_key_round_trip() {
-    for name in ["resize", "_jobs/nightly"] {
-        let keys = object_keys("team-a", name, "20250102030405-2");
-        assert_eq!(zip_key_for_context(&keys.context), Some(keys.zip));
-    }
-    for bad in [
-        "functions/team-a/resize/1.zip",
-        "contexts/team-a/resize/1.zip",
-        "contexts/team-a/1.tar.gz",
-        "contexts//resize/1.tar.gz",
-        "contexts/team-a/../1.tar.gz",
-        "other/contexts/a/b/1.tar.gz",
-        "",
-    ] {
-        assert_eq!(zip_key_for_context(bad), None, "{bad}");
     }
 }

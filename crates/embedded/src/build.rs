@@ -11,9 +11,10 @@ use tokio::process::Command;
 
 use crate::runtimes::{Toolchain, Wrappers};
 use crate::sandbox::{Confinement, Sandbox};
+use sless_core::logs::last_bytes;
 use sless_core::model::Runtime;
 use sless_core::s3::ObjectStore;
-use sless_core::upload::{UploadLimits, check_zip, unpack, zip_key_for_context};
+use sless_core::upload::{UploadLimits, check_zip, unpack, version_of, zip_key_for_context};
 
 /// A build that did not finish; the message ends with the log tail.
 #[derive(Debug, thiserror::Error)]
@@ -34,28 +35,8 @@ pub struct Builder {
     pub limits: UploadLimits,
 }
 
-/// The version directory of a context key: `contexts/ns/name/v.tar.gz` → `<root>/v`.
-pub fn version_of(context_key: &str) -> &str {
-    let file = context_key.rsplit('/').next().unwrap_or(context_key);
-    file.strip_suffix(".tar.gz").unwrap_or(file)
-}
-
 pub fn log_path(dir: &Path) -> PathBuf {
     dir.with_extension("log")
-}
-
-/// The last `TAIL_BYTES` of a text, cut at a line start when possible.
-pub fn tail(text: &str) -> String {
-    if text.len() <= TAIL_BYTES {
-        return text.trim_end().to_string();
-    }
-    let mut start = text.len() - TAIL_BYTES;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    let cut = &text[start..];
-    let cut = cut.find('\n').map_or(cut, |i| &cut[i + 1..]);
-    format!("...\n{}", cut.trim_end())
 }
 
 impl Builder {
@@ -91,7 +72,7 @@ impl Builder {
                 let text = tokio::fs::read_to_string(&log_file)
                     .await
                     .unwrap_or_default();
-                Err(BuildError(tail(&text)))
+                Err(BuildError(last_bytes(&text, TAIL_BYTES)))
             }
         }
     }
@@ -258,17 +239,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_and_tails() {
-        assert_eq!(
-            version_of("contexts/ns/f/20260101120000-1.tar.gz"),
-            "20260101120000-1"
-        );
-        let long: String = (0..1000).map(|i| format!("line {i}\n")).collect();
-        let cut = tail(&long);
-        assert!(cut.starts_with("...\nline "));
-        assert!(cut.ends_with("line 999"));
-        assert!(cut.len() <= TAIL_BYTES + 4);
-        assert_eq!(tail("short\n"), "short");
+    fn builds_share_a_home_per_namespace() {
         assert_eq!(
             build_home(Path::new("/d/builds/ns/function-f/.v.staging")),
             Path::new("/d/builds/ns/.home")

@@ -13,11 +13,15 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::Shared;
-use crate::build::{tail, version_of};
 use crate::process::die_with_parent;
 use crate::sandbox::Confinement;
-use sless_core::model::{DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime};
+use sless_core::logs::last_bytes;
+use sless_core::model::{
+    DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime, now,
+};
 use sless_core::store::{StoreError, StoreExt, modify_status};
+use sless_core::upload::version_of;
+use sless_core::workload::no_code;
 
 /// While a job waits for its function's build, it looks again this often.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -195,9 +199,7 @@ async fn reconcile(
             let (Some(runtime), Some(key)) = (spec.runtime, spec.s3_key.clone()) else {
                 write(shared, ns, name, run_id, |s| {
                     s.phase = JobPhase::Pending;
-                    s.message = Some(format!(
-                        "no code yet: upload a zip to .../jobs/{name}/upload"
-                    ));
+                    s.message = Some(no_code(Kind::FunctionJob, name));
                 })
                 .await?;
                 return Ok(Next::Idle);
@@ -416,12 +418,7 @@ fn log_tail(output: &Output) -> String {
         .iter()
         .map(|(_, line)| format!("{line}\n"))
         .collect();
-
-    if text.len() > LOG_TAIL_BYTES {
-        tail(&text)
-    } else {
-        text.trim_end().to_string()
-    }
+    last_bytes(&text, LOG_TAIL_BYTES)
 }
 
 /// Writes the status of run `run_id` (unless a newer run took over) when it changes.
@@ -472,8 +469,4 @@ async fn fail(
         s.completion_time = Some(now());
     })
     .await
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

@@ -12,7 +12,7 @@ use sqlx::sqlite::{
 use tokio::sync::broadcast;
 
 use sless_core::error_text::BoxError;
-use sless_core::model::Kind;
+use sless_core::model::{Kind, now};
 use sless_core::store::{Change, Meta, Part, RawObject, Result, Store, StoreError};
 
 /// The embedded store: one SQLite file in WAL mode. `synchronous=FULL` makes every
@@ -32,10 +32,6 @@ fn open_error(doing: &str, path: &Path, e: impl Into<BoxError>) -> StoreError {
 
 fn kind_from_str(s: &str) -> Option<Kind> {
     Kind::ALL.into_iter().find(|k| k.as_str() == s)
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn row_to_object(row: &SqliteRow) -> Result<RawObject> {

@@ -9,16 +9,18 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use crate::build::version_of;
 use crate::process::{Instance, Launch};
 use crate::{Endpoint, Shared};
+use sless_api::text::first_line;
 use sless_core::logs::Stream;
 use sless_core::model::{
     ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
-    WorkloadSpec, WorkloadStatus,
+    WorkloadSpec, WorkloadStatus, now,
 };
-use sless_core::routes::{Route, no_http_trigger, trigger_stopped};
+use sless_core::routes::Route;
 use sless_core::store::{Object, RawObject, StoreError, StoreExt};
+use sless_core::upload::version_of;
+use sless_core::workload::{demand, no_code};
 
 /// How long the old instance keeps serving calls already sent to it after a switch.
 const DRAIN: Duration = Duration::from_secs(1);
@@ -216,29 +218,18 @@ impl Actor {
         let noun = self.kind.noun();
         let name = &self.name.clone();
 
-        let http: Vec<&Object<Trigger>> = triggers
-            .iter()
-            .filter(|t| t.spec.trigger_type == TriggerType::Http)
-            .collect();
-        let needed = self.kind == Kind::Service || triggers.iter().any(|t| t.spec.enabled);
-        let exposure = match (
+        let demand = demand(
             self.kind,
-            http.iter().find(|t| t.spec.enabled),
-            http.first(),
-        ) {
-            (Kind::Service, _, _) | (_, Some(_), _) => Ok(()),
-            (_, None, Some(disabled)) => Err(trigger_stopped(&disabled.meta.name, name)),
-            (_, None, None) => Err(no_http_trigger(name)),
-        };
-        let url = (self.kind == Kind::Service || !http.is_empty())
-            .then(|| self.shared.url(&self.ns, name));
+            name,
+            triggers.iter().map(|t| (t.meta.name.as_str(), &t.spec)),
+        );
+        let url = demand.has_url.then(|| self.shared.url(&self.ns, name));
 
         let Some(key) = spec.s3_key.clone() else {
             self.stop_instance().await;
             self.keep_standby(&spec);
-            let reason =
-                format!("{noun} {name:?} has no code yet; upload a zip to .../{name}/upload");
-            match exposure {
+            let reason = no_code(self.kind, name);
+            match demand.exposed {
                 Ok(()) => self
                     .shared
                     .set_route(&self.ns, name, Route::NoCode { reason }),
@@ -269,7 +260,7 @@ impl Actor {
         if !dir.is_dir() && !failed_before {
             if self.running.is_none() {
                 let reason = format!("{noun} {name:?} is building version {version}");
-                if exposure.is_ok() {
+                if demand.exposed.is_ok() {
                     // A first call right after the upload waits for the build like one
                     // for a starting instance.
                     self.shared
@@ -304,11 +295,12 @@ impl Actor {
             return Ok(true);
         }
 
-        if !needed {
+        if !demand.needed {
             self.stop_instance().await;
             self.keep_standby(&spec);
             self.unavailable(
-                exposure
+                demand
+                    .exposed
                     .clone()
                     .err()
                     .unwrap_or_else(|| format!("{noun} {name:?} has no enabled trigger")),
@@ -332,7 +324,7 @@ impl Actor {
                 .await?;
                 return Ok(true);
             }
-            if self.running.is_none() && exposure.is_ok() {
+            if self.running.is_none() && demand.exposed.is_ok() {
                 // Callers wait for this instance rather than fail while it starts.
                 self.shared.set_route(
                     &self.ns,
@@ -367,7 +359,7 @@ impl Actor {
                 }
             }
         }
-        let timeout = (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()));
+        let timeout = spec.timeout();
         if let Some(running) = &self.running {
             let authority = running.instance.authority();
             self.shared.set_endpoint(
@@ -379,19 +371,7 @@ impl Actor {
                     pid: running.instance.pid(),
                 }),
             );
-            let route = match &exposure {
-                Ok(()) => Route::Ready {
-                    kind: self.kind,
-                    authority: authority.into(),
-                    timeout,
-                },
-                Err(reason) => Route::Hidden {
-                    reason: reason.clone(),
-                    kind: self.kind,
-                    authority: authority.into(),
-                    timeout,
-                },
-            };
+            let route = demand.ready_route(self.kind, authority.into(), timeout);
             self.shared.set_route(&self.ns, name, route);
         }
         self.write_ready(&version, url.clone(), built_at.clone())
@@ -733,12 +713,4 @@ fn decode<T: serde::de::DeserializeOwned>(
 
 fn corrupt(raw: &RawObject, part: &'static str, e: serde_json::Error) -> StoreError {
     StoreError::corrupt(raw.kind, &raw.meta.name, part, e)
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().find(|l| !l.trim().is_empty()).unwrap_or(text)
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sless_client::archive;
-use sless_client::client::{Client, ClientError, Collection};
+use sless_client::client::{Client, ClientError, Kind};
 use tf_provider::schema::{Attribute, AttributeConstraint, AttributeType, Block, Description};
 use tf_provider::value::Value;
 use tf_provider::{AttributePath, Diagnostics};
@@ -172,8 +172,8 @@ pub fn plan_source_hash(
 
 /// The digest of the code the server holds, from its source listing; `None` when the
 /// listing cannot tell (binary or cut files), so the next apply uploads again.
-pub async fn remote_digest(client: &Client, collection: Collection, name: &str) -> Option<String> {
-    let files = client.source(collection, name).await.ok()?;
+pub async fn remote_digest(client: &Client, kind: Kind, name: &str) -> Option<String> {
+    let files = client.source(kind, name).await.ok()?;
     if files.is_empty() || files.iter().any(|f| f.binary || f.truncated) {
         return None;
     }
@@ -207,12 +207,6 @@ pub fn to_u32(diags: &mut Diagnostics, field: &'static str, value: &Value<i64>) 
         },
         _ => None,
     }
-}
-
-/// The last lines of a log, for an error message.
-pub fn tail(text: &str, count: usize) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(count)..].join("\n")
 }
 
 /// A string attribute's text ("" when null or unknown).

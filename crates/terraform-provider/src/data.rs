@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sless_api::WorkloadResponse;
-use sless_client::client::{Client, ClientError, Collection};
+use sless_client::client::{Client, ClientError, Kind};
 use tf_provider::schema::AttributeConstraint::{Computed, Required};
 use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};
@@ -63,8 +63,8 @@ fn summary_types() -> HashMap<String, AttributeType> {
 
 /// A function by name, else a service of that name (they share one name space).
 async fn find(client: &Client, name: &str) -> Result<Option<WorkloadResponse>, ClientError> {
-    for collection in [Collection::Functions, Collection::Services] {
-        match client.get_workload(collection, name).await {
+    for kind in [Kind::Function, Kind::Service] {
+        match client.get_workload(kind, name).await {
             Ok(workload) => return Ok(Some(workload)),
             Err(e) if is_not_found(&e) => continue,
             Err(e) => return Err(e),
@@ -188,8 +188,8 @@ impl DataSource for FunctionsData {
     ) -> Option<Self::State<'a>> {
         let client = client(&self.client, diags)?;
         let mut all = Vec::new();
-        for collection in [Collection::Functions, Collection::Services] {
-            match client.list_workloads(collection).await {
+        for kind in [Kind::Function, Kind::Service] {
+            match client.list_workloads(kind).await {
                 Ok(list) => all.extend(list),
                 Err(e) => {
                     report(diags, "listing functions".into(), &e);

@@ -12,7 +12,7 @@ use sless_api::validation::{
 };
 use sless_api::{DEFAULT_ENTRYPOINT, DEFAULT_TIMEOUT_SEC};
 use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse, Runtime};
-use sless_client::client::{Client, Collection, RunWait};
+use sless_client::client::{Client, Kind, RunWait};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};
@@ -209,7 +209,7 @@ impl JobResource {
             &mut state.source_hash,
         )?;
         let name = text(&state.name);
-        match client.upload(Collection::Jobs, name, code.zip).await {
+        match client.upload(Kind::FunctionJob, name, code.zip).await {
             Ok(_) => Some(()),
             Err(e) => {
                 report(diags, format!("uploading the code of job {name}"), &e);
@@ -560,7 +560,7 @@ impl Resource for JobResource {
     ) -> Option<()> {
         let client = client(&self.client, diags)?;
         let name = text(&prior.name);
-        match client.delete(Collection::Jobs, name).await {
+        match client.delete(Kind::FunctionJob, name).await {
             Ok(()) => Some(()),
             Err(e) if is_not_found(&e) => Some(()),
             Err(e) => {

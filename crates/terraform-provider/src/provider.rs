@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sless_client::client::{Client, ClientError, Collection};
+use sless_client::client::{Client, ClientError, Kind};
 use tf_provider::schema::{AttributeConstraint::Optional, AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};
 use tf_provider::{AttributePath, Diagnostics, DynamicDataSource, DynamicResource, Provider};
@@ -121,7 +121,7 @@ impl Provider for SlessProvider {
         };
         // One cheap call tells a wrong endpoint, a refused token or a foreign namespace
         // apart before any resource is touched.
-        if let Err(e) = client.list_workloads(Collection::Functions).await {
+        if let Err(e) = client.list_workloads(Kind::Function).await {
             let (summary, attribute) = match &e {
                 ClientError::Unreachable { .. } => ("cannot reach sless", "endpoint"),
                 ClientError::Api { status: 401, .. } => ("the token was refused", "token"),
@@ -154,17 +154,12 @@ impl Provider for SlessProvider {
         Some(HashMap::from([
             (
                 "function".to_string(),
-                Box::new(WorkloadResource::new(
-                    Collection::Functions,
-                    self.client.clone(),
-                )) as Box<dyn DynamicResource>,
+                Box::new(WorkloadResource::new(Kind::Function, self.client.clone()))
+                    as Box<dyn DynamicResource>,
             ),
             (
                 "service".to_string(),
-                Box::new(WorkloadResource::new(
-                    Collection::Services,
-                    self.client.clone(),
-                )),
+                Box::new(WorkloadResource::new(Kind::Service, self.client.clone())),
             ),
             (
                 "trigger".to_string(),

@@ -10,7 +10,7 @@ use sless_api::validation::{
 };
 use sless_api::{DEFAULT_EVENT_CONCURRENCY, DEFAULT_EVENT_RETRIES};
 use sless_api::{TriggerRequest, TriggerResponse};
-use sless_client::client::{Client, Collection, TriggerWait};
+use sless_client::client::{Client, Kind, TriggerWait};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};
@@ -426,7 +426,7 @@ impl Resource for TriggerResource {
     ) -> Option<()> {
         let client = client(&self.client, diags)?;
         let name = text(&prior.name);
-        match client.delete(Collection::Triggers, name).await {
+        match client.delete(Kind::Trigger, name).await {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => return Some(()),
             Err(e) => {

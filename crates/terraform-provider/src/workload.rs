@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use sless_api::text::{first_line, last_lines};
 use sless_api::validation::{
     parse_runtime, validate_entrypoint, validate_env, validate_memory_mb, validate_name,
     validate_timeout_sec,
@@ -13,7 +14,7 @@ use sless_api::validation::{
 use sless_api::{DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC};
 use sless_api::{Phase, Runtime, WorkloadRequest, WorkloadResponse};
 use sless_client::archive::skipped_dirs;
-use sless_client::client::{Client, Collection};
+use sless_client::client::{Client, Kind};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
 use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::{Value, ValueEmpty};
@@ -21,7 +22,7 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
     DEFAULT_WAIT_SEC, POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found,
-    plan_source_hash, planned_code, remote_digest, report, tail, text, to_u32,
+    plan_source_hash, planned_code, remote_digest, report, text, to_u32,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -54,20 +55,13 @@ pub struct Uploaded {
 const CHANGED_OUTSIDE: &str = "changed outside Terraform";
 
 pub struct WorkloadResource {
-    collection: Collection,
+    kind: Kind,
     client: Shared,
 }
 
 impl WorkloadResource {
-    pub fn new(collection: Collection, client: Shared) -> Self {
-        Self { collection, client }
-    }
-
-    fn noun(&self) -> &'static str {
-        match self.collection {
-            Collection::Services => "service",
-            _ => "function",
-        }
+    pub fn new(kind: Kind, client: Shared) -> Self {
+        Self { kind, client }
     }
 
     fn request(&self, diags: &mut Diagnostics, state: &WorkloadState) -> WorkloadRequest {
@@ -105,12 +99,12 @@ impl WorkloadResource {
             &mut state.source_hash,
         )?;
         let name = text(&state.name);
-        let uploaded = match client.upload(self.collection, name, code.zip).await {
+        let uploaded = match client.upload(self.kind, name, code.zip).await {
             Ok(uploaded) => uploaded,
             Err(e) => {
                 report(
                     diags,
-                    format!("uploading the code of {} {name}", self.noun()),
+                    format!("uploading the code of {} {name}", self.kind.noun()),
                     &e,
                 );
                 return None;
@@ -131,10 +125,10 @@ impl WorkloadResource {
         key: Option<&str>,
         wait: Duration,
     ) {
-        let noun = self.noun();
+        let noun = self.kind.noun();
         let deadline = Instant::now() + wait;
         loop {
-            let workload = match client.get_workload(self.collection, name).await {
+            let workload = match client.get_workload(self.kind, name).await {
                 Ok(workload) => workload,
                 Err(e) => return report(diags, format!("waiting for {noun} {name}"), &e),
             };
@@ -146,19 +140,19 @@ impl WorkloadResource {
                 // The message ends with the reason: a failed build's output, or why the
                 // built version did not start (then with the instance's output).
                 let message = workload.message.unwrap_or_default();
-                let log = client
-                    .build_log(self.collection, name)
-                    .await
-                    .unwrap_or_default();
+                let log = client.build_log(self.kind, name).await.unwrap_or_default();
                 let (summary, detail) = if log.contains(message.trim()) {
                     (
-                        format!("{noun} {name} failed to build: {}", tail(&message, 1)),
-                        format!("end of the build log:\n{}", tail(&log, 20)),
+                        format!(
+                            "{noun} {name} failed to build: {}",
+                            last_lines(&message, 1).join("\n")
+                        ),
+                        format!("end of the build log:\n{}", last_lines(&log, 20).join("\n")),
                     )
                 } else {
                     (
                         format!("{noun} {name} failed: {}", first_line(&message)),
-                        tail(&message, 20),
+                        last_lines(&message, 20).join("\n"),
                     )
                 };
                 diags.root_error(summary, detail);
@@ -189,14 +183,11 @@ impl WorkloadResource {
         client: &Client,
         mut state: WorkloadState,
     ) -> WorkloadState {
-        match client
-            .get_workload(self.collection, text(&state.name))
-            .await
-        {
+        match client.get_workload(self.kind, text(&state.name)).await {
             Ok(workload) => fill(&mut state, &workload),
             Err(e) => report(
                 diags,
-                format!("reading {} {}", self.noun(), text(&state.name)),
+                format!("reading {} {}", self.kind.noun(), text(&state.name)),
                 &e,
             ),
         }
@@ -224,13 +215,6 @@ fn default_settings(planned: &mut WorkloadState, config: &WorkloadState) {
     if config.memory_mb.is_null() {
         planned.memory_mb = Value::Value(DEFAULT_MEMORY_MB.into());
     }
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or_default()
 }
 
 /// How long apply waits for a build.
@@ -266,17 +250,15 @@ impl Resource for WorkloadResource {
 
     fn schema(&self, _diags: &mut Diagnostics) -> Option<Schema> {
         use AttributeType::{Map, Number, String};
-        let noun = self.noun();
+        let noun = self.kind.noun();
         let mut env_vars = attribute(
             Map(Box::new(String)),
             Optional,
             "Environment variables of the instances.",
         );
         env_vars.sensitive = true;
-        let description = match self.collection {
-            Collection::Services => {
-                "An always-on HTTP service, reachable at /fn/<namespace>/<name>."
-            }
+        let description = match self.kind {
+            Kind::Service => "An always-on HTTP service, reachable at /fn/<namespace>/<name>.",
             _ => "A function: code called through its triggers (http, cron, event).",
         };
         Some(Schema {
@@ -415,11 +397,11 @@ impl Resource for WorkloadResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = client(&self.client, diags)?;
         let name = text(&state.name).to_string();
-        let workload = match client.get_workload(self.collection, &name).await {
+        let workload = match client.get_workload(self.kind, &name).await {
             Ok(workload) => workload,
             Err(e) if is_not_found(&e) => return None,
             Err(e) => {
-                report(diags, format!("reading {} {name}", self.noun()), &e);
+                report(diags, format!("reading {} {name}", self.kind.noun()), &e);
                 return Some((state, private));
             }
         };
@@ -497,12 +479,12 @@ impl Resource for WorkloadResource {
         let client = client(&self.client, diags)?;
         let name = text(&planned.name).to_string();
         let request = self.request(diags, &planned);
-        if let Err(e) = client.create_workload(self.collection, &request).await {
-            let mut summary = format!("creating {} {name}", self.noun());
+        if let Err(e) = client.create_workload(self.kind, &request).await {
+            let mut summary = format!("creating {} {name}", self.kind.noun());
             if e.status() == Some(409) {
                 summary.push_str(&format!(
                     " (it exists: `terraform import` it, e.g. terraform import sless_{}.<label> {name})",
-                    self.noun()
+                    self.kind.noun()
                 ));
             }
             report(diags, summary, &e);
@@ -536,13 +518,10 @@ impl Resource for WorkloadResource {
                 name: None,
                 ..self.request(diags, &planned)
             };
-            let updated = match client
-                .replace_workload(self.collection, &name, &request)
-                .await
-            {
+            let updated = match client.replace_workload(self.kind, &name, &request).await {
                 Ok(updated) => updated,
                 Err(e) => {
-                    report(diags, format!("updating {} {name}", self.noun()), &e);
+                    report(diags, format!("updating {} {name}", self.kind.noun()), &e);
                     return None;
                 }
             };
@@ -575,11 +554,11 @@ impl Resource for WorkloadResource {
     ) -> Option<()> {
         let client = client(&self.client, diags)?;
         let name = text(&prior.name);
-        match client.delete(self.collection, name).await {
+        match client.delete(self.kind, name).await {
             Ok(()) => Some(()),
             Err(e) if is_not_found(&e) => Some(()),
             Err(e) => {
-                report(diags, format!("deleting {} {name}", self.noun()), &e);
+                report(diags, format!("deleting {} {name}", self.kind.noun()), &e);
                 None
             }
         }
@@ -597,10 +576,10 @@ impl Resource for WorkloadResource {
             Some((name, dir)) => (name.to_string(), Some(dir.to_string())),
             None => (id.clone(), None),
         };
-        let workload = match client.get_workload(self.collection, &name).await {
+        let workload = match client.get_workload(self.kind, &name).await {
             Ok(workload) => workload,
             Err(e) => {
-                report(diags, format!("importing {} {name}", self.noun()), &e);
+                report(diags, format!("importing {} {name}", self.kind.noun()), &e);
                 return None;
             }
         };
@@ -608,7 +587,7 @@ impl Resource for WorkloadResource {
         fill(&mut state, &workload);
         if let Some(dir) = source_dir {
             state.source_dir = Value::Value(dir);
-            state.source_hash = remote_digest(&client, self.collection, &name)
+            state.source_hash = remote_digest(&client, self.kind, &name)
                 .await
                 .unwrap_or_else(|| CHANGED_OUTSIDE.into())
                 .into();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sless_api::WorkloadRequest;
 use sless_client::archive::zip_folder;
-use sless_client::client::{Client, Collection};
+use sless_client::client::{Client, Kind};
 
 /// A running `sless up`; killed when dropped.
 struct Sless {
@@ -455,7 +455,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
 
     // Drift: a function deleted behind Terraform's back (its trigger left) is re-created.
     runtime
-        .block_on(client.delete(Collection::Functions, "hello-python"))
+        .block_on(client.delete(Kind::Function, "hello-python"))
         .unwrap();
     let plan = tf.plan(&[greeter_off, "report_run_id=2"]);
     assert_eq!(plan.code, 2, "{}{}", plan.stdout, plan.stderr);
@@ -471,7 +471,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
     );
     // A setting changed through the API shows up too.
     let mut greeter = runtime
-        .block_on(client.get_workload(Collection::Functions, "greeter-node"))
+        .block_on(client.get_workload(Kind::Function, "greeter-node"))
         .unwrap();
     greeter.memory_mb = 512;
     let request = WorkloadRequest {
@@ -483,7 +483,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         ..Default::default()
     };
     runtime
-        .block_on(client.replace_workload(Collection::Functions, "greeter-node", &request))
+        .block_on(client.replace_workload(Kind::Function, "greeter-node", &request))
         .unwrap();
     let plan = tf.plan(&[greeter_off, "report_run_id=2"]);
     assert!(
@@ -499,7 +499,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         "{body}"
     );
     let greeter = runtime
-        .block_on(client.get_workload(Collection::Functions, "greeter-node"))
+        .block_on(client.get_workload(Kind::Function, "greeter-node"))
         .unwrap();
     assert_eq!(greeter.memory_mb, 256);
 
@@ -513,11 +513,11 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         ..Default::default()
     };
     runtime
-        .block_on(client.create_workload(Collection::Functions, &request))
+        .block_on(client.create_workload(Kind::Function, &request))
         .unwrap();
     let packed = zip_folder(&source).unwrap();
     runtime
-        .block_on(client.upload(Collection::Functions, "adopted", packed.zip))
+        .block_on(client.upload(Kind::Function, "adopted", packed.zip))
         .unwrap();
     std::fs::write(
         adopt.join("main.tf"),
@@ -718,7 +718,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         "report_run_id=2",
     ])
     .ok("terraform destroy");
-    for collection in [Collection::Functions, Collection::Services] {
+    for collection in [Kind::Function, Kind::Service] {
         let left = runtime.block_on(client.list_workloads(collection)).unwrap();
         assert!(left.is_empty(), "{} left: {left:?}", collection.path());
     }

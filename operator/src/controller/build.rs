@@ -5,13 +5,15 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::PostParams;
 
-use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome, version_of};
+use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome};
 use crate::manifests::PodSecurity;
 use crate::manifests::build::{BUILD_CONTAINER, COMPONENT, FETCH_CONTAINER};
 use crate::manifests::{self, BuildJob};
 use crate::names::{build_job_name, component_labels, selector};
 use crate::store::is_already_exists;
+use sless_core::logs::last_bytes;
 use sless_core::model::{Kind, build_namespace};
+use sless_core::upload::version_of;
 
 /// How much of a failed build's log the status carries.
 const LOG_TAIL_BYTES: usize = 2000;
@@ -28,21 +30,6 @@ pub(super) enum BuildState {
     Running { job: String },
     Succeeded,
     Failed { message: String },
-}
-
-/// The last `LOG_TAIL_BYTES` of a log, cut at a line start.
-pub(crate) fn tail(text: &str, max: usize) -> String {
-    let text = text.trim_end();
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    let cut = &text[start..];
-    let cut = cut.find('\n').map_or(cut, |i| &cut[i + 1..]);
-    format!("...\n{cut}")
 }
 
 /// Starts the build of `target.s3_key` if it has no Job yet, or reports how it went.
@@ -111,7 +98,7 @@ pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<Bui
             );
             if !log.trim().is_empty() {
                 message.push('\n');
-                message.push_str(&tail(&log, LOG_TAIL_BYTES));
+                message.push_str(&last_bytes(&log, LOG_TAIL_BYTES));
             }
             Ok(BuildState::Failed { message })
         }

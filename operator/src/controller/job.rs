@@ -11,10 +11,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 
-use super::build::{BuildState, BuildTarget, build, tail};
+use super::build::{BuildState, BuildTarget, build};
 use super::{
     Context, Error, JobOutcome, Result, annotate, delete_labelled, ensure_finalizer, job_outcome,
-    namespace_of, now, version_of, write_status,
+    namespace_of, write_status,
 };
 use crate::manifests::run::{COMPONENT as RUN_COMPONENT, RUN_CONTAINER};
 use crate::manifests::{self, RunJob};
@@ -22,10 +22,14 @@ use crate::names::{
     ANNOTATION_BUILD_FAILED, FINALIZER, component_labels, owner_selector, run_job_name, selector,
 };
 use crate::store::is_already_exists;
+use sless_core::logs::last_bytes;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_MEMORY_MB, Function, FunctionJob,
-    FunctionJobStatus, JobPhase, Kind, Phase, build_namespace, deploy_namespace, workload_image,
+    FunctionJobStatus, JobPhase, Kind, Phase, build_namespace, deploy_namespace, now,
+    workload_image,
 };
+use sless_core::upload::version_of;
+use sless_core::workload::no_code;
 
 /// Output kept in `logTail`.
 const LOG_TAIL_BYTES: usize = 4096;
@@ -155,7 +159,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         };
         if !poll {
             status.completion_time = Some(now());
-            status.log_tail = Some(tail(&log, LOG_TAIL_BYTES));
+            status.log_tail = Some(last_bytes(&log, LOG_TAIL_BYTES));
             if status != current {
                 let failed = status.phase == JobPhase::Failed;
                 let reason = if failed { "RunFailed" } else { "RunSucceeded" };
@@ -290,9 +294,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
     }
 
     let (Some(runtime), Some(key)) = (spec.runtime, spec.s3_key.as_deref()) else {
-        return Ok(Planned::Idle(waiting(format!(
-            "no code yet: upload a zip to .../jobs/{name}/upload"
-        ))));
+        return Ok(Planned::Idle(waiting(no_code(Kind::FunctionJob, &name))));
     };
     let annotations = job.annotations();
     let image = workload_image(&ctx.config.registry, namespace, &name, key);

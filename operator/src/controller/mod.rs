@@ -33,7 +33,8 @@ use super::manifests::PodSecurity;
 use super::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY, MANAGER, owner_of};
 use super::store::{is_conflict, is_not_found};
 use super::{ContextUrls, KubeConfig, PodLogs, Readiness, manifests};
-use sless_core::model::{Function, FunctionJob, Kind, Service, Trigger};
+use sless_core::logs::last_bytes;
+use sless_core::model::{Function, FunctionJob, Kind, Service, Trigger, now};
 
 pub use job::reconcile_job;
 pub use trigger::reconcile_trigger;
@@ -151,7 +152,7 @@ impl Context {
             },
             reason: reason.into(),
             // The API server refuses notes over 1 kB.
-            note: Some(build::tail(note, EVENT_NOTE_BYTES)),
+            note: Some(last_bytes(note, EVENT_NOTE_BYTES)),
             action: reason.into(),
             secondary: None,
         };
@@ -412,16 +413,6 @@ pub(crate) fn namespace_of<K: Resource>(object: &K) -> Result<String> {
         .namespace
         .clone()
         .ok_or(Error::MissingObjectKey("metadata.namespace"))
-}
-
-pub(crate) fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-/// The version stamp of a context key: `contexts/ns/name/<v>.tar.gz` → `<v>`.
-pub(crate) fn version_of(s3_key: &str) -> &str {
-    let file = s3_key.rsplit('/').next().unwrap_or(s3_key);
-    file.strip_suffix(".tar.gz").unwrap_or(file)
 }
 
 /// How a Job ended, or that it has not.

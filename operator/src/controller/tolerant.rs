@@ -13,7 +13,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{now, ready_condition};
+use super::ready_condition;
+use sless_core::model::now;
 
 /// What the controllers need of a CR type here.
 pub trait Decodable:

@@ -1,10 +1,8 @@
 //! Functions and Services: build each upload once, then run the image as a Deployment
 //! behind a Service in `sless-fn-<ns>`.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Service as KubeService;
@@ -12,58 +10,23 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{DynamicObject, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::{Api, ResourceExt};
 
 use super::build::{BuildState, BuildTarget, build};
 use super::{
-    Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of, now,
-    refusal, version_of, write_status,
+    Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of,
+    refusal, write_status,
 };
 use crate::manifests::{self, Workload};
 use crate::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
 use crate::store::api_resource;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
-    WorkloadSpec, WorkloadStatus, build_namespace, deploy_namespace, workload_image,
+    build_namespace, deploy_namespace, now, workload_image,
 };
-
-/// Functions and Services, as the reconciler needs them.
-pub trait WorkloadResource:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + Debug
-    + Serialize
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-    const KIND: Kind;
-    fn workload(&self) -> &WorkloadSpec;
-    fn workload_status(&self) -> Option<&WorkloadStatus>;
-}
-
-impl WorkloadResource for Function {
-    const KIND: Kind = Kind::Function;
-    fn workload(&self) -> &WorkloadSpec {
-        &self.spec.workload
-    }
-    fn workload_status(&self) -> Option<&WorkloadStatus> {
-        self.status.as_ref()
-    }
-}
-
-impl WorkloadResource for Service {
-    const KIND: Kind = Kind::Service;
-    fn workload(&self) -> &WorkloadSpec {
-        &self.spec.workload
-    }
-    fn workload_status(&self) -> Option<&WorkloadStatus> {
-        self.status.as_ref()
-    }
-}
+use sless_core::store::WorkloadResource;
+use sless_core::upload::version_of;
+use sless_core::workload::{Demand, demand, no_code};
 
 pub async fn reconcile_function(function: Arc<Function>, ctx: Arc<Context>) -> Result<Action> {
     reconcile(function, ctx).await
@@ -87,37 +50,34 @@ async fn reconcile<K: WorkloadResource>(object: Arc<K>, ctx: Arc<Context>) -> Re
     .map_err(|e| Error::FinalizerError(Box::new(e)))
 }
 
-/// The enabled triggers of a function; a Service needs none.
-async fn wants_instances<K: WorkloadResource>(
+/// What the triggers of the workload ask of it; those being deleted no longer count.
+async fn demand_on<K: WorkloadResource>(
     ctx: &Context,
     namespace: &str,
     name: &str,
-) -> Result<(bool, bool)> {
-    if K::KIND == Kind::Service {
-        return Ok((true, true));
-    }
-    let mine: Vec<Trigger> = super::tolerant::list::<Trigger>(&ctx.client, namespace)
-        .await?
-        .into_iter()
-        .filter(|t| t.spec.function_ref == name && t.metadata.deletion_timestamp.is_none())
-        .collect();
-    let needed = mine.iter().any(|t| t.spec.enabled);
-    let exposed = mine
+) -> Result<Demand> {
+    let triggers = match K::KIND {
+        Kind::Function => super::tolerant::list::<Trigger>(&ctx.client, namespace).await?,
+        _ => Vec::new(),
+    };
+    let live = triggers
         .iter()
-        .any(|t| t.spec.trigger_type == sless_core::model::TriggerType::Http);
-    Ok((needed, exposed))
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+        .map(|t| (t.metadata.name.as_deref().unwrap_or_default(), &t.spec));
+    Ok(demand(K::KIND, name, live))
 }
 
 async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Result<Action> {
     let namespace = namespace_of(object)?;
     let name = object.name_any();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    let spec = object.workload();
-    let current = object.workload_status().cloned().unwrap_or_default();
+    let spec = K::workload(object.spec());
+    let current = object.status().cloned().unwrap_or_default();
     let mut status = current.clone();
     let noun = K::KIND.noun();
-    let (needed, exposed) = wants_instances::<K>(ctx, &namespace, &name).await?;
-    let url = (K::KIND == Kind::Service || exposed)
+    let demand = demand_on::<K>(ctx, &namespace, &name).await?;
+    let url = demand
+        .has_url
         .then(|| ctx.config.function_url(&namespace, &name))
         .flatten();
 
@@ -134,9 +94,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
 
     let Some(key) = spec.s3_key.as_deref() else {
         status.phase = Phase::Pending;
-        status.message = Some(format!(
-            "{noun} {name:?} has no code yet; upload a zip to .../{name}/upload"
-        ));
+        status.message = Some(no_code(K::KIND, &name));
         status.url = url;
         if status != current {
             write_status(&api, object, &status).await?;
@@ -204,7 +162,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         return Ok(Action::await_change());
     }
 
-    let replicas = if needed {
+    let replicas = if demand.needed {
         spec.replicas.unwrap_or(1)
     } else {
         0

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Value, json};
-use sless_client::client::{Client, Collection};
+use sless_client::client::{Client, Kind};
 
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:8080";
 
@@ -88,7 +88,7 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<()> {
         Some(namespace) => Client::for_namespace(&endpoint, &token, namespace)?,
         None => Client::new(&endpoint, &token)?,
     };
-    client.list_workloads(Collection::Functions).await?;
+    client.list_workloads(Kind::Function).await?;
 
     let mut settings = json!({"endpoint": client.endpoint(), "token": token});
     if let Some(namespace) = &connection.namespace {

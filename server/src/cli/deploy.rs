@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
+use sless_api::keys::version_of;
+use sless_api::text::{first_line, last_lines};
 use sless_api::{
     Phase, Runtime, TriggerRequest, TriggerResponse, WorkloadRequest, WorkloadResponse,
 };
 use sless_client::archive;
-use sless_client::client::{Client, Collection};
+use sless_client::client::{Client, Kind};
 
-use super::{Connection, POLL_INTERVAL, is_not_found, noun};
+use super::{Connection, POLL_INTERVAL, is_not_found};
 
 /// How long a new trigger may take to become active before deploy stops waiting for it.
 const TRIGGER_WAIT: Duration = Duration::from_secs(60);
@@ -108,11 +110,11 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     let client = args.connection.client()?;
     let archive = archive::zip_folder(&args.dir)?;
     let collection = if args.service {
-        Collection::Services
+        Kind::Service
     } else {
-        Collection::Functions
+        Kind::Function
     };
-    let kind = noun(collection);
+    let kind = collection.noun();
     let name = args.name.as_str();
     eprintln!(
         "packed {} file{} ({:.1} KiB) from {}",
@@ -245,12 +247,12 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
 /// build log as it grows. Answers the workload and whether any of the log was printed.
 async fn follow_build(
     client: &Client,
-    collection: Collection,
+    collection: Kind,
     name: &str,
     key: Option<&str>,
     deadline: Instant,
 ) -> anyhow::Result<(WorkloadResponse, bool)> {
-    let kind = noun(collection);
+    let kind = collection.noun();
     let mut shown: Option<(Phase, Option<String>)> = None;
     let mut printed = String::new();
     let mut building = false;
@@ -261,7 +263,11 @@ async fn follow_build(
             workload.phase == Phase::Building && workload.message.as_deref() != Some(BUILD_QUEUED);
         let ours = key.is_none() || workload.s3_key.as_deref() == key;
         let done = ours && (workload.phase == Phase::Ready || workload.phase == Phase::Failed);
-        let state = (workload.phase, first_line(workload.message.as_deref()));
+        let message = workload.message.as_deref().map(first_line);
+        let state = (
+            workload.phase,
+            message.filter(|l| !l.is_empty()).map(String::from),
+        );
         let changed = shown.as_ref() != Some(&state);
         // The log of a finished build comes before the phase that ends it.
         if changed && !done {
@@ -304,14 +310,14 @@ fn did_not_start(kind: &str, name: &str, message: &str) -> anyhow::Error {
     }
     anyhow::anyhow!(
         "{kind} {name:?} was built but did not start: {} (its output: sless logs {name})",
-        first_line(Some(message)).unwrap_or_default()
+        first_line(message)
     )
 }
 
 /// Prints the part of the build log not printed yet (whole lines, unless `all`).
 async fn print_new_log(
     client: &Client,
-    collection: Collection,
+    collection: Kind,
     name: &str,
     printed: &mut String,
     all: bool,
@@ -434,7 +440,7 @@ async fn wait_until_active(
         if waiting.is_empty() {
             return Ok(triggers);
         }
-        let workload = client.get_workload(Collection::Functions, function).await?;
+        let workload = client.get_workload(Kind::Function, function).await?;
         if workload.phase == Phase::Failed {
             let message = workload.message.unwrap_or_default();
             return Err(did_not_start("function", function, &message));
@@ -457,19 +463,13 @@ async fn wait_until_active(
     }
 }
 
-/// The version stamp of an upload: `contexts/ns/name/<v>.tar.gz` → `<v>`.
-fn version_of(key: &str) -> &str {
-    let file = key.rsplit('/').next().unwrap_or(key);
-    file.strip_suffix(".tar.gz").unwrap_or(file)
-}
-
 /// Ready means built; a running instance switches to the new code a moment later. The
 /// embedded runner reports the switch in the workload's log (`[sless] version <v> is
 /// serving ...`): wait for that line, so the next call reaches the new code. A platform
 /// that writes no such lines is not waited for.
 async fn wait_for_rollout(
     client: &Client,
-    collection: Collection,
+    collection: Kind,
     name: &str,
     version: &str,
     deadline: Instant,
@@ -492,7 +492,7 @@ async fn wait_for_rollout(
         let workload = client.get_workload(collection, name).await?;
         if workload.phase == Phase::Failed {
             let message = workload.message.unwrap_or_default();
-            return Err(did_not_start(noun(collection), name, &message));
+            return Err(did_not_start(collection.noun(), name, &message));
         }
         if Instant::now() >= until {
             eprintln!("warning: version {version} of {name} is not serving yet");
@@ -519,16 +519,6 @@ fn url_of(
                 workload.name
             )
         })
-}
-
-fn first_line(text: Option<&str>) -> Option<String> {
-    text.and_then(|t| t.lines().map(str::trim).find(|l| !l.is_empty()))
-        .map(String::from)
-}
-
-fn last_lines(text: &str, count: usize) -> Vec<&str> {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(count)..].to_vec()
 }
 
 /// `[12:34:56] text` → `text` (the build log stamps its lines).
@@ -576,6 +566,5 @@ mod tests {
             "build failed: pip exited"
         );
         assert_eq!(strip_stamp("plain"), "plain");
-        assert_eq!(last_lines("a\n\nb\nc\n", 2), ["b", "c"]);
     }
 }

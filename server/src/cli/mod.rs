@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use sless_api::WorkloadResponse;
-use sless_client::client::{Client, ClientError, Collection};
+use sless_client::client::{Client, ClientError, Kind};
 
 pub use connection::Connection;
 
@@ -104,8 +104,8 @@ fn is_not_found(error: &ClientError) -> bool {
 async fn find_workload(
     client: &Client,
     name: &str,
-) -> Result<Option<(Collection, WorkloadResponse)>, ClientError> {
-    for collection in [Collection::Functions, Collection::Services] {
+) -> Result<Option<(Kind, WorkloadResponse)>, ClientError> {
+    for collection in [Kind::Function, Kind::Service] {
         match client.get_workload(collection, name).await {
             Ok(workload) => return Ok(Some((collection, workload))),
             Err(e) if is_not_found(&e) => {}
@@ -115,26 +115,13 @@ async fn find_workload(
     Ok(None)
 }
 
-async fn require_workload(
-    client: &Client,
-    name: &str,
-) -> anyhow::Result<(Collection, WorkloadResponse)> {
+async fn require_workload(client: &Client, name: &str) -> anyhow::Result<(Kind, WorkloadResponse)> {
     find_workload(client, name).await?.ok_or_else(|| {
         anyhow::anyhow!(
             "no function or service named {name:?} in namespace {}; see sless ls",
             client.namespace()
         )
     })
-}
-
-/// `function` or `service`, for messages.
-fn noun(collection: Collection) -> &'static str {
-    match collection {
-        Collection::Services => "service",
-        Collection::Triggers => "trigger",
-        Collection::Jobs => "job",
-        Collection::Functions => "function",
-    }
 }
 
 /// Columns separated by two spaces, each as wide as its widest cell.

@@ -2,8 +2,8 @@
 
 use clap::Args;
 
-use super::{Connection, is_not_found, noun, require_workload};
-use sless_client::client::Collection;
+use super::{Connection, is_not_found, require_workload};
+use sless_client::client::Kind;
 
 #[derive(Args)]
 pub struct RmArgs {
@@ -22,7 +22,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         if trigger.function_ref != workload.name {
             continue;
         }
-        match client.delete(Collection::Triggers, &trigger.name).await {
+        match client.delete(Kind::Trigger, &trigger.name).await {
             Ok(()) => removed.push(trigger.name),
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
@@ -30,11 +30,11 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
     }
     client.delete(collection, &workload.name).await?;
     if removed.is_empty() {
-        eprintln!("deleted {} {}", noun(collection), workload.name);
+        eprintln!("deleted {} {}", collection.noun(), workload.name);
     } else {
         eprintln!(
             "deleted {} {} and its triggers {}",
-            noun(collection),
+            collection.noun(),
             workload.name,
             removed.join(", ")
         );

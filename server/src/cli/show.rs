@@ -2,9 +2,9 @@
 
 use clap::Args;
 use sless_api::{TriggerResponse, WorkloadResponse};
-use sless_client::client::Collection;
+use sless_client::client::Kind;
 
-use super::{Connection, noun, require_workload, table};
+use super::{Connection, require_workload, table};
 
 /// Invocations `describe` shows.
 const RECENT_CALLS: usize = 10;
@@ -80,8 +80,8 @@ pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) ->
 
 pub async fn ls(args: LsArgs) -> anyhow::Result<()> {
     let client = args.connection.client()?;
-    let mut workloads = client.list_workloads(Collection::Functions).await?;
-    workloads.extend(client.list_workloads(Collection::Services).await?);
+    let mut workloads = client.list_workloads(Kind::Function).await?;
+    workloads.extend(client.list_workloads(Kind::Service).await?);
     workloads.sort_by(|a, b| a.name.cmp(&b.name));
     let mut triggers = client.list_triggers().await?;
     triggers.sort_by(|a, b| a.name.cmp(&b.name));
@@ -120,7 +120,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     };
     let mut fields = vec![
         ("Name", w.name.clone()),
-        ("Kind", noun(collection).to_string()),
+        ("Kind", collection.noun().to_string()),
         ("Namespace", w.namespace.clone()),
         ("Runtime", w.runtime.clone()),
         ("Entrypoint", w.entrypoint.clone()),

@@ -303,15 +303,11 @@ pub async fn function(
         caller,
         nonce,
     } = view;
-    let kind = match kind.as_str() {
-        "function" => WorkloadKind::Function,
-        "service" => WorkloadKind::Service,
-        other => {
-            return Err(ConsoleError::NotFound(format!(
-                "{other:?} is not a kind: expected function or service"
-            )));
-        }
-    };
+    let kind = WorkloadKind::from_name(&kind).ok_or_else(|| {
+        ConsoleError::NotFound(format!(
+            "{kind:?} is not a kind: expected function or service"
+        ))
+    })?;
     check_name("name", &name)?;
     let started = Instant::now();
     let view = state

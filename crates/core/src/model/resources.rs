@@ -1,5 +1,5 @@
 use std::collections::BTreeMap;
-use std::fmt;
+use std::time::Duration;
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -10,7 +10,7 @@ use sless_api::validation::{
 };
 pub use sless_api::{
     DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY, DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB,
-    DEFAULT_TIMEOUT_SEC, JobPhase, Phase, Runtime, TriggerType, WorkloadKind,
+    DEFAULT_TIMEOUT_SEC, JobPhase, Kind, Phase, Runtime, TriggerType, WorkloadKind,
 };
 
 pub const API_GROUP: &str = "sless.kube5s.ru";
@@ -63,57 +63,9 @@ pub fn env_names_rule(schema: &mut schemars::Schema) {
     );
 }
 
-/// The four resource kinds; the store and the API dispatch on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Kind {
-    Function,
-    Trigger,
-    FunctionJob,
-    Service,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 4] = [
-        Kind::Function,
-        Kind::Trigger,
-        Kind::FunctionJob,
-        Kind::Service,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Function => "Function",
-            Kind::Trigger => "Trigger",
-            Kind::FunctionJob => "FunctionJob",
-            Kind::Service => "Service",
-        }
-    }
-
-    /// Lowercase word for messages ("function \"x\" not found").
-    pub fn noun(self) -> &'static str {
-        match self {
-            Kind::Function => "function",
-            Kind::Trigger => "trigger",
-            Kind::FunctionJob => "job",
-            Kind::Service => "service",
-        }
-    }
-
-    /// Functions and Services share one name space: both are reachable at
-    /// `/fn/<ns>/<name>` and become workloads of that name.
-    pub fn shares_names_with(self) -> Option<Kind> {
-        match self {
-            Kind::Function => Some(Kind::Service),
-            Kind::Service => Some(Kind::Function),
-            Kind::Trigger | Kind::FunctionJob => None,
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// A timestamp as the statuses and the store write them: RFC 3339, UTC, whole seconds.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// What Functions and Services have in common: code, how to call it, its limits.
@@ -137,6 +89,13 @@ pub struct WorkloadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
+}
+
+impl WorkloadSpec {
+    /// How long a call may take; `None` = no limit.
+    pub fn timeout(&self) -> Option<Duration> {
+        (self.timeout_sec > 0).then(|| Duration::from_secs(self.timeout_sec.into()))
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -3,14 +3,20 @@
 //! Kubernetes mode on CustomResources (`sless-operator`).
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
 use async_trait::async_trait;
+use k8s_openapi::NamespaceResourceScope;
+use kube::core::object::{HasSpec, HasStatus};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
 use crate::error_text::BoxError;
-use crate::model::{Function, FunctionJob, Kind, Service, Trigger};
+use crate::model::{
+    Function, FunctionJob, FunctionSpec, Kind, Service, ServiceSpec, Trigger, WorkloadKind,
+    WorkloadSpec, WorkloadStatus,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -325,40 +331,45 @@ impl StoreExt for dyn Store {
 }
 
 /// Functions and Services: the kinds that carry a [`WorkloadSpec`] and a [`WorkloadStatus`].
+/// The API handlers use it on store [`Object`]s, the Kubernetes controller on the
+/// CustomResources themselves: hence kube-core's traits (no client) as supertraits.
 pub trait WorkloadResource:
-    Resource<Status = crate::model::WorkloadStatus> + Send + Sync + 'static
+    Resource<Status = WorkloadStatus>
+    + kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + HasSpec<Spec = <Self as Resource>::Spec>
+    + HasStatus<Status = WorkloadStatus>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
 {
-    const WORKLOAD: crate::model::WorkloadKind;
-    fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec;
-    fn workload_mut(spec: &mut Self::Spec) -> &mut crate::model::WorkloadSpec;
-    fn from_workload(workload: crate::model::WorkloadSpec) -> Self::Spec;
+    const WORKLOAD: WorkloadKind;
+    fn workload(spec: &<Self as Resource>::Spec) -> &WorkloadSpec;
+    fn workload_mut(spec: &mut <Self as Resource>::Spec) -> &mut WorkloadSpec;
+    fn from_workload(workload: WorkloadSpec) -> <Self as Resource>::Spec;
 }
 
-impl WorkloadResource for Function {
-    const WORKLOAD: crate::model::WorkloadKind = crate::model::WorkloadKind::Function;
-    fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec {
-        &spec.workload
-    }
-    fn workload_mut(spec: &mut Self::Spec) -> &mut crate::model::WorkloadSpec {
-        &mut spec.workload
-    }
-    fn from_workload(workload: crate::model::WorkloadSpec) -> Self::Spec {
-        crate::model::FunctionSpec { workload }
-    }
+macro_rules! workload_resource {
+    ($ty:ty, $kind:expr, $spec:ident) => {
+        impl WorkloadResource for $ty {
+            const WORKLOAD: WorkloadKind = $kind;
+            fn workload(spec: &$spec) -> &WorkloadSpec {
+                &spec.workload
+            }
+            fn workload_mut(spec: &mut $spec) -> &mut WorkloadSpec {
+                &mut spec.workload
+            }
+            fn from_workload(workload: WorkloadSpec) -> $spec {
+                $spec { workload }
+            }
+        }
+    };
 }
-
-impl WorkloadResource for Service {
-    const WORKLOAD: crate::model::WorkloadKind = crate::model::WorkloadKind::Service;
-    fn workload(spec: &Self::Spec) -> &crate::model::WorkloadSpec {
-        &spec.workload
-    }
-    fn workload_mut(spec: &mut Self::Spec) -> &mut crate::model::WorkloadSpec {
-        &mut spec.workload
-    }
-    fn from_workload(workload: crate::model::WorkloadSpec) -> Self::Spec {
-        crate::model::ServiceSpec { workload }
-    }
-}
+workload_resource!(Function, WorkloadKind::Function, FunctionSpec);
+workload_resource!(Service, WorkloadKind::Service, ServiceSpec);
 
 /// Read-modify-write of the spec (see [`Store::modify`]).
 pub async fn modify<R, F>(

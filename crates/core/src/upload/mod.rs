@@ -7,11 +7,14 @@
 mod archive;
 mod context;
 mod error;
-mod keys;
 mod source;
 
 pub use archive::{ArchiveEntry, CheckedZip, check_zip, unpack};
 pub use context::{BASE_IMAGE_VERSION, RESERVED_ROOT_NAMES, base_image, build_context, dockerfile};
 pub use error::{UploadError, UploadLimits};
-pub use keys::{ObjectKeys, object_keys, version_stamp, zip_key_for_context};
+// The key format lives in sless-api: the CLI reads versions of keys too.
+pub use sless_api::keys::{
+    ObjectKeys, job_key_name, object_keys, upload_prefixes, version_of, version_stamp,
+    zip_key_for_context,
+};
 pub use source::{SourceFile, SourceLimits, source_files};

@@ -14,8 +14,8 @@ use super::{ApiError, AppState};
 use sless_api::SourceFileResponse;
 use sless_core::model::Runtime;
 use sless_core::upload::{
-    SourceLimits, UploadError, build_context, check_zip, object_keys, source_files, version_stamp,
-    zip_key_for_context,
+    SourceLimits, UploadError, build_context, check_zip, object_keys, source_files,
+    upload_prefixes, version_stamp, zip_key_for_context,
 };
 
 /// The multipart field that carries the zip.
@@ -202,10 +202,7 @@ pub async fn stored_zip(state: &AppState, context_key: &str) -> Result<Bytes, Ap
 
 /// Removes every stored upload under a name (best effort: a leftover object is harmless).
 pub async fn delete_code(state: &AppState, namespace: &str, key_name: &str) {
-    for prefix in [
-        format!("functions/{namespace}/{key_name}/"),
-        format!("contexts/{namespace}/{key_name}/"),
-    ] {
+    for prefix in upload_prefixes(namespace, key_name) {
         match state.objects.list(&prefix).await {
             Ok(keys) => {
                 for key in keys {
@@ -217,10 +214,4 @@ pub async fn delete_code(state: &AppState, namespace: &str, key_name: &str) {
             Err(e) => tracing::warn!(%prefix, error = %e, "could not list old uploads"),
         }
     }
-}
-
-/// Uploads of self-contained jobs live apart from functions of the same name; `_` cannot
-/// start a resource name, so the two never collide.
-pub fn job_key_name(name: &str) -> String {
-    format!("_jobs/{name}")
 }

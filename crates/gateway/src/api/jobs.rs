@@ -5,7 +5,7 @@ use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 
-use super::code::{delete_code, job_key_name, read_code_field, store_code, stored_zip};
+use super::code::{delete_code, read_code_field, store_code, stored_zip};
 use super::convert::{job_response, job_spec};
 use super::extract::{ApiJson, Authorized};
 use super::{ApiError, AppState, load, not_found};
@@ -14,6 +14,7 @@ use sless_core::model::{
     FunctionJob, FunctionJobSpec, Kind, ValidationError, validate_event_json, validate_name,
 };
 use sless_core::store::{StoreExt, modify};
+use sless_core::upload::job_key_name;
 
 pub async fn list(
     State(state): State<Arc<AppState>>,

@@ -91,8 +91,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/v1/namespaces/{ns}/ensure", post(ensure_namespace))
-        .merge(workload_routes::<Function>("functions"))
-        .merge(workload_routes::<Service>("services"))
+        .merge(workload_routes::<Function>())
+        .merge(workload_routes::<Service>())
         .route(
             "/v1/namespaces/{ns}/triggers",
             get(triggers::list).post(triggers::create),
@@ -121,10 +121,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The routes Functions and Services share, under `/v1/namespaces/{ns}/<collection>`
+/// The routes Functions and Services share, under `/v1/namespaces/{ns}/<kind path>`
 /// (uploads apart: they carry their own body limit).
-fn workload_routes<R: WorkloadResource>(collection: &str) -> Router<Arc<AppState>> {
-    let base = format!("/v1/namespaces/{{ns}}/{collection}");
+fn workload_routes<R: WorkloadResource>() -> Router<Arc<AppState>> {
+    let base = format!("/v1/namespaces/{{ns}}/{}", R::KIND.path());
     Router::new()
         .route(
             &base,

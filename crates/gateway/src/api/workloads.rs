@@ -15,6 +15,7 @@ use super::{ApiError, AppState, load};
 use sless_api::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
 use sless_core::model::{Phase, WorkloadSpec, validate_name};
 use sless_core::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
+use sless_core::workload::no_code;
 
 pub async fn list<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
@@ -197,10 +198,7 @@ pub async fn source<R: WorkloadResource>(
 ) -> Result<Json<Vec<SourceFileResponse>>, ApiError> {
     let object = load::<R>(&state, &auth.namespace, &name).await?;
     let Some(key) = &R::workload(&object.spec).s3_key else {
-        return Err(ApiError::NotFound(format!(
-            "{} {name:?} has no code yet; upload a zip to .../{name}/upload",
-            R::KIND.noun()
-        )));
+        return Err(ApiError::NotFound(no_code(R::KIND, &name)));
     };
     Ok(Json(list_source(&state, key).await?))
 }

@@ -1,0 +1,129 @@
+//! Object keys of uploads (docs/spec.md §4): their format and its parsing, in one place.
+//! Here rather than in the server's upload module because the CLI reads the version of
+//! a workload's `s3_key` too (the API reports the key, not the version).
+
+use chrono::{DateTime, Utc};
+
+/// The two objects every upload stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectKeys {
+    /// `functions/<ns>/<name>/<v>.zip`: the user's zip as uploaded.
+    pub zip: String,
+    /// `contexts/<ns>/<name>/<v>.tar.gz`: the build context (the new `s3Key`).
+    pub context: String,
+}
+
+const ZIP_PREFIX: &str = "functions/";
+const ZIP_SUFFIX: &str = ".zip";
+const CONTEXT_PREFIX: &str = "contexts/";
+const CONTEXT_SUFFIX: &str = ".tar.gz";
+
+pub fn object_keys(namespace: &str, name: &str, version: &str) -> ObjectKeys {
+    let middle = format!("{namespace}/{name}/{version}");
+    ObjectKeys {
+        zip: format!("{ZIP_PREFIX}{middle}{ZIP_SUFFIX}"),
+        context: format!("{CONTEXT_PREFIX}{middle}{CONTEXT_SUFFIX}"),
+    }
+}
+
+/// The prefixes under which every upload of a name lives (zips, then contexts).
+pub fn upload_prefixes(namespace: &str, name: &str) -> [String; 2] {
+    [ZIP_PREFIX, CONTEXT_PREFIX].map(|prefix| format!("{prefix}{namespace}/{name}/"))
+}
+
+/// The name part of a self-contained job's keys: apart from functions of the same name,
+/// as `_` cannot start a resource name.
+pub fn job_key_name(name: &str) -> String {
+    format!("_jobs/{name}")
+}
+
+/// UTC `YYYYMMDDhhmmss`; a `disambiguator` > 0 appends `-<n>` (two uploads in one second).
+/// The stamps of one name sort in upload order.
+pub fn version_stamp(now: DateTime<Utc>, disambiguator: u32) -> String {
+    let stamp = now.format("%Y%m%d%H%M%S").to_string();
+    if disambiguator == 0 {
+        stamp
+    } else {
+        format!("{stamp}-{disambiguator}")
+    }
+}
+
+/// The version stamp of a context key: `contexts/<ns>/<name>/<v>.tar.gz` → `<v>`.
+pub fn version_of(context_key: &str) -> &str {
+    let file = context_key.rsplit('/').next().unwrap_or(context_key);
+    file.strip_suffix(CONTEXT_SUFFIX).unwrap_or(file)
+}
+
+/// The source zip key of a context key (`contexts/…/v.tar.gz` → `functions/…/v.zip`);
+/// None if the key has another shape. The name part may hold a '/' (job uploads).
+pub fn zip_key_for_context(context_key: &str) -> Option<String> {
+    let middle = context_key
+        .strip_prefix(CONTEXT_PREFIX)?
+        .strip_suffix(CONTEXT_SUFFIX)?;
+    let segments: Vec<&str> = middle.split('/').collect();
+    let well_formed = segments.len() >= 3
+        && segments
+            .iter()
+            .all(|s| !s.is_empty() && *s != "." && *s != "..");
+    well_formed.then(|| format!("{ZIP_PREFIX}{middle}{ZIP_SUFFIX}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn object_keys_follow_the_spec_layout() {
+        assert_eq!(
+            object_keys("team-a", "resize", "20250102030405"),
+            ObjectKeys {
+                zip: "functions/team-a/resize/20250102030405.zip".into(),
+                context: "contexts/team-a/resize/20250102030405.tar.gz".into(),
+            }
+        );
+        let keys = object_keys("team-a", "resize", "1");
+        let [zips, contexts] = upload_prefixes("team-a", "resize");
+        assert!(keys.zip.starts_with(&zips) && keys.context.starts_with(&contexts));
+    }
+
+    #[test]
+    fn version_stamps() {
+        let now = Utc
+            .with_ymd_and_hms(2025, 1, 2, 3, 4, 5)
+            .unwrap()
+            .checked_add_signed(chrono::Duration::milliseconds(999))
+            .unwrap();
+        assert_eq!(version_stamp(now, 0), "20250102030405");
+        assert_eq!(version_stamp(now, 1), "20250102030405-1");
+        assert_eq!(version_stamp(now, 12), "20250102030405-12");
+    }
+
+    #[test]
+    fn versions_read_back() {
+        for version in ["20260101120000", "20260101120000-1"] {
+            let keys = object_keys("ns", &job_key_name("nightly"), version);
+            assert_eq!(version_of(&keys.context), version);
+        }
+    }
+
+    #[test]
+    fn zip_key_round_trip() {
+        for name in ["resize", "_jobs/nightly"] {
+            let keys = object_keys("team-a", name, "20250102030405-2");
+            assert_eq!(zip_key_for_context(&keys.context), Some(keys.zip));
+        }
+        for bad in [
+            "functions/team-a/resize/1.zip",
+            "contexts/team-a/resize/1.zip",
+            "contexts/team-a/1.tar.gz",
+            "contexts//resize/1.tar.gz",
+            "contexts/team-a/../1.tar.gz",
+            "other/contexts/a/b/1.tar.gz",
+            "",
+        ] {
+            assert_eq!(zip_key_for_context(bad), None, "{bad}");
+        }
+    }
+}
