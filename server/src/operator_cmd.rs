@@ -27,7 +27,7 @@ use sless_core::s3::{ObjectStore, S3Config};
 use tokio::task::JoinHandle;
 
 use crate::serve::Listeners;
-use crate::settings::{AuthArgs, EventArgs, S3Args, ServeArgs};
+use crate::settings::{AuthArgs, EventArgs, QuotaArgs, S3Args, ServeArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Platform {
@@ -142,6 +142,8 @@ pub struct OperatorArgs {
     pub events: EventArgs,
     #[command(flatten)]
     pub serve: ServeArgs,
+    #[command(flatten)]
+    pub quotas: QuotaArgs,
 }
 
 impl OperatorArgs {
@@ -403,14 +405,15 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         };
         config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;
         config.external_url = args.external_url.clone();
-        let state = Arc::new(AppState {
+        config.quotas = args.quotas.quotas();
+        let state = Arc::new(AppState::new(
             store,
-            objects: objects.clone(),
-            auth: Arc::new(auth),
-            logs: Arc::new(KubeWorkloadLogs::new(client.clone(), pod_logs.clone())),
-            proxy: proxy.clone(),
+            objects.clone(),
+            Arc::new(auth),
+            Arc::new(KubeWorkloadLogs::new(client.clone(), pod_logs.clone())),
+            proxy.clone(),
             config,
-        });
+        ));
         let app = gateway::api::router(state)
             .layer(tower_http::trace::TraceLayer::new_for_http())
             .merge(gateway::proxy::router(proxy.clone()));

@@ -13,7 +13,7 @@ use sless_embedded::s3::EmbeddedS3;
 use sless_embedded::sqlite::SqliteStore;
 use sless_embedded::{LocalRunner, RunnerConfig};
 
-use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, EventArgs, S3Args, ServeArgs};
+use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, EventArgs, QuotaArgs, S3Args, ServeArgs};
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
@@ -61,6 +61,8 @@ pub struct UpArgs {
     pub events: EventArgs,
     #[command(flatten)]
     pub serve: ServeArgs,
+    #[command(flatten)]
+    pub quotas: QuotaArgs,
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -92,6 +94,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     let mut config = ApiConfig {
         base_image_prefix: args.base_image_prefix.clone(),
+        quotas: args.quotas.quotas(),
+        spool_dir: spool_dir(&data_dir)?,
         ..ApiConfig::default()
     };
     config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;
@@ -116,6 +120,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut runner_config = RunnerConfig::new(data_dir.clone(), external_url.clone());
     runner_config.limits = config.upload_limits.clone();
     runner_config.allow_unsandboxed = args.allow_unsandboxed;
+    runner_config.max_running_memory_mb = args.quotas.max_running_memory_mb;
     if args.test_cron_time_scale != 1 {
         let scale = args.test_cron_time_scale;
         tracing::warn!(scale, "cron runs on an accelerated clock (test only)");
@@ -133,14 +138,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     ));
     // Event triggers consume while the server runs.
     let _dispatcher = Dispatcher::start(store.clone(), proxy.clone(), args.events.config());
-    let state = Arc::new(AppState {
+    let state = Arc::new(AppState::new(
         store,
         objects,
         auth,
-        logs: Arc::new(runner),
-        proxy: proxy.clone(),
+        Arc::new(runner),
+        proxy.clone(),
         config,
-    });
+    ));
     let console = crate::console::ConsoleConfig::embedded(
         &data_dir,
         address,
@@ -178,6 +183,20 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         });
     }
     crate::serve::serve(listeners, app, &args.serve).await
+}
+
+/// Uploads are spooled here while they are checked; what a crash left behind goes.
+fn spool_dir(data_dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let dir = data_dir.join("spool");
+    match std::fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("clearing {}", dir.display()));
+        }
+        _ => {}
+    }
+    sless_core::data_dir::own_private_dir(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
 }
 
 /// The exact command that prints a token this server accepts: this binary's path (it

@@ -160,8 +160,24 @@ pub fn validate_timeout_sec(field: &str, value: u32) -> Result {
     }
 }
 
+/// All env names and values of one object together: far below Linux's 128 KiB per string
+/// (MAX_ARG_STRLEN), so a stored object can always start, and small enough that objects
+/// stay cheap to list.
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
+
 /// Env names must be valid shell names and must not shadow what the platform sets.
 pub fn validate_env(field: &str, env: &BTreeMap<String, String>) -> Result {
+    let total: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > MAX_ENV_BYTES {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "the names and values total {total} bytes, more than the limit of \
+                 {MAX_ENV_BYTES} bytes (64 KiB); pass large settings by reference, e.g. an \
+                 object key or a URL"
+            ),
+        ));
+    }
     for (name, value) in env {
         // The process environment is NUL-terminated strings: such a value cannot start.
         if value.contains('\0') {
@@ -333,6 +349,21 @@ mod tests {
         assert!(validate_timeout_sec("timeout_sec", 900).is_ok());
         let err = validate_timeout_sec("timeout_sec", 901).unwrap_err();
         assert!(err.to_string().starts_with("timeout_sec: 901"));
+    }
+
+    #[test]
+    fn env_total_size() {
+        let at_limit = BTreeMap::from([("A".to_string(), "v".repeat(MAX_ENV_BYTES - 1))]);
+        assert!(validate_env("env_vars", &at_limit).is_ok());
+        let over = BTreeMap::from([("A".to_string(), "v".repeat(MAX_ENV_BYTES))]);
+        let message = validate_env("env_vars", &over).unwrap_err().to_string();
+        assert!(message.contains("65537 bytes"), "{message}");
+        assert!(message.contains("limit of 65536 bytes"), "{message}");
+        // Many small values add up.
+        let many: BTreeMap<String, String> = (0..100)
+            .map(|i| (format!("V{i}"), "x".repeat(1000)))
+            .collect();
+        assert!(validate_env("env_vars", &many).is_err());
     }
 
     #[test]

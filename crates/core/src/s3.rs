@@ -249,8 +249,80 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Uploads a file, streamed from disk: its content is never held whole in memory.
+    pub async fn put_file(
+        &self,
+        key: &str,
+        path: &std::path::Path,
+        content_type: &str,
+    ) -> Result<(), StorageError> {
+        let body = ByteStream::from_path(path).await.map_err(|e| {
+            self.request_error(
+                "put_object",
+                key,
+                format!("reading {}: {e}", path.display()),
+                Some(Box::new(e)),
+            )
+        })?;
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| self.classify("put_object", key, e))?;
+        Ok(())
+    }
+
+    /// Streams an object into `out` chunk by chunk; false when the key does not exist.
+    pub async fn get_into(
+        &self,
+        key: &str,
+        out: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+    ) -> Result<bool, StorageError> {
+        let Some(mut body) = self.get_body(key).await? else {
+            return Ok(false);
+        };
+        let reading =
+            |e: &dyn StdError| format!("reading the body: {}", crate::error_text::error_chain(e));
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| self.request_error("get_object", key, reading(&e), Some(Box::new(e))))?
+        {
+            tokio::io::AsyncWriteExt::write_all(out, &chunk)
+                .await
+                .map_err(|e| {
+                    self.request_error(
+                        "get_object",
+                        key,
+                        format!("writing it out: {e}"),
+                        Some(Box::new(e)),
+                    )
+                })?;
+        }
+        Ok(true)
+    }
+
     /// None when the key does not exist.
     pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StorageError> {
+        let Some(body) = self.get_body(key).await? else {
+            return Ok(None);
+        };
+        let data = body.collect().await.map_err(|e| {
+            self.request_error(
+                "get_object",
+                key,
+                format!("reading the body: {}", crate::error_text::error_chain(&e)),
+                Some(Box::new(e)),
+            )
+        })?;
+        Ok(Some(data.into_bytes()))
+    }
+
+    async fn get_body(&self, key: &str) -> Result<Option<ByteStream>, StorageError> {
         let out = match self
             .client
             .get_object()
@@ -269,15 +341,7 @@ impl ObjectStore {
             }
             Err(e) => return Err(self.classify("get_object", key, e)),
         };
-        let data = out.body.collect().await.map_err(|e| {
-            self.request_error(
-                "get_object",
-                key,
-                format!("reading the body: {}", crate::error_text::error_chain(&e)),
-                Some(Box::new(e)),
-            )
-        })?;
-        Ok(Some(data.into_bytes()))
+        Ok(Some(out.body))
     }
 
     pub async fn exists(&self, key: &str) -> Result<bool, StorageError> {

@@ -37,7 +37,7 @@ struct ArchiveFile {
 
 /// Checks a zip and inflates every file.
 fn read_zip(zip: &[u8], limits: &UploadLimits) -> Result<Vec<ArchiveFile>, UploadError> {
-    let mut checked = check_zip(zip, limits)?;
+    let mut checked = check_zip(Cursor::new(zip), limits)?;
     let mut files = Vec::new();
     checked.visit(|entry, reader| {
         let mut data = Vec::new();
@@ -84,13 +84,17 @@ fn context_of(
         "sless",
         runtime,
         entrypoint,
-        &mut check_zip(&zip, &UploadLimits::default())?,
+        &mut check_zip(Cursor::new(&zip), &UploadLimits::default())?,
+        Vec::new(),
     )
 }
 
 fn unpack_files(files: &[ArchiveFile], dest: &std::path::Path) -> Result<(), UploadError> {
     let zip = zip_files(files);
-    unpack(&mut check_zip(&zip, &UploadLimits::default())?, dest)
+    unpack(
+        &mut check_zip(Cursor::new(&zip), &UploadLimits::default())?,
+        dest,
+    )
 }
 
 fn list_source(files: &[ArchiveFile], max_file_bytes: usize) -> Vec<SourceFile> {
@@ -100,7 +104,7 @@ fn list_source(files: &[ArchiveFile], max_file_bytes: usize) -> Vec<SourceFile> 
         max_total_bytes: usize::MAX,
     };
     source_files(
-        &mut check_zip(&zip, &UploadLimits::default()).unwrap(),
+        &mut check_zip(Cursor::new(&zip), &UploadLimits::default()).unwrap(),
         limits,
     )
     .unwrap()

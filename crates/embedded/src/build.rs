@@ -14,7 +14,9 @@ use crate::sandbox::{Confinement, Sandbox};
 use sless_core::logs::last_bytes;
 use sless_core::model::Runtime;
 use sless_core::s3::ObjectStore;
-use sless_core::upload::{UploadLimits, check_zip, unpack, version_of, zip_key_for_context};
+use sless_core::upload::{
+    UploadError, UploadLimits, check_zip, unpack, version_of, zip_key_for_context,
+};
 
 /// A build that did not finish; the message ends with the log tail.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +74,13 @@ impl Builder {
                 let text = tokio::fs::read_to_string(&log_file)
                     .await
                     .unwrap_or_default();
-                Err(BuildError(last_bytes(&text, TAIL_BYTES)))
+                // The cause first: the line `/fn` callers see.
+                let cause = last_output_line(&text).unwrap_or(&e.0);
+                Err(BuildError(format!(
+                    "{}\n{}",
+                    sless_api::text::first_line(cause),
+                    last_bytes(&text, TAIL_BYTES)
+                )))
             }
         }
     }
@@ -88,22 +96,29 @@ impl Builder {
         let zip_key = zip_key_for_context(context_key)
             .ok_or_else(|| BuildError(format!("unexpected s3 key {context_key:?}")))?;
         log.line(&format!("fetching {zip_key}")).await;
-        let zip = self
-            .objects
-            .get(&zip_key)
-            .await
-            .map_err(|e| BuildError(format!("fetching the upload: {e}")))?
-            .ok_or_else(|| BuildError(format!("the upload {zip_key} is missing; upload again")))?;
+        // Streamed to a file beside the staging folder: never whole in memory.
+        let zip_path = staging.with_extension("zip");
+        let fetched = self.fetch_zip(&zip_key, &zip_path).await;
         let limits = self.limits.clone();
         let target = staging.to_path_buf();
-        let count = tokio::task::spawn_blocking(move || {
-            let mut files = check_zip(&zip, &limits)?;
-            unpack(&mut files, &target)?;
-            Ok::<_, sless_core::upload::UploadError>(files.files().len())
-        })
-        .await
-        .map_err(|e| BuildError(format!("unpacking: {e}")))?
-        .map_err(|e| BuildError(format!("unpacking: {e}")))?;
+        let unpacked = match fetched {
+            Ok(()) => {
+                let zip_file = zip_path.clone();
+                tokio::task::spawn_blocking(move || {
+                    let zip = std::fs::File::open(&zip_file)
+                        .map_err(|e| UploadError::io("reading the fetched upload", e))?;
+                    let mut files = check_zip(std::io::BufReader::new(zip), &limits)?;
+                    unpack(&mut files, &target)?;
+                    Ok::<_, UploadError>(files.files().len())
+                })
+                .await
+                .map_err(|e| BuildError(format!("unpacking: {e}")))
+                .and_then(|r| r.map_err(|e| BuildError(format!("unpacking: {e}"))))
+            }
+            Err(e) => Err(e),
+        };
+        let _ = tokio::fs::remove_file(&zip_path).await;
+        let count = unpacked?;
         log.line(&format!("unpacked {count} files")).await;
 
         let descriptor = runtime.descriptor();
@@ -124,6 +139,25 @@ impl Builder {
             log.line("no dependency file; nothing to install").await;
         }
         Ok(())
+    }
+
+    async fn fetch_zip(&self, zip_key: &str, path: &Path) -> Result<(), BuildError> {
+        let mut file = tokio::fs::File::create(path)
+            .await
+            .map_err(|e| BuildError(format!("creating {}: {e}", path.display())))?;
+        let found = self
+            .objects
+            .get_into(zip_key, &mut file)
+            .await
+            .map_err(|e| BuildError(format!("fetching the upload: {e}")))?;
+        if !found {
+            return Err(BuildError(format!(
+                "the upload {zip_key} is missing; upload again"
+            )));
+        }
+        tokio::io::AsyncWriteExt::flush(&mut file)
+            .await
+            .map_err(|e| BuildError(format!("writing {}: {e}", path.display())))
     }
 }
 
@@ -226,6 +260,19 @@ impl<'a> Log<'a> {
     }
 }
 
+/// The last line a build step printed (sless's own lines start with a `[HH:MM:SS]`
+/// stamp): pip's, npm's or the compiler's error.
+fn last_output_line(log: &str) -> Option<&str> {
+    let stamped = |line: &str| {
+        let b = line.as_bytes();
+        b.len() > 10 && b[0] == b'[' && b[9] == b']' && b[3] == b':' && b[6] == b':'
+    };
+    log.lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !stamped(line))
+}
+
 /// `builds/<ns>/.home` for `builds/<ns>/<kind>-<name>/.<version>.staging`.
 fn build_home(staging: &Path) -> PathBuf {
     match staging.parent().and_then(Path::parent) {
@@ -237,6 +284,19 @@ fn build_home(staging: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cause_of_a_failed_build_is_the_last_line_a_step_printed() {
+        let log = "[10:00:00] $ python3 -m pip install -r requirements.txt\n\
+                   Collecting nosuch==9\n\
+                   ERROR: No matching distribution found for nosuch==9\n\n\
+                   [10:00:02] build failed: python3 exited with exit status: 1\n";
+        assert_eq!(
+            last_output_line(log),
+            Some("ERROR: No matching distribution found for nosuch==9")
+        );
+        assert_eq!(last_output_line("[10:00:00] build failed: x\n"), None);
+    }
 
     #[test]
     fn builds_share_a_home_per_namespace() {

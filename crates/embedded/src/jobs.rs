@@ -242,7 +242,7 @@ async fn reconcile(
     let task_shared = shared.clone();
     let (task_ns, task_name) = (ns.to_string(), name.to_string());
     let task = tokio::spawn(async move {
-        let outcome = execute(&task_shared, &plan, &event, timeout).await;
+        let outcome = execute(&task_shared, &task_ns, &plan, &event, timeout).await;
         let result = write(&task_shared, &task_ns, &task_name, run_id, |s| {
             s.phase = if outcome.succeeded {
                 JobPhase::Succeeded
@@ -289,7 +289,24 @@ fn collect(
     })
 }
 
-async fn execute(shared: &Shared, plan: &Plan, event: &str, timeout: Option<Duration>) -> Outcome {
+async fn execute(
+    shared: &Shared,
+    ns: &str,
+    plan: &Plan,
+    event: &str,
+    timeout: Option<Duration>,
+) -> Outcome {
+    // Held for the whole run: a job counts against its namespace's running memory.
+    let _memory = match shared.memory.reserve(ns, u64::from(plan.memory_mb), None) {
+        Ok(reservation) => reservation,
+        Err(e) => {
+            return Outcome {
+                succeeded: false,
+                message: e.to_string(),
+                log_tail: String::new(),
+            };
+        }
+    };
     let (program, args) =
         shared
             .builder

@@ -30,6 +30,7 @@ use sandbox::Sandbox;
 use sless_core::data_dir::own_private_dir;
 use sless_core::logs::{LogBook, LogLine, WorkloadLogs};
 use sless_core::model::{Function, Kind, Trigger, TriggerType};
+use sless_core::quota::MemoryLedger;
 use sless_core::routes::{Route, RouteTable};
 use sless_core::s3::ObjectStore;
 use sless_core::store::{Store, StoreExt};
@@ -59,6 +60,9 @@ pub struct RunnerConfig {
     /// pre-started runtime process each, sandboxed to their own builds: their next
     /// start skips the interpreter's. 0 turns it off.
     pub standby_pool: usize,
+    /// MiB of `memory_mb` one namespace's running instances and job runs may add up to;
+    /// past it an instance does not start and its status says why.
+    pub max_running_memory_mb: u64,
 }
 
 impl RunnerConfig {
@@ -75,6 +79,7 @@ impl RunnerConfig {
             resync_every: Duration::from_secs(300),
             allow_unsandboxed: false,
             standby_pool: 4,
+            max_running_memory_mb: sless_core::quota::Quotas::default().max_running_memory_mb,
         }
     }
 }
@@ -104,6 +109,8 @@ struct Shared {
     trigger_functions: Mutex<HashMap<Key, String>>,
     /// One permit per standby process ([`RunnerConfig::standby_pool`]).
     standby_slots: Arc<tokio::sync::Semaphore>,
+    /// Memory reserved by each namespace's running instances and job runs.
+    memory: Arc<MemoryLedger>,
 }
 
 /// Handle to the runner; also the embedded [`RouteTable`] of the proxy.
@@ -160,6 +167,7 @@ impl LocalRunner {
             actors: Mutex::new(HashMap::new()),
             trigger_functions: Mutex::new(HashMap::new()),
             standby_slots: Arc::new(tokio::sync::Semaphore::new(config.standby_pool)),
+            memory: MemoryLedger::new(config.max_running_memory_mb),
             store,
             config,
         });
@@ -205,6 +213,22 @@ impl WorkloadLogs for LocalRunner {
 }
 
 impl Shared {
+    /// The first line of a message as `/fn` callers may see it: no path of this machine
+    /// (the function's own folder reads ".", the data dir and the tools by name).
+    fn public_line(&self, message: &str, function_dir: Option<&std::path::Path>) -> String {
+        let mut line = sless_api::text::first_line(message).to_string();
+        if let Some(dir) = function_dir {
+            line = line.replace(&dir.display().to_string(), ".");
+        }
+        line = line.replace(&self.config.data_dir.display().to_string(), "<data dir>");
+        for program in self.config.toolchain.programs() {
+            if let Some((_, name)) = program.rsplit_once('/') {
+                line = line.replace(program, name);
+            }
+        }
+        line
+    }
+
     fn builds_root(&self, kind: Kind, namespace: &str, name: &str) -> PathBuf {
         self.config
             .data_dir

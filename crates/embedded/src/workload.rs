@@ -11,12 +11,12 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use crate::process::{Instance, Launch};
 use crate::{Endpoint, Shared};
-use sless_api::text::first_line;
 use sless_core::logs::Stream;
 use sless_core::model::{
     ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
     WorkloadSpec, WorkloadStatus, now,
 };
+use sless_core::quota::MemoryReservation;
 use sless_core::routes::Route;
 use sless_core::store::{Object, RawObject, StoreError, StoreExt};
 use sless_core::upload::version_of;
@@ -53,6 +53,8 @@ struct Running {
     config: LaunchConfig,
     instance: Instance,
     started: Instant,
+    /// Its share of the namespace's running memory, given back when it is dropped.
+    memory: MemoryReservation,
 }
 
 /// A pre-started runtime process waiting to be told which version to serve: it can
@@ -281,7 +283,7 @@ impl Actor {
                 let reason = status.message.clone().unwrap_or_default();
                 self.unavailable(format!(
                     "{noun} {name:?} failed to build: {}",
-                    first_line(&reason)
+                    self.shared.public_line(&reason, None)
                 ));
             }
             self.update_triggers(|_| {
@@ -336,14 +338,16 @@ impl Actor {
             }
             let starting = Instant::now();
             match self.start(&dir, &spec, &wanted).await {
-                Ok(instance) => self.switch_to(instance, wanted, starting.elapsed()),
+                Ok((instance, memory)) => {
+                    self.switch_to(instance, memory, wanted, starting.elapsed())
+                }
                 Err(message) => {
                     self.failures += 1;
                     self.log(&message);
                     if self.running.is_none() {
                         self.unavailable(format!(
                             "{noun} {name:?} did not start: {}",
-                            first_line(&message)
+                            self.shared.public_line(&message, Some(&dir))
                         ));
                     }
                     self.write_status(|s| {
@@ -524,7 +528,17 @@ impl Actor {
         dir: &Path,
         spec: &WorkloadSpec,
         config: &LaunchConfig,
-    ) -> Result<Instance, String> {
+    ) -> Result<(Instance, MemoryReservation), String> {
+        // The instance it replaces is not counted twice (the old one drains briefly).
+        let memory = self
+            .shared
+            .memory
+            .reserve(
+                &self.ns,
+                u64::from(config.memory_mb),
+                self.running.as_ref().map(|r| &r.memory),
+            )
+            .map_err(|e| e.to_string())?;
         let unbound = LaunchConfig::of(spec, "");
         let standby = self
             .standby
@@ -548,7 +562,7 @@ impl Actor {
             .wait_healthy(&shared.http, shared.config.health_timeout)
             .await
         {
-            Ok(()) => Ok(instance),
+            Ok(()) => Ok((instance, memory)),
             Err(reason) => {
                 instance.stop(Duration::from_secs(1)).await;
                 // Give the output readers a moment to drain what the process printed.
@@ -560,8 +574,10 @@ impl Actor {
                     .filter(|l| l.version == config.version)
                     .map(|l| l.line)
                     .collect();
+                // The cause first: it is the line callers see.
+                let cause = cause_line(&output).unwrap_or_else(|| reason.clone());
                 Err(format!(
-                    "version {} did not start: {reason}\n{}",
+                    "{cause}\nversion {} did not start: {reason}\n{}",
                     config.version,
                     output.join("\n")
                 ))
@@ -570,7 +586,13 @@ impl Actor {
     }
 
     /// The new instance is healthy: it takes the traffic, the old one drains and stops.
-    fn switch_to(&mut self, instance: Instance, config: LaunchConfig, took: Duration) {
+    fn switch_to(
+        &mut self,
+        instance: Instance,
+        memory: MemoryReservation,
+        config: LaunchConfig,
+        took: Duration,
+    ) {
         self.log(&format!(
             "version {} is serving on port {} (healthy {} ms after the start)",
             config.version,
@@ -582,6 +604,7 @@ impl Actor {
             config,
             instance,
             started: Instant::now(),
+            memory,
         }) {
             tokio::spawn(async move {
                 tokio::time::sleep(DRAIN).await;
@@ -703,6 +726,24 @@ impl Actor {
     }
 }
 
+/// Why an instance did not start, from what it printed: the runtime's own report
+/// (`sless-runtime: cannot load handler: <exception>`), else its last line.
+fn cause_line(output: &[String]) -> Option<String> {
+    const RUNTIME: &str = "sless-runtime: ";
+    output
+        .iter()
+        .rev()
+        .find_map(|line| line.strip_prefix(RUNTIME))
+        .or_else(|| {
+            output
+                .iter()
+                .rev()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty())
+        })
+        .map(str::to_string)
+}
+
 fn decode<T: serde::de::DeserializeOwned>(
     raw: &RawObject,
     part: &'static str,
@@ -713,4 +754,28 @@ fn decode<T: serde::de::DeserializeOwned>(
 
 fn corrupt(raw: &RawObject, part: &'static str, e: serde_json::Error) -> StoreError {
     StoreError::corrupt(raw.kind, &raw.meta.name, part, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cause_line;
+
+    #[test]
+    fn the_cause_is_the_runtime_report_or_the_last_line() {
+        let output = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        let traceback = output(&[
+            "Traceback (most recent call last):",
+            "ModuleNotFoundError: No module named 'flask'",
+            "sless-runtime: cannot load handler: ModuleNotFoundError: No module named 'flask'",
+        ]);
+        assert_eq!(
+            cause_line(&traceback).unwrap(),
+            "cannot load handler: ModuleNotFoundError: No module named 'flask'"
+        );
+        assert_eq!(
+            cause_line(&output(&["panic: boom", "  "])).unwrap(),
+            "panic: boom"
+        );
+        assert_eq!(cause_line(&[]), None);
+    }
 }

@@ -51,6 +51,9 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
+    /// A create past the namespace's quota ([`crate::quota::QuotaStore`]).
+    #[error(transparent)]
+    Quota(#[from] crate::quota::QuotaExceeded),
     /// `context` names the backend or what failed (`kubernetes`, `cannot open <file>`).
     #[error("store unavailable: {context}: {source}")]
     Backend {

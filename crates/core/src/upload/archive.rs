@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Cursor, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 
 use zip::{CompressionMethod, ZipArchive};
@@ -42,9 +42,10 @@ const FIX_RELATIVE: &str = "zip the folder's contents with relative paths, e.g. 
 
 /// A zip whose every entry passed the checks (names, types, declared sizes, ratios)
 /// before anything was inflated. Its files are read one at a time, so memory stays
-/// bounded whatever the archive expands to.
-pub struct CheckedZip<'a> {
-    archive: ZipArchive<Cursor<&'a [u8]>>,
+/// bounded whatever the archive expands to; the zip itself is read where it lies (a
+/// spooled upload's `File`, or bytes in a `Cursor`).
+pub struct CheckedZip<R: Read + Seek> {
+    archive: ZipArchive<R>,
     /// Central directory index of each file.
     indices: Vec<usize>,
     files: Vec<ArchiveEntry>,
@@ -53,18 +54,24 @@ pub struct CheckedZip<'a> {
 /// Validates every entry of a zip under the limits without inflating anything.
 ///
 /// Directories are skipped; a single common top-level folder is NOT stripped.
-pub fn check_zip<'a>(zip: &'a [u8], limits: &UploadLimits) -> Result<CheckedZip<'a>, UploadError> {
-    if zip.len() as u64 > limits.max_zip_bytes {
+pub fn check_zip<R: Read + Seek>(
+    mut zip: R,
+    limits: &UploadLimits,
+) -> Result<CheckedZip<R>, UploadError> {
+    let zip_len = zip
+        .seek(SeekFrom::End(0))
+        .map_err(|e| UploadError::io("reading the zip", e))?;
+    if zip_len > limits.max_zip_bytes {
         return Err(UploadError::TooLarge {
             limit: limits.max_zip_bytes,
         });
     }
-    if zip.is_empty() {
+    if zip_len == 0 {
         return Err(UploadError::NotAZip("the upload is empty (0 bytes)".into()));
     }
     // The zip crate parses the whole central directory up front: refuse a huge
     // declared entry count before it allocates for every entry.
-    if let Some(count) = declared_entry_count(zip)
+    if let Some(count) = declared_entry_count(&mut zip, zip_len)
         && count > limits.max_entries as u64
     {
         return Err(UploadError::TooManyEntries {
@@ -72,15 +79,16 @@ pub fn check_zip<'a>(zip: &'a [u8], limits: &UploadLimits) -> Result<CheckedZip<
             limit: limits.max_entries,
         });
     }
-    let mut archive =
-        ZipArchive::new(Cursor::new(zip)).map_err(|e| UploadError::NotAZip(e.to_string()))?;
+    zip.seek(SeekFrom::Start(0))
+        .map_err(|e| UploadError::io("reading the zip", e))?;
+    let mut archive = ZipArchive::new(zip).map_err(|e| UploadError::NotAZip(e.to_string()))?;
     if archive.len() > limits.max_entries {
         return Err(UploadError::TooManyEntries {
             count: archive.len(),
             limit: limits.max_entries,
         });
     }
-    let (indices, files) = plan_entries(&mut archive, zip.len() as u64, limits)?;
+    let (indices, files) = plan_entries(&mut archive, zip_len, limits)?;
     if files.is_empty() {
         return Err(UploadError::Empty);
     }
@@ -91,7 +99,7 @@ pub fn check_zip<'a>(zip: &'a [u8], limits: &UploadLimits) -> Result<CheckedZip<
     })
 }
 
-impl CheckedZip<'_> {
+impl<R: Read + Seek> CheckedZip<R> {
     /// The files in archive order.
     pub fn files(&self) -> &[ArchiveEntry] {
         &self.files
@@ -135,14 +143,14 @@ fn corrupt(path: &str, reason: impl std::fmt::Display) -> UploadError {
 }
 
 /// An entry's inflated bytes, held to its declared size.
-struct EntryReader<'a, 'z> {
-    inner: zip::read::ZipFile<'a, Cursor<&'z [u8]>>,
+struct EntryReader<'a, R: Read> {
+    inner: zip::read::ZipFile<'a, R>,
     left: u64,
     /// Why reading failed, kept so the caller's own I/O error does not hide it.
     failure: Option<String>,
 }
 
-impl EntryReader<'_, '_> {
+impl<R: Read> EntryReader<'_, R> {
     /// One more read must hit the end; that read also makes the zip crate check the CRC.
     fn expect_end(&mut self) -> Result<(), String> {
         match self.inner.read(&mut [0u8; 1]) {
@@ -153,7 +161,7 @@ impl EntryReader<'_, '_> {
     }
 }
 
-impl Read for EntryReader<'_, '_> {
+impl<R: Read> Read for EntryReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.left == 0 || buf.is_empty() {
             return Ok(0);
@@ -181,8 +189,8 @@ impl Read for EntryReader<'_, '_> {
 
 /// Names, types and declared sizes of every entry, so a bad entry at the end costs no
 /// decompression. Returns the central directory index and the entry of every file.
-fn plan_entries(
-    archive: &mut ZipArchive<Cursor<&[u8]>>,
+fn plan_entries<R: Read + Seek>(
+    archive: &mut ZipArchive<R>,
     zip_len: u64,
     limits: &UploadLimits,
 ) -> Result<(Vec<usize>, Vec<ArchiveEntry>), UploadError> {
@@ -430,40 +438,53 @@ impl PathSet {
 }
 
 /// The entry count the end-of-central-directory record declares (zip64 aware),
-/// or None when it cannot be found; the zip crate then reports the problem.
-fn declared_entry_count(zip: &[u8]) -> Option<u64> {
+/// or None when it cannot be found; the zip crate then reports the problem. Reads only
+/// the tail of the zip (and the zip64 record), never the whole file.
+fn declared_entry_count<R: Read + Seek>(zip: &mut R, zip_len: u64) -> Option<u64> {
     const EOCD_SIG: &[u8] = b"PK\x05\x06";
     const EOCD_LEN: usize = 22;
     const LOCATOR_SIG: &[u8] = b"PK\x06\x07";
     const LOCATOR_LEN: usize = 20;
     const EOCD64_SIG: &[u8] = b"PK\x06\x06";
 
-    let last = zip.len().checked_sub(EOCD_LEN)?;
-    // The record sits at most a 64 KiB comment before the end.
-    let first = last.saturating_sub(u16::MAX as usize);
-    let pos = (first..=last)
+    // The record sits at most a 64 KiB comment before the end; the zip64 locator
+    // just before it.
+    let tail_len = zip_len.min((EOCD_LEN + u16::MAX as usize + LOCATOR_LEN) as u64);
+    let tail = read_at(zip, zip_len - tail_len, usize::try_from(tail_len).ok()?)?;
+    let last = tail.len().checked_sub(EOCD_LEN)?;
+    let pos = (0..=last)
         .rev()
-        .find(|&i| zip.get(i..i + 4) == Some(EOCD_SIG))?;
-    let total = u16::from_le_bytes(zip.get(pos + 10..pos + 12)?.try_into().ok()?);
+        .find(|&i| tail.get(i..i + 4) == Some(EOCD_SIG))?;
+    let total = u16::from_le_bytes(tail.get(pos + 10..pos + 12)?.try_into().ok()?);
     if total != u16::MAX {
         return Some(u64::from(total));
     }
-    let locator = zip.get(pos.checked_sub(LOCATOR_LEN)?..pos)?;
+    let locator = tail.get(pos.checked_sub(LOCATOR_LEN)?..pos)?;
     if locator.get(..4)? != LOCATOR_SIG {
         return Some(u64::from(total));
     }
-    let offset = usize::try_from(u64::from_le_bytes(locator.get(8..16)?.try_into().ok()?)).ok()?;
-    let record = zip.get(offset..offset.checked_add(56)?)?;
+    let offset = u64::from_le_bytes(locator.get(8..16)?.try_into().ok()?);
+    if offset.checked_add(56)? > zip_len {
+        return None;
+    }
+    let record = read_at(zip, offset, 56)?;
     if record.get(..4)? != EOCD64_SIG {
         return None;
     }
     Some(u64::from_le_bytes(record.get(32..40)?.try_into().ok()?))
 }
 
+fn read_at<R: Read + Seek>(zip: &mut R, offset: u64, len: usize) -> Option<Vec<u8>> {
+    zip.seek(SeekFrom::Start(offset)).ok()?;
+    let mut buf = vec![0; len];
+    zip.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
 /// Unpacks a checked zip under `dest` (used by the embedded runner), streaming each
 /// file to disk. The paths were validated by [`check_zip`]; anything that would still
 /// land outside `dest`, or go through a symlink already in it, is refused.
-pub fn unpack(zip: &mut CheckedZip<'_>, dest: &Path) -> Result<(), UploadError> {
+pub fn unpack<R: Read + Seek>(zip: &mut CheckedZip<R>, dest: &Path) -> Result<(), UploadError> {
     fs::create_dir_all(dest).map_err(|e| io_error("creating", dest, e))?;
     zip.visit(|file, data| {
         let relative = contained_path(&file.path).ok_or_else(|| {

@@ -1,5 +1,7 @@
 //! The generated Dockerfile and the build context (docs/spec.md §4).
 
+use std::io::{Read, Seek, Write};
+
 use flate2::{Compression, GzBuilder};
 
 use super::archive::CheckedZip;
@@ -56,15 +58,17 @@ fn quote_env(value: &str) -> String {
     quoted.replace('$', "\\$")
 }
 
-/// The build context as tar.gz: the Dockerfile first, then every file with its path
-/// and mode, streamed out of the zip one file at a time. Times, owners and the gzip
-/// header are fixed, so the same upload always gives the same bytes.
-pub fn build_context(
+/// The build context as tar.gz, written to `out` (a file, so that it is never held
+/// whole in memory; or a `Vec`): the Dockerfile first, then every file with its path and
+/// mode, streamed out of the zip one file at a time. Times, owners and the gzip header
+/// are fixed, so the same upload always gives the same bytes. Returns `out`.
+pub fn build_context<R: Read + Seek, W: Write>(
     prefix: &str,
     runtime: Runtime,
     entrypoint: &str,
-    zip: &mut CheckedZip<'_>,
-) -> Result<Vec<u8>, UploadError> {
+    zip: &mut CheckedZip<R>,
+    out: W,
+) -> Result<W, UploadError> {
     let paths: Vec<&str> = zip.files().iter().map(|f| f.path.as_str()).collect();
     if let Some(path) = paths.iter().find(|p| RESERVED_ROOT_NAMES.contains(p)) {
         return Err(UploadError::unsafe_entry(
@@ -77,9 +81,7 @@ pub fn build_context(
         ));
     }
     let dockerfile = dockerfile(prefix, runtime, entrypoint, &paths);
-    let gz = GzBuilder::new()
-        .mtime(0)
-        .write(Vec::new(), Compression::default());
+    let gz = GzBuilder::new().mtime(0).write(out, Compression::default());
     let mut tar = tar::Builder::new(gz);
     append(
         &mut tar,
@@ -93,11 +95,11 @@ pub fn build_context(
     gz.finish().map_err(context_error)
 }
 
-fn append<W: std::io::Write>(
+fn append<W: Write>(
     tar: &mut tar::Builder<W>,
     path: &str,
     size: u64,
-    data: impl std::io::Read,
+    data: impl Read,
     mode: u32,
 ) -> Result<(), UploadError> {
     let mut header = tar::Header::new_gnu();

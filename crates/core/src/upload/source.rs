@@ -33,8 +33,8 @@ pub struct SourceLimits {
 /// The files of an upload, reading at most what is shown of each (plus 8 KiB to sniff).
 /// Binary = a NUL in the first 8 KiB, or the bytes read are not valid UTF-8 (content
 /// None). Text is cut at a char boundary within the file's share of the limits.
-pub fn source_files(
-    zip: &mut CheckedZip<'_>,
+pub fn source_files<R: std::io::Read + std::io::Seek>(
+    zip: &mut CheckedZip<R>,
     limits: SourceLimits,
 ) -> Result<Vec<SourceFile>, UploadError> {
     let mut listing = Vec::with_capacity(zip.files().len());

@@ -1,18 +1,24 @@
 //! Uploads and source listings, shared by functions, services and self-contained jobs.
 
+use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use axum::extract::multipart::MultipartError;
 use axum::extract::{Multipart, Request, State};
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{ApiError, AppState};
 use sless_api::SourceFileResponse;
 use sless_core::model::Runtime;
+use sless_core::quota::UploadSlot;
 use sless_core::upload::{
     SourceLimits, UploadError, build_context, check_zip, object_keys, source_files,
     upload_prefixes, version_stamp, zip_key_for_context,
@@ -24,10 +30,9 @@ pub const CODE_FIELD: &str = "code";
 /// Multipart framing adds a little on top of the zip itself.
 pub const MULTIPART_FRAMING_BYTES: u64 = 64 * 1024;
 
-/// Zip work (fetching a stored zip, checking it, building a context, listing sources)
-/// is CPU-bound and holds a zip and its output in memory: only this many run at once,
-/// the rest wait their turn (16 concurrent listings of a 10 MB zip: 152 MiB peak with
-/// 4, 86 MiB with 2).
+/// Zip work (checking a zip, building a context, listing sources) is CPU-bound and
+/// inflates entries through buffers: only this many run at once, the rest wait their
+/// turn.
 static ZIP_WORK: Semaphore = Semaphore::const_new(2);
 
 async fn zip_permit() -> Result<SemaphorePermit<'static>, ApiError> {
@@ -76,12 +81,113 @@ pub async fn refuse_oversize(
     next.run(request).await
 }
 
-/// Reads the `code` field of a multipart upload.
+/// A zip spooled to a temporary file (removed on drop), with its size and sha256
+/// computed while it streamed in: an upload is never held whole in memory. A later step
+/// reads it with [`SpooledZip::open`] (a `std::fs::File`: Read + Seek).
+pub struct SpooledZip {
+    file: tempfile::TempPath,
+    pub size: u64,
+    /// Hex sha256 of the zip.
+    pub sha256: String,
+    /// The namespace's upload place, held until the zip is stored.
+    _slot: Option<UploadSlot>,
+}
+
+impl SpooledZip {
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+
+    /// The zip from its start.
+    pub fn open(&self) -> std::io::Result<std::fs::File> {
+        std::fs::File::open(&self.file)
+    }
+}
+
+/// Writes chunks to a new temporary file under the spool dir, counting and hashing them.
+struct Spooler {
+    file: tokio::fs::File,
+    path: tempfile::TempPath,
+    size: u64,
+    hash: Sha256,
+}
+
+impl Spooler {
+    async fn new(dir: &Path) -> Result<Self, ApiError> {
+        let temp = tempfile::Builder::new()
+            .prefix("upload-")
+            .suffix(".zip")
+            .tempfile_in(dir)
+            .map_err(|e| spool_error(dir, e))?;
+        let (file, path) = temp.into_parts();
+        Ok(Self {
+            file: tokio::fs::File::from_std(file),
+            path,
+            size: 0,
+            hash: Sha256::new(),
+        })
+    }
+
+    async fn write(&mut self, chunk: &[u8]) -> Result<(), ApiError> {
+        self.write_all(chunk)
+            .await
+            .map_err(|e| spool_error(&self.path, e))
+    }
+
+    async fn finish(mut self, slot: Option<UploadSlot>) -> Result<SpooledZip, ApiError> {
+        self.file
+            .flush()
+            .await
+            .map_err(|e| spool_error(&self.path, e))?;
+        Ok(SpooledZip {
+            file: self.path,
+            size: self.size,
+            sha256: hex::encode(self.hash.finalize()),
+            _slot: slot,
+        })
+    }
+}
+
+/// Every byte written is counted and hashed as the file accepts it.
+impl AsyncWrite for Spooler {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.file).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.size += n as u64;
+            this.hash.update(&buf[..n]);
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().file).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().file).poll_shutdown(cx)
+    }
+}
+
+fn spool_error(path: &Path, e: std::io::Error) -> ApiError {
+    ApiError::Internal(format!("spooling an upload to {}: {e}", path.display()).into())
+}
+
+/// Reads the `code` field of a multipart upload into a spooled file, chunk by chunk,
+/// refusing it as soon as it passes the size limit. Each namespace has a few upload
+/// places ([`sless_core::quota::Quotas::max_uploads_in_flight`]); the returned zip
+/// holds one until it is dropped.
 pub async fn read_code_field(
+    state: &AppState,
+    namespace: &str,
     headers: &HeaderMap,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-    limit: u64,
-) -> Result<Bytes, ApiError> {
+) -> Result<SpooledZip, ApiError> {
+    let limit = state.config.upload_limits.max_zip_bytes;
     let is_multipart = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -91,55 +197,77 @@ pub async fn read_code_field(
     if !is_multipart {
         return Err(ApiError::UnsupportedMediaType(usage.into()));
     }
+    let slot = state.uploads.try_acquire(namespace)?;
     let mut multipart = multipart.map_err(|e| ApiError::BadRequest(format!("{e}; {usage}")))?;
     let too_large = || upload_too_large(limit);
+    let read_error = |e: MultipartError, what: &str| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            too_large()
+        } else {
+            ApiError::BadRequest(format!("{what}: {e}"))
+        }
+    };
     loop {
-        let field = match multipart.next_field().await {
+        let mut field = match multipart.next_field().await {
             Ok(Some(field)) => field,
             Ok(None) => return Err(ApiError::BadRequest(format!("no field \"code\"; {usage}"))),
-            Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
-                return Err(too_large());
-            }
-            Err(e) => {
-                return Err(ApiError::BadRequest(format!(
-                    "malformed multipart body: {e}"
-                )));
-            }
+            Err(e) => return Err(read_error(e, "malformed multipart body")),
         };
         if field.name() != Some(CODE_FIELD) {
             continue;
         }
-        return match field.bytes().await {
-            Ok(bytes) if bytes.len() as u64 > limit => Err(too_large()),
-            Ok(bytes) => Ok(bytes),
-            Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => Err(too_large()),
-            Err(e) => Err(ApiError::BadRequest(format!("reading field \"code\": {e}"))),
-        };
+        let mut spool = Spooler::new(&state.config.spool_dir).await?;
+        while let Some(chunk) = field
+            .chunk()
+            .await
+            .map_err(|e| read_error(e, "reading field \"code\""))?
+        {
+            if spool.size + chunk.len() as u64 > limit {
+                return Err(too_large());
+            }
+            spool.write(&chunk).await?;
+        }
+        return spool.finish(Some(slot)).await;
     }
 }
 
 /// Validates a zip, builds its context and stores both objects; returns the context key
-/// (the new `s3Key`). Nothing is stored unless the zip is valid.
+/// (the new `s3Key`). Nothing is stored unless the zip is valid. The zip is read from
+/// its spooled file and the context is written to another, so neither is ever whole in
+/// memory; both stream to object storage from disk.
 pub async fn store_code(
     state: &AppState,
     namespace: &str,
     key_name: &str,
     runtime: Runtime,
     entrypoint: &str,
-    zip: Bytes,
+    zip: SpooledZip,
 ) -> Result<String, ApiError> {
     let limits = state.config.upload_limits.clone();
     let prefix = state.config.base_image_prefix.clone();
     let entrypoint = entrypoint.to_string();
-    let zip_for_check = zip.clone();
+    let zip_path = zip.path().to_path_buf();
+    let context_file = tempfile::Builder::new()
+        .prefix("context-")
+        .suffix(".tar.gz")
+        .tempfile_in(&state.config.spool_dir)
+        .map_err(|e| spool_error(&state.config.spool_dir, e))?;
+    let (context_out, context_path) = context_file.into_parts();
     let permit = zip_permit().await?;
-    let context = blocking("building the context", move || {
-        build_context(
+    blocking("building the context", move || {
+        let zip = std::fs::File::open(&zip_path)
+            .map_err(|e| UploadError::io("reading the spooled upload", e))?;
+        let out = build_context(
             &prefix,
             runtime,
             &entrypoint,
-            &mut check_zip(&zip_for_check, &limits)?,
-        )
+            &mut check_zip(std::io::BufReader::new(zip), &limits)?,
+            std::io::BufWriter::new(context_out),
+        )?;
+        out.into_inner()
+            .map_err(|e| UploadError::io("writing the build context", e.into_error()))?
+            .sync_data()
+            .map_err(|e| UploadError::io("writing the build context", e))
     })
     .await?;
     drop(permit);
@@ -153,10 +281,14 @@ pub async fn store_code(
         }
         disambiguator += 1;
     };
-    state.objects.put(&keys.zip, zip, "application/zip").await?;
+    tracing::info!(key = %keys.zip, size = zip.size, sha256 = %zip.sha256, "storing an upload");
     state
         .objects
-        .put(&keys.context, Bytes::from(context), "application/gzip")
+        .put_file(&keys.zip, zip.path(), "application/zip")
+        .await?;
+    state
+        .objects
+        .put_file(&keys.context, &context_path, "application/gzip")
         .await?;
     Ok(keys.context)
 }
@@ -166,15 +298,21 @@ pub async fn list_source(
     state: &AppState,
     context_key: &str,
 ) -> Result<Vec<SourceFileResponse>, ApiError> {
-    let _permit = zip_permit().await?;
     let zip = stored_zip(state, context_key).await?;
+    let _permit = zip_permit().await?;
     let limits = state.config.upload_limits.clone();
     let source_limits = SourceLimits {
         max_file_bytes: state.config.max_source_file_bytes,
         max_total_bytes: state.config.max_source_answer_bytes,
     };
     let files = blocking("listing the source", move || {
-        source_files(&mut check_zip(&zip, &limits)?, source_limits)
+        let file = zip
+            .open()
+            .map_err(|e| UploadError::io("reading the spooled upload", e))?;
+        source_files(
+            &mut check_zip(std::io::BufReader::new(file), &limits)?,
+            source_limits,
+        )
     })
     .await?;
     Ok(files
@@ -189,15 +327,17 @@ pub async fn list_source(
         .collect())
 }
 
-/// The user's zip behind a context key.
-pub async fn stored_zip(state: &AppState, context_key: &str) -> Result<Bytes, ApiError> {
+/// The user's zip behind a context key, spooled from object storage to a file.
+pub async fn stored_zip(state: &AppState, context_key: &str) -> Result<SpooledZip, ApiError> {
     let zip_key = zip_key_for_context(context_key)
         .ok_or_else(|| ApiError::Internal(format!("unexpected s3 key {context_key:?}").into()))?;
-    state.objects.get(&zip_key).await?.ok_or_else(|| {
-        ApiError::NotFound(format!(
+    let mut spool = Spooler::new(&state.config.spool_dir).await?;
+    if !state.objects.get_into(&zip_key, &mut spool).await? {
+        return Err(ApiError::NotFound(format!(
             "the uploaded zip {zip_key:?} is missing from object storage; upload the code again"
-        ))
-    })
+        )));
+    }
+    spool.finish(None).await
 }
 
 /// Removes every stored upload under a name (best effort: a leftover object is harmless).

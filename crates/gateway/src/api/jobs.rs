@@ -168,12 +168,7 @@ pub async fn upload(
         )));
     };
     let entrypoint = object.spec.entrypoint_or_default();
-    let zip = read_code_field(
-        &headers,
-        multipart,
-        state.config.upload_limits.max_zip_bytes,
-    )
-    .await?;
+    let zip = read_code_field(&state, ns, &headers, multipart).await?;
     let key = store_code(&state, ns, &job_key_name(&name), runtime, &entrypoint, zip).await?;
     let updated = modify::<FunctionJob, _>(&*state.store, ns, &name, |o| {
         o.spec.s3_key = Some(key.clone());

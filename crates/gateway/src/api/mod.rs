@@ -9,6 +9,7 @@ mod jobs;
 mod triggers;
 mod workloads;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
@@ -26,6 +27,7 @@ use sless_api::NamespaceResponse;
 use sless_core::auth::Authenticator;
 use sless_core::logs::WorkloadLogs;
 use sless_core::model::{Function, Kind, Service};
+use sless_core::quota::{QuotaStore, Quotas, UploadSlots};
 use sless_core::s3::ObjectStore;
 use sless_core::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
 use sless_core::upload::UploadLimits;
@@ -42,6 +44,11 @@ pub struct ApiConfig {
     /// Base of the URLs in status (`<external_url>/fn/<ns>/<name>`), when known: an http
     /// trigger created for a Ready function answers with its URL at once.
     pub external_url: Option<String>,
+    /// Objects per namespace and uploads in flight (the runner enforces running memory).
+    pub quotas: Quotas,
+    /// Where uploads and build contexts are spooled while they are checked and stored
+    /// (`sless up`: `<data dir>/spool`).
+    pub spool_dir: PathBuf,
 }
 
 impl Default for ApiConfig {
@@ -52,11 +59,14 @@ impl Default for ApiConfig {
             max_source_file_bytes: 1024 * 1024,
             max_source_answer_bytes: 2 * 1024 * 1024,
             external_url: None,
+            quotas: Quotas::default(),
+            spool_dir: std::env::temp_dir(),
         }
     }
 }
 
 pub struct AppState {
+    /// Creates pass the namespace's quotas ([`QuotaStore`]).
     pub store: Arc<dyn Store>,
     pub objects: ObjectStore,
     pub auth: Arc<Authenticator>,
@@ -64,6 +74,30 @@ pub struct AppState {
     /// The `/fn` proxy, for the invocation history it records.
     pub proxy: Arc<Proxy>,
     pub config: ApiConfig,
+    /// Uploads in flight per namespace.
+    pub uploads: Arc<UploadSlots>,
+}
+
+impl AppState {
+    /// The API's state over `store`, which it writes through the quotas of `config`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        objects: ObjectStore,
+        auth: Arc<Authenticator>,
+        logs: Arc<dyn WorkloadLogs>,
+        proxy: Arc<Proxy>,
+        config: ApiConfig,
+    ) -> Self {
+        Self {
+            store: Arc::new(QuotaStore::new(store, config.quotas.clone())),
+            objects,
+            auth,
+            logs,
+            proxy,
+            uploads: UploadSlots::new(config.quotas.max_uploads_in_flight),
+            config,
+        }
+    }
 }
 
 /// `/v1` routes plus `/healthz` and `/readyz`.

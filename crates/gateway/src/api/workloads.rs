@@ -167,12 +167,7 @@ pub async fn upload<R: WorkloadResource>(
 ) -> Result<Json<WorkloadResponse>, ApiError> {
     let ns = &auth.namespace;
     let object = load::<R>(&state, ns, &name).await?;
-    let zip = read_code_field(
-        &headers,
-        multipart,
-        state.config.upload_limits.max_zip_bytes,
-    )
-    .await?;
+    let zip = read_code_field(&state, ns, &headers, multipart).await?;
     let workload = R::workload(&object.spec);
     let key = store_code(
         &state,

@@ -104,14 +104,14 @@ impl TestServer {
 
     /// [`TestServer::start`] on the given store.
     pub async fn start_on(kind: StoreKind) -> Self {
-        Self::launch(
-            kind,
-            ApiConfig::default(),
-            KeySource::Hs256Secret(SECRET.to_vec()),
-            None,
-        )
-        .await
-        .0
+        Self::start_on_with(kind, ApiConfig::default()).await
+    }
+
+    /// [`TestServer::start_with`] on the given store.
+    pub async fn start_on_with(kind: StoreKind, config: ApiConfig) -> Self {
+        Self::launch(kind, config, KeySource::Hs256Secret(SECRET.to_vec()), None)
+            .await
+            .0
     }
 
     async fn launch(
@@ -157,14 +157,14 @@ impl TestServer {
             routes,
             gateway::proxy::ProxyConfig::default(),
         ));
-        let state = Arc::new(AppState {
-            store: store.clone(),
-            objects: objects.clone(),
-            auth: Arc::new(test_authenticator(key)),
+        let state = Arc::new(AppState::new(
+            store.clone(),
+            objects.clone(),
+            Arc::new(test_authenticator(key)),
             logs,
-            proxy: proxy.clone(),
+            proxy.clone(),
             config,
-        });
+        ));
         let app = gateway::api::router(state).merge(gateway::proxy::router(proxy.clone()));
         // Served as `sless` serves it: the proxy's fast path first.
         let app = gateway::serve::App::with_proxy(app, proxy.clone());
