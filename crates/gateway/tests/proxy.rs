@@ -330,12 +330,17 @@ async fn forwarding_headers_are_added() {
             h.client
                 .get(h.url("/fn/ns/f/"))
                 .header("x-forwarded-for", "10.0.0.1")
-                .header("x-forwarded-proto", "https"),
+                .header("x-forwarded-proto", "https")
+                .header("x-real-ip", "203.0.113.66")
+                .header("forwarded", "for=203.0.113.66;proto=https"),
         )
         .await;
     let headers = &seen["headers"];
     assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
-    assert_eq!(headers["x-forwarded-proto"], "https");
+    // The caller cannot claim a scheme or an address: sless says how it was reached.
+    assert_eq!(headers["x-forwarded-proto"], "http");
+    assert!(headers.get("x-real-ip").is_none(), "{headers}");
+    assert!(headers.get("forwarded").is_none(), "{headers}");
 }
 
 #[tokio::test]

@@ -6,8 +6,9 @@ use axum::http::header::{CONNECTION, COOKIE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::{
-    ADDED_TO_ANSWERS, Answer, RULES, Request, X_FORWARDED_FOR, X_FORWARDED_HOST, connection_tokens,
-    cookie_without, has_cookie, names_extra_header, sets_cookie, write_forwarded_for,
+    ADDED_TO_ANSWERS, Answer, FORWARDED_PROTO, RULES, Request, X_FORWARDED_FOR, X_FORWARDED_HOST,
+    connection_tokens, cookie_without, has_cookie, names_extra_header, sets_cookie,
+    write_forwarded_for,
 };
 use crate::proxy::Caller;
 
@@ -28,7 +29,7 @@ pub(crate) fn request(
         let name = &rule.name;
         match rule.request {
             Request::Pass | Request::ForwardedHost => {}
-            Request::Hop => {
+            Request::Hop | Request::Forged => {
                 headers.remove(name);
             }
             Request::Trigger => {
@@ -57,9 +58,7 @@ pub(crate) fn request(
                 }
             }
             Request::ForwardedProto => {
-                if !headers.contains_key(name) {
-                    headers.insert(name, HeaderValue::from_static("http"));
-                }
+                headers.insert(name, HeaderValue::from_static(FORWARDED_PROTO));
             }
             Request::ForwardedFor => {
                 if let Some(ip) = client_ip {
@@ -306,7 +305,7 @@ mod tests {
             None,
             Some("h2-authority"),
         );
-        assert_eq!(headers["x-forwarded-proto"], "https");
+        assert_eq!(headers["x-forwarded-proto"], "http", "overwritten");
         assert_eq!(headers["x-forwarded-host"], "h2-authority");
         assert!(!headers.contains_key("x-forwarded-for"));
     }

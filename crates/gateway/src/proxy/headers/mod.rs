@@ -8,8 +8,8 @@ pub(crate) mod map;
 pub(crate) mod wire;
 
 use axum::http::header::{
-    CONNECTION, CONTENT_SECURITY_POLICY, COOKIE, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
-    SET_COOKIE, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, CONTENT_SECURITY_POLICY, COOKIE, FORWARDED, HOST, PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION, SET_COOKIE, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 use axum::http::{HeaderName, HeaderValue};
 
@@ -29,8 +29,11 @@ pub(crate) enum Request {
     Host,
     /// Written from the caller's Host, whatever the caller sent.
     ForwardedHost,
-    /// Kept when sent, `http` when not.
+    /// Written by sless, whatever the caller sent: the scheme sless was reached by.
     ForwardedProto,
+    /// A caller's claim about who it is or how it came: dropped (X-Forwarded-For carries
+    /// the address sless saw, X-Forwarded-Proto the scheme).
+    Forged,
     /// The caller's address is appended.
     ForwardedFor,
 }
@@ -67,10 +70,14 @@ pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwa
 pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
+/// The scheme `/fn` is served on: sless listens on plain HTTP (a TLS proxy in front of
+/// it is a hop of its own).
+pub(crate) const FORWARDED_PROTO: &str = "http";
+
 /// Every header not passed on as sent, both ways. Beyond these, a Connection header
 /// can name more headers to keep on their hop. Applied in this order (the map keeps the
 /// header order it had before the table).
-pub(crate) static RULES: [Rule; 16] = [
+pub(crate) static RULES: [Rule; 18] = [
     hop(CONNECTION),
     hop(HeaderName::from_static("keep-alive")),
     hop(PROXY_AUTHENTICATE),
@@ -90,6 +97,12 @@ pub(crate) static RULES: [Rule; 16] = [
     rule(X_FORWARDED_HOST, Request::ForwardedHost, Answer::Pass),
     rule(X_FORWARDED_PROTO, Request::ForwardedProto, Answer::Pass),
     rule(X_FORWARDED_FOR, Request::ForwardedFor, Answer::Pass),
+    rule(
+        HeaderName::from_static("x-real-ip"),
+        Request::Forged,
+        Answer::Pass,
+    ),
+    rule(FORWARDED, Request::Forged, Answer::Pass),
     rule(SET_COOKIE, Request::Pass, Answer::SetCookie),
 ];
 
@@ -231,7 +244,7 @@ mod tests {
     }
 
     /// A sample of every rule, in the cases that differ.
-    const REQUEST: [(&str, &str); 17] = [
+    const REQUEST: [(&str, &str); 19] = [
         ("Host", "public.example:8080"),
         ("Connection", "keep-alive, X-Custom-Hop"),
         ("connection", "X-Forwarded-Proto, x-other"),
@@ -248,6 +261,8 @@ mod tests {
         ("X-Forwarded-Host", "forged"),
         ("X-Forwarded-Proto", "https"),
         ("X-Sless-Amqp", "e30="),
+        ("X-Real-IP", "203.0.113.66"),
+        ("Forwarded", "for=203.0.113.66;proto=https"),
         ("Accept", "*/*"),
     ];
 
@@ -294,6 +309,18 @@ mod tests {
             let (wire, map) = both_request_paths(headers);
             assert_eq!(wire, map_pairs(&map), "{headers:?}");
         }
+        // A caller cannot claim another scheme or address.
+        let (wire, _) = both_request_paths(&[
+            ("X-Forwarded-Proto", "https"),
+            ("x-real-ip", "203.0.113.66"),
+            ("FORWARDED", "for=203.0.113.66"),
+        ]);
+        let expected: Vec<(&str, &[u8])> = vec![
+            ("host", b"127.0.0.1:9000"),
+            ("x-forwarded-for", b"10.1.2.3"),
+            ("x-forwarded-proto", b"http"),
+        ];
+        assert_eq!(wire, sorted(expected));
         let (wire, _) = both_request_paths(&REQUEST);
         let expected: Vec<(&str, &[u8])> = vec![
             ("accept", b"*/*"),

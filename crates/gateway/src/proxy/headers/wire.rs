@@ -7,9 +7,9 @@ use axum::http::header::{CONNECTION, HOST};
 use httparse::Header;
 
 use super::{
-    ADDED_TO_ANSWERS, Answer, Request, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO,
-    connection_tokens, cookie_without, has_cookie, names_extra_header, rule_for, sets_cookie,
-    write_forwarded_for,
+    ADDED_TO_ANSWERS, Answer, FORWARDED_PROTO, Request, X_FORWARDED_FOR, X_FORWARDED_HOST,
+    X_FORWARDED_PROTO, connection_tokens, cookie_without, has_cookie, names_extra_header, rule_for,
+    sets_cookie, write_forwarded_for,
 };
 
 /// Writes the header lines of a public call to the function at `upstream`, from the
@@ -23,7 +23,6 @@ pub(crate) fn request(
 ) {
     let named = ConnectionNamed::new(headers);
     let mut host = None;
-    let mut has_proto = false;
     for header in headers {
         if named.drops(header.name) {
             continue;
@@ -33,14 +32,18 @@ pub(crate) fn request(
         match rule {
             Request::Pass => {}
             // X-Forwarded-* are written below, Host as the function's address.
-            Request::Hop | Request::Trigger | Request::ForwardedHost | Request::ForwardedFor => {
+            Request::Hop
+            | Request::Trigger
+            | Request::ForwardedHost
+            | Request::ForwardedProto
+            | Request::ForwardedFor
+            | Request::Forged => {
                 continue;
             }
             Request::Host => {
                 host = Some(header.value);
                 continue;
             }
-            Request::ForwardedProto => has_proto = true,
             Request::Cookie => {
                 if let Some(cookie) = console_cookie
                     && has_cookie(header.value, cookie)
@@ -59,9 +62,11 @@ pub(crate) fn request(
     if let Some(host) = host {
         write_header(out, X_FORWARDED_HOST.as_str().as_bytes(), host);
     }
-    if !has_proto {
-        write_header(out, X_FORWARDED_PROTO.as_str().as_bytes(), b"http");
-    }
+    write_header(
+        out,
+        X_FORWARDED_PROTO.as_str().as_bytes(),
+        FORWARDED_PROTO.as_bytes(),
+    );
     out.extend_from_slice(X_FORWARDED_FOR.as_str().as_bytes());
     out.extend_from_slice(b": ");
     write_forwarded_for(
