@@ -20,6 +20,12 @@ impl Drop for Sless {
     }
 }
 
+impl Sless {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 pub fn start(data_dir: &Path) -> Sless {
     start_with_env(data_dir, &[])
 }
