@@ -58,6 +58,21 @@ function announceReady() {
 
 // ------------------------------------------------------------- handler load
 
+// `require` finds only the function's own node_modules, as in the image, where only
+// its package.json dependencies are installed: no NODE_PATH, ~/.node_modules,
+// ~/.node_libraries, <prefix>/lib/node, nor node_modules above the function folder.
+function confineModuleLookup(fnDir) {
+  const Module = require('node:module');
+  const inside = (p) => p === fnDir || p.startsWith(fnDir + path.sep);
+  const lookupPaths = Module._resolveLookupPaths;
+  Module._resolveLookupPaths = function (request, parent) {
+    const paths = lookupPaths.call(this, request, parent);
+    // Relative requests look beside their parent module, wherever it is.
+    if (!Array.isArray(paths) || request.startsWith('.')) return paths;
+    return paths.filter(inside);
+  };
+}
+
 async function loadHandler() {
   const fnDir = path.resolve(process.env.SLESS_FUNCTION_DIR || process.cwd());
   const entry = process.env.SLESS_ENTRYPOINT || 'handler.handle';
@@ -72,6 +87,7 @@ async function loadHandler() {
   }
   // Relative file access in the handler resolves against its own directory.
   process.chdir(fnDir);
+  confineModuleLookup(fnDir);
 
   // `handler` means handler.js (or .cjs/.mjs, or handler/index.js); requiring
   // it by absolute path makes node_modules in fnDir resolve as usual.

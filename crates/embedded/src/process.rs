@@ -102,8 +102,17 @@ impl Instance {
         logs: &Arc<LogBook>,
         sandbox: &Sandbox,
     ) -> Result<Self, String> {
-        let cannot =
-            |e: std::io::Error| format!("cannot start {}: {e}; is it installed?", launch.program);
+        // The first line is the cause callers see; the program's path (a detail of this
+        // machine) only follows on the next line, for the log and the status.
+        let cannot = |e: std::io::Error| {
+            let cause = if e.raw_os_error() == Some(libc::E2BIG) {
+                "cannot start the runtime: its environment is too large; make env_vars smaller"
+                    .to_string()
+            } else {
+                format!("cannot start the runtime: {e}")
+            };
+            format!("{cause}\n{}: {e}; is it installed?", launch.program)
+        };
         let port = free_port().map_err(cannot)?;
         let mut command = Command::new(launch.program);
         die_with_parent(&mut command);

@@ -195,6 +195,8 @@ mod tests {
             (
                 "python3".into(),
                 vec![
+                    "-I".into(),
+                    "-S".into(),
                     "-u".into(),
                     "/data/runtimes/python3.11/sless_runtime.py".into()
                 ]

@@ -147,6 +147,98 @@ async fn node_function_with_a_dependency() {
     );
 }
 
+/// What the handler can import beyond its own requirements: the host interpreter's
+/// site-packages hold pip (every Python that can install requirements has it) and, on
+/// hosts like the issue's, kubernetes_validate and yaml.
+const PY_ISOLATION_HANDLER: &[u8] = br#"
+import sys
+
+def handle(event):
+    importable = []
+    for name in ("pip", "kubernetes_validate", "yaml"):
+        try:
+            __import__(name)
+            importable.append(name)
+        except ImportError:
+            pass
+    import six
+    return {"importable": importable, "six": six.__name__,
+            "site_dirs": [p for p in sys.path if "site-packages" in p or "dist-packages" in p]}
+"#;
+
+#[tokio::test]
+async fn python_sees_its_requirements_and_the_standard_library_only() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "py-isolated");
+    // A PYTHONPATH in the function's env does not open the host's packages either.
+    let host_site = std::process::Command::new("python3")
+        .args(["-c", "import site; print(site.getsitepackages()[0])"])
+        .output()
+        .unwrap();
+    let host_site = String::from_utf8(host_site.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    api.deploy_spec(
+        json!({"name": "iso", "runtime": "python3.11", "timeout_sec": 5,
+               "env_vars": {"PYTHONPATH": host_site}}),
+        &[
+            ("handler.py", PY_ISOLATION_HANDLER),
+            ("requirements.txt", b"six==1.16.0\n"),
+        ],
+    )
+    .await;
+    let (status, body) = api.invoke("iso", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["importable"],
+        json!([]),
+        "host packages leak in: {body}"
+    );
+    assert_eq!(body["site_dirs"], json!([]), "{body}");
+    assert_eq!(body["six"], "six", "the declared dependency still imports");
+}
+
+const JS_ISOLATION_HANDLER: &[u8] = br#"
+const found = (m) => { try { require.resolve(m); return true; } catch { return false; } };
+exports.handle = async () => ({
+  global: found('npm/package.json') || found('corepack/package.json'),
+  dependency: found('is-number'),
+});
+"#;
+
+#[tokio::test]
+async fn node_sees_no_global_modules() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = Api::new(&server, "js-isolated");
+    let global_root = std::process::Command::new("npm")
+        .args(["root", "-g"])
+        .output()
+        .unwrap();
+    let global_root = String::from_utf8(global_root.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        std::path::Path::new(&global_root).join("npm").is_dir(),
+        "npm is installed globally at {global_root}"
+    );
+    let package = br#"{"name": "fn", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}}"#;
+    api.deploy_spec(
+        json!({"name": "iso", "runtime": "nodejs20", "timeout_sec": 5,
+               "env_vars": {"NODE_PATH": global_root}}),
+        &[
+            ("handler.js", JS_ISOLATION_HANDLER),
+            ("package.json", package),
+        ],
+    )
+    .await;
+    let (status, body) = api.invoke("iso", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["global"], false, "global modules leak in: {body}");
+    assert_eq!(body["dependency"], true, "{body}");
+}
+
 #[tokio::test]
 async fn go_function() {
     assert!(

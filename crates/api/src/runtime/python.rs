@@ -39,9 +39,18 @@ pub static PYTHON311: RuntimeDescriptor = RuntimeDescriptor {
             ],
         },
     }],
+    // -I: no PYTHONPATH (or other PYTHON* variables) and no user site; -S: no
+    // site-packages of the host's interpreter. The function sees the standard library,
+    // its own code and its `.deps`, as in the image, where only its requirements are
+    // installed.
     start: LocalCommand {
         program: Word::Tool("python3"),
-        args: &[Word::Text("-u"), Word::Wrapper("sless_runtime.py")],
+        args: &[
+            Word::Text("-I"),
+            Word::Text("-S"),
+            Word::Text("-u"),
+            Word::Wrapper("sless_runtime.py"),
+        ],
     },
     standby: true,
     etc_paths: &["pip.conf", "python3", "python3.11"],
