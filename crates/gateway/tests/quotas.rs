@@ -459,3 +459,32 @@ async fn a_function_that_fails_to_build_answers_503_with_the_build_error() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_job_run_past_the_running_memory_quota_fails_and_says_why() {
+    // A self-contained job runs with 128 MiB.
+    let (server, _runner) = TestServer::platform(|c| c.max_running_memory_mb = 100).await;
+    let api = Api::new(&server, "judy");
+    api.post(
+        "jobs",
+        json!({"name": "j", "runtime": "python3.11", "timeout_sec": 30}),
+    )
+    .await;
+    api.upload("jobs/j", &[("handler.py", HANDLER)]).await;
+    api.send(reqwest::Method::PATCH, "jobs/j", Some(json!({"run_id": 1})))
+        .await;
+    let done = api
+        .wait_until("jobs/j", Duration::from_secs(120), |j| {
+            j["run_id"] == 1 && (j["phase"] == "Succeeded" || j["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(done["phase"], "Failed", "{done}");
+    let message = done["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "quota: namespace {} would run 128 MiB of instances",
+            api.user.ns
+        )),
+        "{message}"
+    );
+}
