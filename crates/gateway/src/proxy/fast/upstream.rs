@@ -17,12 +17,19 @@ pub(super) struct Upstream {
 }
 
 impl Upstream {
-    /// A new connection to `authority`; Err is why not, for the caller's 502.
+    /// A new connection to `authority`; Err is why not, for the caller's 502: it does
+    /// not name the instance's address (a detail of this machine), the log does.
     pub(super) async fn open(authority: &Arc<str>) -> Result<Self, String> {
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&**authority))
             .await
-            .map_err(|_| format!("connecting to {authority} timed out"))?
-            .map_err(|e| format!("connecting to {authority}: {e}"))?;
+            .map_err(|_| {
+                tracing::debug!(%authority, "connecting to an instance timed out");
+                "connecting to the instance timed out".to_string()
+            })?
+            .map_err(|e| {
+                tracing::debug!(%authority, error = %e, "cannot connect to an instance");
+                format!("connecting to the instance: {e}")
+            })?;
         // The head goes out before the body: without this the body would wait for
         // the function's delayed ACK.
         let _ = stream.set_nodelay(true);
