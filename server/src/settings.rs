@@ -165,7 +165,8 @@ impl ServeArgs {
     }
 }
 
-/// Per-namespace quotas (see `sless_core::quota`).
+/// Per-namespace quotas the API applies in both modes (see `sless_core::quota`); the
+/// running-memory quota is the embedded runner's (`sless up --max-running-memory-mb`).
 #[derive(Args, Clone, Debug)]
 pub struct QuotaArgs {
     /// Functions and services one namespace may hold, together.
@@ -177,10 +178,6 @@ pub struct QuotaArgs {
     /// Jobs one namespace may hold.
     #[arg(long, env = "SLESS_MAX_JOBS", default_value_t = 100)]
     pub max_jobs: u64,
-    /// MiB of `memory_mb` one namespace's running instances may add up to (embedded
-    /// mode); an instance past it does not start and its status says why.
-    #[arg(long, env = "SLESS_MAX_RUNNING_MEMORY_MB", default_value_t = 8192)]
-    pub max_running_memory_mb: u64,
     /// Uploads one namespace may have in flight; more are answered 429 with Retry-After.
     #[arg(long, env = "SLESS_MAX_UPLOADS_IN_FLIGHT", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -193,7 +190,6 @@ impl QuotaArgs {
             max_workloads: self.max_workloads,
             max_triggers: self.max_triggers,
             max_jobs: self.max_jobs,
-            max_running_memory_mb: self.max_running_memory_mb,
             max_uploads_in_flight: self.max_uploads_in_flight,
         }
     }

@@ -38,6 +38,10 @@ pub struct UpArgs {
     /// Deploy the examples (a Python and a Node function, a job, a service) at start.
     #[arg(long)]
     pub demo: bool,
+    /// MiB of `memory_mb` one namespace's running instances and job runs may add up
+    /// to; an instance past it does not start and its status says why.
+    #[arg(long, env = "SLESS_MAX_RUNNING_MEMORY_MB", default_value_t = 8192)]
+    pub max_running_memory_mb: u64,
     /// Run functions even on a kernel without Landlock, where nothing confines them.
     #[arg(long, env = "SLESS_ALLOW_UNSANDBOXED")]
     pub allow_unsandboxed: bool,
@@ -120,7 +124,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut runner_config = RunnerConfig::new(data_dir.clone(), external_url.clone());
     runner_config.limits = config.upload_limits.clone();
     runner_config.allow_unsandboxed = args.allow_unsandboxed;
-    runner_config.max_running_memory_mb = args.quotas.max_running_memory_mb;
+    runner_config.max_running_memory_mb = args.max_running_memory_mb;
     if args.test_cron_time_scale != 1 {
         let scale = args.test_cron_time_scale;
         tracing::warn!(scale, "cron runs on an accelerated clock (test only)");

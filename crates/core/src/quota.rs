@@ -21,11 +21,13 @@ pub struct Quotas {
     pub max_workloads: u64,
     pub max_triggers: u64,
     pub max_jobs: u64,
-    /// Sum of `memory_mb` over the namespace's running instances.
-    pub max_running_memory_mb: u64,
     /// Uploads being received or checked at once; more answer 429.
     pub max_uploads_in_flight: u64,
 }
+
+/// The default of the embedded runner's quota on the `memory_mb` a namespace's running
+/// instances and job runs add up to ([`MemoryLedger`]).
+pub const DEFAULT_MAX_RUNNING_MEMORY_MB: u64 = 8192;
 
 impl Default for Quotas {
     fn default() -> Self {
@@ -33,20 +35,19 @@ impl Default for Quotas {
             max_workloads: 100,
             max_triggers: 500,
             max_jobs: 100,
-            max_running_memory_mb: 8192,
             max_uploads_in_flight: 2,
         }
     }
 }
 
 impl Quotas {
-    fn limit(&self, quota: Quota) -> u64 {
+    /// The limit of an object-count quota.
+    fn count_limit(&self, quota: Quota) -> u64 {
         match quota {
             Quota::Workloads => self.max_workloads,
             Quota::Triggers => self.max_triggers,
             Quota::Jobs => self.max_jobs,
-            Quota::RunningMemory => self.max_running_memory_mb,
-            Quota::UploadsInFlight => self.max_uploads_in_flight,
+            Quota::RunningMemory | Quota::UploadsInFlight => u64::MAX,
         }
     }
 }
@@ -185,7 +186,7 @@ impl QuotaStore {
 
     async fn check(&self, kind: Kind, namespace: &str) -> Result<()> {
         let quota = Quota::of_kind(kind);
-        let limit = self.quotas.limit(quota);
+        let limit = self.quotas.count_limit(quota);
         let mut used = 0;
         for &counted in quota.kinds() {
             used += self.inner.list(counted, Some(namespace)).await?.len() as u64;

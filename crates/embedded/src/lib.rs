@@ -79,7 +79,7 @@ impl RunnerConfig {
             resync_every: Duration::from_secs(300),
             allow_unsandboxed: false,
             standby_pool: 4,
-            max_running_memory_mb: sless_core::quota::Quotas::default().max_running_memory_mb,
+            max_running_memory_mb: sless_core::quota::DEFAULT_MAX_RUNNING_MEMORY_MB,
         }
     }
 }
