@@ -301,7 +301,6 @@ async fn execute(shared: &Shared, plan: &Plan, event: &str, timeout: Option<Dura
         read: &[&plan.dir],
         write: &[&plan.scratch],
         memory_mb: Some(plan.memory_mb),
-        port: None,
     };
     let guard = match shared.builder.sandbox.confine(&mut command, &confinement) {
         Ok(guard) => guard,
