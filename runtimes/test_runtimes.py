@@ -4,7 +4,8 @@
     python3 runtimes/test_runtimes.py [python3.11] [nodejs20] [go1.23]
 
 For each runtime: writes a test function into a temp dir, starts the wrapper
-on a free port and checks the HTTP contract and job mode (runtimes/README.md).
+on a free port (and on an inherited Unix listener, as sless starts it) and checks
+the HTTP contract and job mode (runtimes/README.md).
 Go is skipped with a note when `go` is not installed. Ends with
 "N passed, M failed"; exits 1 on any failure.
 """
@@ -668,6 +669,74 @@ def test_ready_fd(rt):
     check(rt.name, "a bad SLESS_READY_FD is ignored", bad_ready_fd)
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket, as sless calls an instance in embedded mode."""
+
+    def __init__(self, path):
+        super().__init__("localhost", timeout=10)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def test_listen_fd(rt):
+    """SLESS_LISTEN_FD: serves on the inherited listening Unix socket, not on PORT."""
+    path = os.path.join(rt.tmp, "instance.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+    port = free_port()
+    read_end, write_end = os.pipe()
+    env = rt.env(PORT=str(port), SLESS_LISTEN_FD=str(listener.fileno()), SLESS_READY_FD=str(write_end))
+    with open(os.path.join(rt.tmp, "listen.log"), "w+") as log:
+        proc = subprocess.Popen(rt.argv, env=env, pass_fds=(listener.fileno(), write_end),
+                                stdout=log, stderr=log, cwd=rt.tmp)
+        # The runtime holds the only listener now, as under sless.
+        listener.close()
+        os.close(write_end)
+        try:
+            def serves_on_the_socket():
+                expect(os.read(read_end, 10) == b"1", "no ready byte")
+                conn = UnixHTTPConnection(path)
+                try:
+                    resp, _ = request(None, "GET", "/health", conn=conn)
+                    expect(resp.status == 200, f"health: status {resp.status}")
+                    resp, data = request(None, "POST", "/a?x=1", b'{"k": "v"}',
+                                         {"Content-Type": "application/json"}, conn=conn)
+                    event = json.loads(data)
+                    expect(resp.status == 200 and event.get("k") == "v", (resp.status, data[:300]))
+                finally:
+                    conn.close()
+
+            def not_on_port():
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                except ConnectionRefusedError:
+                    return
+                raise AssertionError(f"something listens on PORT {port}")
+
+            def sigterm_ends_it():
+                proc.send_signal(signal.SIGTERM)
+                expect(proc.wait(timeout=15) == 0, f"exit {proc.returncode}")
+                try:
+                    UnixHTTPConnection(path).connect()
+                except ConnectionRefusedError:
+                    return
+                raise AssertionError("the socket still takes connections after the exit")
+
+            for name, fn in [("serves on the listening socket of SLESS_LISTEN_FD", serves_on_the_socket),
+                             ("with SLESS_LISTEN_FD nothing listens on PORT", not_on_port),
+                             ("SIGTERM closes the inherited listener", sigterm_ends_it)]:
+                check(rt.name, name, fn)
+        finally:
+            os.close(read_end)
+            proc.kill()
+            proc.wait()
+
+
 def test_standby(rt):
     """SLESS_STANDBY=1: loaded and listening first, the function directory comes on stdin."""
     if rt.name not in ("python3.11", "nodejs20"):
@@ -890,7 +959,7 @@ def main():
             except Exception as exc:
                 report(name, "prepare", False, str(exc))
                 continue
-            for part in (test_http, test_ready_fd, test_standby, test_python_async, test_job):
+            for part in (test_http, test_ready_fd, test_listen_fd, test_standby, test_python_async, test_job):
                 try:
                     part(rt)
                 except Exception as exc:

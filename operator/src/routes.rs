@@ -17,7 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
 use sless_api::text::first_line;
 use sless_core::model::{Function, Kind, Phase, Service, Trigger, WorkloadSpec, WorkloadStatus};
-use sless_core::routes::{Route, RouteTable};
+use sless_core::routes::{Address, Route, RouteTable};
 use sless_core::store::{Object, Resource, Store, StoreError, WorkloadResource};
 use sless_core::workload::{Demand, demand, no_code};
 
@@ -43,16 +43,13 @@ impl RouteTable for KubeRoutes {
                 .cloned()
                 .unwrap_or(Route::Unknown)
         };
-        let (Route::Ready {
-            kind, authority, ..
-        }
-        | Route::Hidden {
-            kind, authority, ..
-        }) = &mut route
+        let (Route::Ready { kind, address, .. } | Route::Hidden { kind, address, .. }) = &mut route
         else {
             return route;
         };
-        if let Some(dialled) = self.connect_to.get(&**authority) {
+        if let Address::Tcp(authority) = address
+            && let Some(dialled) = self.connect_to.get(&**authority)
+        {
             *authority = dialled.clone();
         }
         let ready = self
@@ -146,8 +143,8 @@ fn workload_route<R: WorkloadResource>(
             reason: reason.clone(),
         },
         (None, _) => {
-            let authority = service_authority(namespace, name, cluster_domain).into();
-            demand.ready_route(R::KIND, authority, spec.timeout())
+            let address = Address::Tcp(service_authority(namespace, name, cluster_domain).into());
+            demand.ready_route(R::KIND, address, spec.timeout())
         }
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use sless_core::model::{
     Function, FunctionSpec, Kind, Phase, Runtime, Trigger, TriggerSpec, TriggerType, WorkloadSpec,
 };
-use sless_core::routes::{Route, RouteTable};
+use sless_core::routes::{Address, Route, RouteTable};
 use sless_core::store::{Store, StoreError, StoreExt, modify_status};
 
 #[tokio::test]
@@ -255,7 +255,7 @@ async fn routes_follow_the_store() {
         route,
         Route::Ready {
             kind: Kind::Function,
-            authority: "hello.sless-fn-sless-ab.svc.cluster.local:8080".into(),
+            address: Address::Tcp("hello.sless-fn-sless-ab.svc.cluster.local:8080".into()),
             timeout: Some(Duration::from_secs(30)),
         }
     );

@@ -396,6 +396,25 @@ func announceReady() {
 	_ = f.Close() // the handler's own child processes must not hold it
 }
 
+// listen takes the listening socket sless made for this instance (SLESS_LISTEN_FD),
+// else listens on addr.
+func listen(addr string) (net.Listener, error) {
+	fd, err := strconv.Atoi(os.Getenv("SLESS_LISTEN_FD"))
+	os.Unsetenv("SLESS_LISTEN_FD")
+	if err != nil || fd < 0 {
+		return net.Listen("tcp", addr)
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	// FileListener works on a close-on-exec duplicate: the handler's own child
+	// processes do not inherit the listener.
+	ln, err := net.FileListener(f)
+	_ = f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("no listening socket on descriptor %d: %w", fd, err)
+	}
+	return ln, nil
+}
+
 func serve() int {
 	host := os.Getenv("SLESS_HOST")
 	if host == "" {
@@ -416,7 +435,7 @@ func serve() int {
 	// On SIGTERM stop accepting, let in-flight requests finish briefly, exit.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	ln, err := net.Listen("tcp", srv.Addr)
+	ln, err := listen(srv.Addr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sless-runtime: %v\n", err)
 		return 1

@@ -299,11 +299,17 @@ function serve(loaded) {
   // The platform's proxy enforces the function timeout; no second limit here.
   server.requestTimeout = 0;
 
+  // The listening socket sless made for this instance, else PORT.
+  const listenFd = process.env.SLESS_LISTEN_FD || '';
+  delete process.env.SLESS_LISTEN_FD;
+  const where = /^\d+$/.test(listenFd) ? `descriptor ${listenFd}` : `${host}:${port}`;
   server.on('error', (err) => {
-    console.error(`sless-runtime: cannot listen on ${host}:${port}: ${err.message}`);
+    console.error(`sless-runtime: cannot listen on ${where}: ${err.message}`);
     process.exit(1);
   });
-  server.listen(port, host, () => loaded.then(announceReady, () => {}));
+  const listening = () => loaded.then(announceReady, () => {});
+  if (/^\d+$/.test(listenFd)) server.listen({ fd: Number(listenFd) }, listening);
+  else server.listen(port, host, listening);
 
   // As PID 1 in a container SIGTERM has no default action: stop accepting,
   // let in-flight requests finish briefly, then exit.

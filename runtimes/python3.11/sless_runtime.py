@@ -609,6 +609,16 @@ async def run_server(func, sock):
 
 
 def listen_socket():
+    """The listening socket sless made for this instance (SLESS_LISTEN_FD), else PORT."""
+    fd = os.environ.pop("SLESS_LISTEN_FD", "")
+    if fd.isdigit():
+        try:
+            sock = socket.socket(fileno=int(fd))
+        except OSError as exc:
+            print(f"sless-runtime: no listening socket on descriptor {fd}: {exc}", file=sys.stderr)
+            sys.exit(1)
+        sock.set_inheritable(False)  # not for the handler's own child processes
+        return sock
     host = os.environ.get("SLESS_HOST") or "0.0.0.0"
     port = int(os.environ.get("PORT") or 8080)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -1,13 +1,15 @@
 //! Where `/fn/{ns}/{name}` goes: the seam between the runners (embedded processes or
 //! Kubernetes Services), which know, and the proxy (`sless-gateway`), which asks.
 
+use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::Kind;
 
 /// Where a call to `/fn/{ns}/{name}` goes right now. The only part of the proxy that
-/// differs between embedded mode (the runner's local ports) and Kubernetes (Service DNS).
+/// differs between embedded mode (the runner's Unix sockets) and Kubernetes (Service DNS).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Route {
     /// No function or service of that name.
@@ -23,8 +25,7 @@ pub enum Route {
     NoCode { reason: String },
     Ready {
         kind: Kind,
-        /// `host:port` of the instance; shared, as every call clones its route.
-        authority: Arc<str>,
+        address: Address,
         /// `None` = no limit.
         timeout: Option<Duration>,
     },
@@ -33,9 +34,39 @@ pub enum Route {
     Hidden {
         reason: String,
         kind: Kind,
-        authority: Arc<str>,
+        address: Address,
         timeout: Option<Duration>,
     },
+}
+
+/// Where an instance answers; shared, as every call clones its route.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Address {
+    /// The listening socket sless made for an embedded instance: nothing else reaches
+    /// the instance.
+    Unix(Arc<Path>),
+    /// `host:port`, e.g. a Kubernetes Service.
+    Tcp(Arc<str>),
+}
+
+impl Address {
+    /// The Host header a call carries: an instance on a socket has no host name.
+    pub fn host(&self) -> &str {
+        match self {
+            Address::Unix(_) => "localhost",
+            Address::Tcp(authority) => authority,
+        }
+    }
+}
+
+/// For errors callers may see: a socket's path is a detail of the server, not theirs.
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Unix(_) => f.write_str("the instance's socket"),
+            Address::Tcp(authority) => f.write_str(authority),
+        }
+    }
 }
 
 /// Answers [`Route`]s from memory: the invoke path never waits on the store.

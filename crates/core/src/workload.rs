@@ -2,11 +2,10 @@
 //! `/fn` may reach it, from its triggers. The embedded runner, the Kubernetes controller
 //! and the Kubernetes route table all follow this one rule, and say "no code yet" alike.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{Kind, TriggerSpec, TriggerType};
-use crate::routes::Route;
+use crate::routes::{Address, Route};
 
 /// What a workload's triggers ask of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,19 +57,19 @@ pub fn demand<'a>(
 }
 
 impl Demand {
-    /// The route of a workload whose instance is ready at `authority`: callers of `/fn`
+    /// The route of a workload whose instance is ready at `address`: callers of `/fn`
     /// reach it only if it is exposed, its event triggers whenever they run.
-    pub fn ready_route(&self, kind: Kind, authority: Arc<str>, timeout: Option<Duration>) -> Route {
+    pub fn ready_route(&self, kind: Kind, address: Address, timeout: Option<Duration>) -> Route {
         match &self.exposed {
             Ok(()) => Route::Ready {
                 kind,
-                authority,
+                address,
                 timeout,
             },
             Err(reason) if self.dispatched => Route::Hidden {
                 reason: reason.clone(),
                 kind,
-                authority,
+                address,
                 timeout,
             },
             Err(reason) => Route::Unavailable {
@@ -153,19 +152,19 @@ mod tests {
             ("queue", trigger(TriggerType::Event, "f", true)),
         ]);
         assert!(event.needed && event.dispatched);
-        let authority: Arc<str> = "127.0.0.1:1".into();
+        let address = Address::Tcp("127.0.0.1:1".into());
         assert!(matches!(
-            event.ready_route(Kind::Function, authority.clone(), None),
+            event.ready_route(Kind::Function, address.clone(), None),
             Route::Hidden { .. }
         ));
         assert!(matches!(
-            cron.ready_route(Kind::Function, authority.clone(), None),
+            cron.ready_route(Kind::Function, address.clone(), None),
             Route::Unavailable { .. }
         ));
         let web = of(&[("web", trigger(TriggerType::Http, "f", true))]);
         assert!(web.needed && web.exposed.is_ok());
         assert!(matches!(
-            web.ready_route(Kind::Function, authority, None),
+            web.ready_route(Kind::Function, address, None),
             Route::Ready { .. }
         ));
     }

@@ -228,7 +228,6 @@ impl<'a> Log<'a> {
                     read: &[],
                     write: &[&self.home, self.staging],
                     memory_mb: None,
-                    port: None,
                 },
             )
             .map_err(|e| BuildError(e.to_string()))?;

@@ -2,6 +2,7 @@
 //! the function's instance, recorded as the trigger's `last_schedule_time`.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +62,24 @@ pub(super) async fn schedule(shared: Arc<Shared>) {
     }
 }
 
+/// The cron call to the instance on `socket`.
+async fn post(
+    socket: &Arc<Path>,
+    trigger: &str,
+    timeout: Duration,
+    body: &serde_json::Value,
+) -> reqwest::Result<reqwest::Response> {
+    reqwest::Client::builder()
+        .unix_socket(socket.clone())
+        .build()?
+        .post("http://localhost/")
+        .header("x-sless-trigger", trigger)
+        .timeout(timeout)
+        .json(body)
+        .send()
+        .await
+}
+
 async fn fire(shared: Arc<Shared>, trigger: Object<Trigger>, scheduled: DateTime<Utc>) {
     let ns = &trigger.meta.namespace;
     let function = &trigger.spec.function_ref;
@@ -75,13 +94,8 @@ async fn fire(shared: Arc<Shared>, trigger: Object<Trigger>, scheduled: DateTime
                 "schedule": trigger.spec.schedule,
                 "scheduled_time": scheduled.to_rfc3339(),
             });
-            let request = shared
-                .http
-                .post(format!("http://{}/", endpoint.authority))
-                .header("x-sless-trigger", name.as_str())
-                .timeout(endpoint.timeout.unwrap_or(Duration::from_secs(900)))
-                .json(&body);
-            match request.send().await {
+            let timeout = endpoint.timeout.unwrap_or(Duration::from_secs(900));
+            match post(&endpoint.socket, name, timeout, &body).await {
                 Ok(response) => format!("answered {}", response.status().as_u16()),
                 Err(e) => format!("failed: {e}"),
             }

@@ -318,7 +318,6 @@ async fn execute(
         read: &[&plan.dir],
         write: &[&plan.scratch],
         memory_mb: Some(plan.memory_mb),
-        port: None,
     };
     let guard = match shared.builder.sandbox.confine(&mut command, &confinement) {
         Ok(guard) => guard,

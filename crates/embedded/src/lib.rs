@@ -12,11 +12,12 @@ mod process;
 mod runtimes;
 pub mod s3;
 mod sandbox;
+mod socket;
 pub mod sqlite;
 mod workload;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ use sless_core::routes::{Route, RouteTable};
 use sless_core::s3::ObjectStore;
 use sless_core::store::{Store, StoreExt};
 use sless_core::upload::UploadLimits;
+use socket::SocketDir;
 
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
@@ -87,7 +89,7 @@ impl RunnerConfig {
 /// What a running instance of a workload answers on, for routes and cron calls.
 #[derive(Clone, Debug)]
 struct Endpoint {
-    authority: String,
+    socket: Arc<Path>,
     timeout: Option<Duration>,
     pid: Option<u32>,
 }
@@ -99,7 +101,7 @@ struct Shared {
     builder: Builder,
     config: RunnerConfig,
     logs: Arc<LogBook>,
-    http: reqwest::Client,
+    sockets: SocketDir,
     /// Namespace → name → route, so the invoke path looks up borrowed strings.
     routes: RwLock<HashMap<String, HashMap<String, Route>>>,
     endpoints: RwLock<HashMap<Key, Endpoint>>,
@@ -158,10 +160,7 @@ impl LocalRunner {
                 limits: config.limits.clone(),
             },
             logs: Arc::new(LogBook::new(config.log_lines)),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .map_err(std::io::Error::other)?,
+            sockets: SocketDir::prepare(config.data_dir.join("run"))?,
             routes: RwLock::new(HashMap::new()),
             endpoints: RwLock::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),

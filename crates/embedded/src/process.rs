@@ -1,22 +1,28 @@
-//! One runtime process: spawned on a free loopback port, its output captured into the
-//! log book, health-checked, stopped with SIGTERM (then SIGKILL).
+//! One runtime process: spawned with a listening Unix socket of its own ([`crate::socket`])
+//! as descriptor [`LISTEN_FD`], its output captured into the log book, health-checked,
+//! stopped with SIGTERM (then SIGKILL).
 //!
 //! Readiness: the runtime writes a byte to descriptor [`READY_FD`] once it listens, so
 //! the health check runs at that moment instead of on a poll schedule; a runtime that
 //! never writes it (a Go binary built by an older sless) is found by polling.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::sandbox::{Confinement, Guard, Sandbox};
+use crate::socket::{SocketDir, SocketFile};
 use sless_core::logs::{LogBook, Stream};
 
 /// What to start and whose logs its output belongs to.
@@ -31,13 +37,15 @@ pub struct Launch<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub version: &'a str,
-    /// Pre-start: the runtime loads and takes its port, then waits on stdin for the
+    /// Pre-start: the runtime loads and takes its socket, then waits on stdin for the
     /// version directory under `dir` it is to serve ([`Instance::bind`]).
     pub standby: bool,
+    /// Where its listening socket is made.
+    pub sockets: &'a SocketDir,
 }
 
 pub struct Instance {
-    pub port: u16,
+    socket: SocketFile,
     child: Child,
     guard: Guard,
     /// Until read: where the runtime says it listens.
@@ -49,32 +57,34 @@ pub struct Instance {
 }
 
 /// The descriptor the runtime finds its end of the ready pipe on (`SLESS_READY_FD`).
-const READY_FD: i32 = 3;
+const READY_FD: RawFd = 3;
+/// The descriptor the runtime finds its listening socket on (`SLESS_LISTEN_FD`).
+const LISTEN_FD: RawFd = 4;
+/// Descriptors at or above this are free in the child while the others are placed.
+const SPARE_FD: RawFd = 16;
 
-/// Makes the write end the child's descriptor [`READY_FD`], kept across exec.
-fn pass_ready_fd(command: &mut Command, write: &std::io::PipeWriter) {
-    let fd = write.as_raw_fd();
-    // SAFETY: dup2 and fcntl are async-signal-safe and touch only the child's table.
+/// Gives the child each `(ours, theirs)` descriptor under its number `theirs`, kept
+/// across exec (ours are close-on-exec). Each goes to a spare number first, so one
+/// placed cannot overwrite another not placed yet.
+fn pass_fds<const N: usize>(command: &mut Command, fds: [(RawFd, RawFd); N]) {
+    // SAFETY: fcntl and dup2 are async-signal-safe and touch only the child's table.
     unsafe {
         command.pre_exec(move || {
-            let ok = if fd == READY_FD {
-                libc::fcntl(fd, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(fd, READY_FD)
-            };
-            if ok < 0 {
-                return Err(std::io::Error::last_os_error());
+            let mut spare = [0; N];
+            for (spare, (ours, _)) in spare.iter_mut().zip(fds) {
+                *spare = libc::fcntl(ours, libc::F_DUPFD_CLOEXEC, SPARE_FD);
+                if *spare < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (spare, (_, theirs)) in spare.into_iter().zip(fds) {
+                if libc::dup2(spare, theirs) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
     }
-}
-
-/// A free loopback port: bind port 0, read it, let it go for the child to take.
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Forwards every line of a child's stream into the log book.
@@ -113,7 +123,10 @@ impl Instance {
             };
             format!("{cause}\n{}: {e}; is it installed?", launch.program)
         };
-        let port = free_port().map_err(cannot)?;
+        let (listener, socket) = launch
+            .sockets
+            .listen()
+            .map_err(|e| format!("cannot create the instance's socket: {e}"))?;
         let mut command = Command::new(launch.program);
         die_with_parent(&mut command);
         let guard = sandbox
@@ -123,14 +136,19 @@ impl Instance {
                     read: &[launch.dir],
                     write: &[launch.scratch],
                     memory_mb: Some(launch.memory_mb),
-                    port: Some(port),
                 },
             )
             .map_err(|e| e.to_string())?;
         // Both ends close on exec; the child gets the write end as READY_FD.
         let (ready, ready_write) =
             std::io::pipe().map_err(|e| format!("cannot create the ready pipe: {e}"))?;
-        pass_ready_fd(&mut command, &ready_write);
+        pass_fds(
+            &mut command,
+            [
+                (ready_write.as_raw_fd(), READY_FD),
+                (listener.as_raw_fd(), LISTEN_FD),
+            ],
+        );
         if launch.standby {
             command.env("SLESS_STANDBY", "1").stdin(Stdio::piped());
         } else {
@@ -142,16 +160,17 @@ impl Instance {
             .args(launch.args)
             .current_dir(launch.dir)
             .envs(&launch.env)
-            .env("PORT", port.to_string())
-            .env("SLESS_HOST", "127.0.0.1")
+            .env("SLESS_LISTEN_FD", LISTEN_FD.to_string())
             .env("SLESS_READY_FD", READY_FD.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(cannot)?;
-        // Only the child holds the write end now: its exit ends the pipe.
+        // Only the child holds the write end now: its exit ends the pipe. And the only
+        // listener: calls to an instance that exited fail at once, not in a backlog.
         drop(ready_write);
+        drop(listener);
         let child_stdin = child.stdin.take();
         let ready = pipe::Receiver::from_owned_fd(OwnedFd::from(ready)).ok();
         let version = Arc::new(Mutex::new(launch.version.to_string()));
@@ -183,7 +202,7 @@ impl Instance {
             }
         }
         Ok(Self {
-            port,
+            socket,
             child,
             guard,
             ready,
@@ -204,18 +223,14 @@ impl Instance {
             .map_err(|e| format!("the standby process is gone: {e}"))
     }
 
-    pub fn authority(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+    /// Where it serves.
+    pub fn socket(&self) -> &Arc<Path> {
+        self.socket.path()
     }
 
     /// Checks `GET /health` when the runtime says it listens (else on a backoff
     /// schedule) until it answers 200, the process exits, or time runs out.
-    pub async fn wait_healthy(
-        &mut self,
-        client: &reqwest::Client,
-        within: Duration,
-    ) -> Result<(), String> {
-        let url = format!("http://{}/health", self.authority());
+    pub async fn wait_healthy(&mut self, within: Duration) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + within;
         let mut delay = Duration::from_millis(10);
         loop {
@@ -224,9 +239,8 @@ impl Instance {
                     "the process exited with {status} before it was healthy"
                 ));
             }
-            if let Ok(response) = client.get(&url).send().await
-                && response.status().is_success()
-            {
+            let check = tokio::time::timeout_at(deadline, healthy(self.socket.path()));
+            if check.await == Ok(true) {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -268,6 +282,31 @@ impl Instance {
             }
         }
         let _ = self.child.kill().await;
+    }
+}
+
+/// Whether the runtime on the socket at `path` answers `GET /health` with a success.
+/// A connection waits in the socket's backlog until the runtime serves.
+async fn healthy(path: &Path) -> bool {
+    let Ok(stream) = UnixStream::connect(path).await else {
+        return false;
+    };
+    let Ok((mut sender, connection)) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    else {
+        return false;
+    };
+    let Ok(request) = hyper::Request::get("/health")
+        .header(hyper::header::HOST, "localhost")
+        .body(Empty::<Bytes>::new())
+    else {
+        return false;
+    };
+    tokio::select! {
+        answer = sender.send_request(request) => {
+            answer.is_ok_and(|a| a.status().is_success())
+        }
+        _ = connection => false,
     }
 }
 

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, RestrictionStatus, Ruleset,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, RestrictionStatus, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
     path_beneath_rules,
 };
@@ -123,9 +123,6 @@ pub struct Confinement<'a> {
     pub write: &'a [&'a Path],
     /// `None`: no limit (builds).
     pub memory_mb: Option<u32>,
-    /// The one TCP port it may listen on (Landlock ABI 4+): no squatting the port
-    /// sless just picked for another tenant's instance.
-    pub port: Option<u16>,
 }
 
 /// What the running process holds on to: its cgroup, to tell an OOM kill and to be
@@ -280,9 +277,8 @@ impl Sandbox {
         let read = AccessFs::from_read(ABI_WANTED);
         let all = AccessFs::from_all(ABI_WANTED);
         let devices = AccessFs::ReadFile | AccessFs::WriteFile;
-        let port = confinement
-            .port
-            .map(|port| Ok::<_, RulesetError>(NetPort::new(port, AccessNet::BindTcp)));
+        // No rule grants a TCP bind (Landlock ABI 4+): instances serve on the socket
+        // sless hands them.
         Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(all)?
@@ -292,8 +288,7 @@ impl Sandbox {
             .add_rules(path_beneath_rules(&self.shared_read, read))?
             .add_rules(path_beneath_rules(confinement.read, read))?
             .add_rules(path_beneath_rules(DEVICES, devices))?
-            .add_rules(path_beneath_rules(confinement.write, all))?
-            .add_rules(port)
+            .add_rules(path_beneath_rules(confinement.write, all))
     }
 }
 

@@ -17,7 +17,7 @@ use sless_core::model::{
     WorkloadSpec, WorkloadStatus, now,
 };
 use sless_core::quota::MemoryReservation;
-use sless_core::routes::Route;
+use sless_core::routes::{Address, Route};
 use sless_core::store::{Object, RawObject, StoreError, StoreExt};
 use sless_core::upload::version_of;
 use sless_core::workload::{demand, no_code};
@@ -365,17 +365,17 @@ impl Actor {
         }
         let timeout = spec.timeout();
         if let Some(running) = &self.running {
-            let authority = running.instance.authority();
+            let socket = running.instance.socket().clone();
             self.shared.set_endpoint(
                 &self.ns,
                 name,
                 Some(Endpoint {
-                    authority: authority.clone(),
+                    socket: socket.clone(),
                     timeout,
                     pid: running.instance.pid(),
                 }),
             );
-            let route = demand.ready_route(self.kind, authority.into(), timeout);
+            let route = demand.ready_route(self.kind, Address::Unix(socket), timeout);
             self.shared.set_route(&self.ns, name, route);
         }
         self.write_ready(&version, url.clone(), built_at.clone())
@@ -481,6 +481,7 @@ impl Actor {
             name: &self.name,
             version: &config.version,
             standby,
+            sockets: &shared.sockets,
         };
         Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)
     }
@@ -558,10 +559,7 @@ impl Actor {
             None => self.spawn(dir, spec.runtime, config, false)?,
         };
         let shared = &self.shared;
-        match instance
-            .wait_healthy(&shared.http, shared.config.health_timeout)
-            .await
-        {
+        match instance.wait_healthy(shared.config.health_timeout).await {
             Ok(()) => Ok((instance, memory)),
             Err(reason) => {
                 instance.stop(Duration::from_secs(1)).await;
@@ -594,9 +592,8 @@ impl Actor {
         took: Duration,
     ) {
         self.log(&format!(
-            "version {} is serving on port {} (healthy {} ms after the start)",
+            "version {} is serving (healthy {} ms after the start)",
             config.version,
-            instance.port,
             took.as_millis()
         ));
         self.failed_start = None;

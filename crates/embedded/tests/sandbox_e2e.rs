@@ -5,6 +5,7 @@
 #[path = "../../gateway/tests/common/mod.rs"]
 mod common;
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -81,6 +82,8 @@ def handle(event):
         "write /tmp": lambda: write("/tmp/sless-sandbox-escape"),
         "chown a file": lambda: os.chown(os.path.join(os.environ["HOME"], "note"), 1, 1),
         "listen on another port": listen_elsewhere,
+        "list the instances' sockets": lambda: os.listdir(os.path.join(data, "run")),
+        "read the host's socket table": lambda: read("/proc/net/unix"),
     }
     write(os.path.join(os.environ["HOME"], "note"))
     outcome = {name: attempt(action) for name, action in tried.items()}
@@ -155,6 +158,8 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
         "write /tmp",
         "chown a file",
         "listen on another port",
+        "list the instances' sockets",
+        "read the host's socket table",
     ] {
         assert_eq!(outcome[attempt], "PermissionError", "{attempt}: {outcome}");
     }
@@ -165,10 +170,8 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
         "LANG",
         "OWN_SETTING",
         "PATH",
-        "PORT",
         "SLESS_ENTRYPOINT",
         "SLESS_FUNCTION_DIR",
-        "SLESS_HOST",
         "TMPDIR",
     ];
     let env: Vec<&str> = outcome["env"]
@@ -306,7 +309,86 @@ async fn the_data_dir_is_private_to_sless() {
     let data = server.data_dir();
     let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data.join("sless.db")), 0o600);
-    for dir in ["objects", "builds", "runtimes"] {
+    for dir in ["objects", "builds", "runtimes", "run"] {
         assert_eq!(mode(&data.join(dir)), 0o700, "{dir}");
+    }
+}
+
+/// The inodes of the sockets process `pid` holds.
+fn socket_inodes(pid: u32) -> HashSet<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_str()?;
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Inodes of the TCP sockets in LISTEN state in the network namespace of `pid`.
+fn tcp_listeners(pid: u32) -> HashSet<String> {
+    let mut inodes = HashSet::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields[3] == "0A" {
+                inodes.insert(fields[9].to_owned());
+            }
+        }
+    }
+    inodes
+}
+
+/// Inode → path of the bound Unix sockets in the network namespace of `pid`.
+fn unix_sockets(pid: u32) -> HashMap<String, PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            Some((fields[6].to_owned(), PathBuf::from(fields.get(7)?)))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_instance_listens_on_its_own_unix_socket_only() {
+    let (server, runner) = TestServer::platform(|_| {}).await;
+    let tenant = Api::new(&server, "sockets");
+    deploy(&tenant, "plain", 128, b"def handle(e):\n    return 1\n").await;
+    assert_eq!(tenant.invoke("plain", json!({})).await.0, StatusCode::OK);
+    let pid = runner.pid(&tenant.user.ns, "plain").unwrap();
+
+    let held = socket_inodes(pid);
+    assert!(!held.is_empty(), "it holds its listening socket");
+    let listening: Vec<_> = held.intersection(&tcp_listeners(pid)).collect();
+    assert!(listening.is_empty(), "TCP listeners {listening:?}");
+    let unix = unix_sockets(pid);
+    let paths: HashSet<&PathBuf> = held.iter().filter_map(|inode| unix.get(inode)).collect();
+    let run = server.data_dir().join("run");
+    assert_eq!(paths.len(), 1, "{paths:?}");
+    let socket = paths.into_iter().next().unwrap().clone();
+    assert_eq!(socket.parent(), Some(run.as_path()), "{}", socket.display());
+
+    // The socket goes with its instance.
+    let (status, _) = tenant
+        .send(reqwest::Method::DELETE, "functions/plain", None)
+        .await;
+    assert!(status.is_success(), "{status}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} is left",
+            socket.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gateway::proxy::{self, Proxy, ProxyConfig};
 use sless_core::model::Kind;
-use sless_core::routes::{Route, RouteTable};
+use sless_core::routes::{Address, Route, RouteTable};
 use tokio::net::TcpListener;
 
 struct StaticRoute(Route);
@@ -40,7 +40,7 @@ async fn main() -> std::io::Result<()> {
     };
     let routes = Arc::new(StaticRoute(Route::Ready {
         kind: Kind::Function,
-        authority: format!("127.0.0.1:{upstream}").into(),
+        address: Address::Tcp(format!("127.0.0.1:{upstream}").into()),
         timeout: Some(Duration::from_secs(30)),
     }));
     let proxy = Arc::new(Proxy::new(routes, ProxyConfig::default()));

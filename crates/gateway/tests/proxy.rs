@@ -15,7 +15,7 @@ use futures::StreamExt;
 use gateway::proxy::{self, CallError, Proxy, ProxyConfig};
 use serde_json::{Value, json};
 use sless_core::model::Kind;
-use sless_core::routes::{Route, RouteTable};
+use sless_core::routes::{Address, Route, RouteTable};
 
 const MIB: usize = 1024 * 1024;
 
@@ -47,7 +47,7 @@ impl RouteTable for TestRoutes {
 fn ready(authority: &str, timeout: Option<Duration>) -> Route {
     Route::Ready {
         kind: Kind::Function,
-        authority: authority.into(),
+        address: Address::Tcp(authority.into()),
         timeout,
     }
 }
@@ -1127,5 +1127,69 @@ async fn an_unreachable_function_is_a_502_also_to_a_caller_still_sending() {
         assert!(error.contains("unreachable"), "{error}");
         // The instance's address is a detail of the machine, not the caller's business.
         assert!(!error.contains(&gone), "{error}");
+    }
+}
+
+/// As embedded mode's instances serve: on a Unix socket.
+#[tokio::test]
+async fn functions_on_unix_sockets_are_called_on_both_paths() {
+    let mut h = Harness::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("instance");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    h.tasks.push(tokio::spawn(async move {
+        axum::serve(listener, Router::new().fallback(upstream))
+            .await
+            .unwrap();
+    }));
+    let route = Route::Ready {
+        kind: Kind::Function,
+        address: Address::Unix(socket.clone().into()),
+        timeout: Some(Duration::from_secs(30)),
+    };
+    h.routes.set("ns", "u", route);
+    let chunked = || {
+        let chunks = futures::stream::iter(["one ", "two"])
+            .map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c.as_bytes())));
+        reqwest::Body::wrap_stream(chunks)
+    };
+
+    // A Content-Length body: the fast path; a chunked one: hyper's client.
+    for _ in 0..3 {
+        let seen = h
+            .echo(
+                h.client
+                    .post(h.url("/fn/ns/u/a/b?x=1"))
+                    .body("twelve bytes"),
+            )
+            .await;
+        assert_eq!(seen["path"], "/a/b");
+        assert_eq!(seen["query"], "x=1");
+        assert_eq!(seen["body_len"], 12);
+        assert_eq!(seen["headers"]["host"], "localhost");
+        let seen = h
+            .echo(h.client.post(h.url("/fn/ns/u/c")).body(chunked()))
+            .await;
+        assert_eq!(seen["path"], "/c");
+        assert_eq!(seen["body_len"], 7);
+        assert_eq!(seen["headers"]["host"], "localhost");
+    }
+
+    // No socket there: both paths answer 502 without naming the server's path.
+    let gone = Route::Ready {
+        kind: Kind::Function,
+        address: Address::Unix(dir.path().join("gone").into()),
+        timeout: None,
+    };
+    h.routes.set("ns", "gone", gone);
+    for request in [
+        h.client.get(h.url("/fn/ns/gone/")),
+        h.client.post(h.url("/fn/ns/gone/")).body(chunked()),
+    ] {
+        let (status, error) = error_of(request.send().await.unwrap()).await;
+        assert_eq!(status, 502, "{error}");
+        assert!(error.contains("unreachable"), "{error}");
+        let dir = dir.path().to_str().unwrap();
+        assert!(!error.contains(dir), "{error}");
     }
 }

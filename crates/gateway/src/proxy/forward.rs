@@ -25,8 +25,8 @@ use sless_core::metrics::InFlight;
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
 use super::headers::map;
 use super::log::{CallError, Calls};
-use super::{Caller, Invocation, InvokeError, Proxy};
-use sless_core::routes::Route;
+use super::{Caller, Invocation, InvokeError, Proxy, unix};
+use sless_core::routes::{Address, Route};
 
 /// How often a call waiting for a starting function looks at its route again.
 const START_POLL: Duration = Duration::from_millis(10);
@@ -117,7 +117,7 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
         Route::Hidden { reason, .. } if caller == Caller::Public => Route::Unavailable { reason },
         route => route,
     };
-    let (authority, timeout) = match route {
+    let (address, timeout) = match route {
         // Not recorded: random names must not grow the log.
         Route::Unknown => {
             return InvokeError::Unknown {
@@ -139,11 +139,11 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
             return response;
         }
         Route::Ready {
-            authority, timeout, ..
+            address, timeout, ..
         }
         | Route::Hidden {
-            authority, timeout, ..
-        } => (authority, timeout),
+            address, timeout, ..
+        } => (address, timeout),
     };
     let calls = proxy.invocations.calls(target.namespace, target.name);
     let in_flight = calls.in_flight();
@@ -157,7 +157,7 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
             &target,
             uri.authority().map(|a| a.as_str()),
             Instance {
-                authority: &authority,
+                address: &address,
                 timeout,
             },
         )
@@ -175,7 +175,7 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
             return Response::from_parts(parts, Body::new(body));
         }
         Err(InvokeError::Unreachable { name, detail }) => proxy
-            .why_unreachable(&target, &authority, name, detail)
+            .why_unreachable(&target, &address, name, detail)
             .await
             .into_response(),
         Err(e) => e.into_response(),
@@ -192,7 +192,7 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
 
 /// Where a ready route sends a call, and for how long it may take.
 struct Instance<'a> {
-    authority: &'a str,
+    address: &'a Address,
     timeout: Option<Duration>,
 }
 
@@ -241,7 +241,7 @@ impl Proxy {
     pub(super) async fn why_unreachable(
         &self,
         target: &Target<'_>,
-        authority: &str,
+        address: &Address,
         name: String,
         detail: String,
     ) -> InvokeError {
@@ -256,8 +256,8 @@ impl Proxy {
                         detail: format!("{detail}; {reason}"),
                     };
                 }
-                Route::Ready { authority: now, .. } | Route::Hidden { authority: now, .. }
-                    if *now == *authority && Instant::now() < deadline =>
+                Route::Ready { address: now, .. } | Route::Hidden { address: now, .. }
+                    if now == *address && Instant::now() < deadline =>
                 {
                     tokio::time::sleep(START_POLL).await;
                 }
@@ -273,7 +273,7 @@ impl Proxy {
         caller: Caller,
         target: &Target<'_>,
         incoming_authority: Option<&str>,
-        Instance { authority, timeout }: Instance<'_>,
+        Instance { address, timeout }: Instance<'_>,
     ) -> Result<Answer, InvokeError> {
         // The whole call, body included, must end by then.
         let deadline = timeout.map(|timeout| {
@@ -291,10 +291,13 @@ impl Proxy {
             name: target.name.to_owned(),
             detail,
         };
-        let upstream_uri = upstream_uri(authority, target.rest, target.query)
-            .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
-        let host = HeaderValue::from_str(authority)
-            .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
+        let bad_address = |e: String| unreachable(format!("bad address {address}: {e}"));
+        let upstream_uri = match address {
+            Address::Unix(path) => unix::uri(path, target.rest, target.query),
+            Address::Tcp(authority) => upstream_uri(authority, target.rest, target.query),
+        }
+        .map_err(bad_address)?;
+        let host = HeaderValue::from_str(address.host()).map_err(|e| bad_address(e.to_string()))?;
 
         let client_ip = parts
             .extensions
@@ -314,7 +317,10 @@ impl Proxy {
         parts.extensions.clear();
         let request = hyper::Request::from_parts(parts, RequestBody::new(body, limit));
 
-        let call = self.client().request(request);
+        let call = match address {
+            Address::Unix(_) => self.clients().unix.request(request),
+            Address::Tcp(_) => self.clients().tcp.request(request),
+        };
         let answer = within(deadline, call)
             .await
             .ok_or_else(timed_out)?

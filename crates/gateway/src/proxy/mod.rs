@@ -6,6 +6,7 @@ mod fast;
 mod forward;
 mod headers;
 mod log;
+mod unix;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use thread_local::ThreadLocal;
 
 use body::RequestBody;
 use sless_core::routes::{Route, RouteTable};
+use unix::UnixConnector;
 
 pub use error::InvokeError;
 pub use log::{CallError, Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS};
@@ -68,14 +70,19 @@ pub(crate) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// it has no call timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-type UpstreamClient = Client<HttpConnector, RequestBody>;
+/// The pooled clients of one thread: to instances on Unix sockets (embedded mode) and
+/// on TCP (Kubernetes Services).
+struct Clients {
+    unix: Client<UnixConnector, RequestBody>,
+    tcp: Client<HttpConnector, RequestBody>,
+}
 
 pub struct Proxy {
     routes: Arc<dyn RouteTable>,
     /// One pool per thread: a pooled connection is driven by a task on the thread
     /// that opened it, and a serving thread should not wake another per call
     /// ([`crate::serve`]).
-    clients: ThreadLocal<UpstreamClient>,
+    clients: ThreadLocal<Clients>,
     config: ProxyConfig,
     invocations: InvocationLog,
 }
@@ -90,17 +97,21 @@ impl Proxy {
         }
     }
 
-    /// This thread's pooled client.
-    fn client(&self) -> &UpstreamClient {
+    /// This thread's pooled clients.
+    fn clients(&self) -> &Clients {
         self.clients.get_or(|| {
-            let mut connector = HttpConnector::new();
-            connector.set_nodelay(true);
-            connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-            connector.set_keepalive(Some(Duration::from_secs(60)));
-            Client::builder(TokioExecutor::new())
+            let mut tcp = HttpConnector::new();
+            tcp.set_nodelay(true);
+            tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+            tcp.set_keepalive(Some(Duration::from_secs(60)));
+            let mut builder = Client::builder(TokioExecutor::new());
+            builder
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-                .pool_timer(TokioTimer::new())
-                .build(connector)
+                .pool_timer(TokioTimer::new());
+            Clients {
+                unix: builder.build(UnixConnector),
+                tcp: builder.build(tcp),
+            }
         })
     }
 

@@ -15,13 +15,14 @@ use super::answer::{Framing, MAX_RESPONSE_HEAD, Parsed, parse_answer, write_stat
 use super::chunked::{ChunkedScan, MAX_CHUNK_LINE};
 use super::deadline::{LazyDeadline, within};
 use super::request::Call;
-use super::upstream::{self, Upstream};
+use super::upstream::{self, Stream, Upstream};
 use super::{Connection, READ_SIZE};
 use crate::proxy::InvokeError;
 use crate::proxy::forward::{invocation, upstream_uri};
 use crate::proxy::headers::wire;
 use crate::proxy::log::CallError;
 use crate::serve::Linger;
+use sless_core::routes::Address;
 
 /// A request sent and its answer's head read: Ok(status, framing, whether the upstream
 /// connection may serve again), or Err(what went wrong, whether the request body was
@@ -73,7 +74,7 @@ impl Connection<'_> {
                     InvokeError::Unreachable { name, detail } => {
                         let target = call.function.target();
                         self.proxy
-                            .why_unreachable(&target, &call.authority, name, detail)
+                            .why_unreachable(&target, &call.address, name, detail)
                             .await
                     }
                     error => error,
@@ -205,11 +206,11 @@ impl Connection<'_> {
         if self
             .upstream
             .as_ref()
-            .is_some_and(|u| u.authority == call.authority)
+            .is_some_and(|u| u.address == call.address)
         {
             return Ok(true);
         }
-        self.upstream = upstream::take_idle(&call.authority);
+        self.upstream = upstream::take_idle(&call.address);
         if self.upstream.is_some() {
             return Ok(true);
         }
@@ -217,10 +218,11 @@ impl Connection<'_> {
             name: call.function.name.clone(),
             detail,
         };
-        let authority = &*call.authority;
-        upstream_uri(authority, "/", None)
-            .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
-        self.upstream = Some(Upstream::open(&call.authority).await.map_err(unreachable)?);
+        if let Address::Tcp(authority) = &call.address {
+            upstream_uri(authority, "/", None)
+                .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
+        }
+        self.upstream = Some(Upstream::open(&call.address).await.map_err(unreachable)?);
         Ok(false)
     }
 
@@ -403,7 +405,7 @@ enum Failed {
 /// Waits for the start of the body, as the full path waits for its first frame: an
 /// answer that breaks off or is malformed there is still a 502 the caller can read.
 async fn first_body_bytes(
-    upstream: &mut TcpStream,
+    upstream: &mut Stream,
     answer: &mut BytesMut,
     framing: Framing,
 ) -> Result<(), Failed> {
@@ -432,7 +434,7 @@ async fn first_body_bytes(
 
 /// Writes the request head and streams a body that has not all arrived yet.
 async fn send_streaming(
-    upstream: &mut TcpStream,
+    upstream: &mut Stream,
     client: &mut TcpStream,
     head: &[u8],
     call: &Call,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::Method;
 use axum::http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
-use sless_core::routes::Route;
+use sless_core::routes::{Address, Route};
 
 use super::decimal;
 use crate::proxy::Proxy;
@@ -38,7 +38,7 @@ pub(super) struct Call {
     pub(super) function: Arc<Function>,
     /// The path after the function's name, for the invocation record.
     pub(super) rest: String,
-    pub(super) authority: Arc<str>,
+    pub(super) address: Address,
     pub(super) timeout: Option<Duration>,
 }
 
@@ -127,7 +127,7 @@ pub(super) fn prepare(
         return Step::HandOver;
     }
     let Route::Ready {
-        authority, timeout, ..
+        address, timeout, ..
     } = proxy.routes.route(target.namespace, target.name)
     else {
         return Step::HandOver;
@@ -145,7 +145,7 @@ pub(super) fn prepare(
     wire::request(
         out,
         headers,
-        &authority,
+        address.host(),
         caller_ip,
         proxy.config.console_cookie.as_deref(),
     );
@@ -175,7 +175,7 @@ pub(super) fn prepare(
         close,
         function,
         rest: target.rest.to_owned(),
-        authority,
+        address,
         timeout,
     })
 }
@@ -199,7 +199,7 @@ mod tests {
             match (namespace, name) {
                 ("ns", "f") => Route::Ready {
                     kind: Kind::Function,
-                    authority: "127.0.0.1:9000".into(),
+                    address: Address::Tcp("127.0.0.1:9000".into()),
                     timeout: None,
                 },
                 _ => Route::Unknown,

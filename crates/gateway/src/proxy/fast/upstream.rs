@@ -4,40 +4,64 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
 
-use tokio::net::TcpStream;
+use sless_core::routes::Address;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
+use tokio_util::either::Either;
 
 use crate::proxy::{CONNECT_TIMEOUT, POOL_IDLE_TIMEOUT};
 
+/// A connection to an instance's socket (embedded mode) or TCP address (Kubernetes).
+pub(super) type Stream = Either<UnixStream, TcpStream>;
+
 pub(super) struct Upstream {
-    pub(super) authority: Arc<str>,
-    pub(super) stream: TcpStream,
+    pub(super) address: Address,
+    pub(super) stream: Stream,
 }
 
 impl Upstream {
-    /// A new connection to `authority`; Err is why not, for the caller's 502: it does
+    /// A new connection to `address`; Err is why not, for the caller's 502: it does
     /// not name the instance's address (a detail of this machine), the log does.
-    pub(super) async fn open(authority: &Arc<str>) -> Result<Self, String> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&**authority))
+    pub(super) async fn open(address: &Address) -> Result<Self, String> {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, connect(address))
             .await
             .map_err(|_| {
-                tracing::debug!(%authority, "connecting to an instance timed out");
+                tracing::debug!(%address, "connecting to an instance timed out");
                 "connecting to the instance timed out".to_string()
             })?
             .map_err(|e| {
-                tracing::debug!(%authority, error = %e, "cannot connect to an instance");
+                tracing::debug!(%address, error = %e, "cannot connect to an instance");
                 format!("connecting to the instance: {e}")
             })?;
-        // The head goes out before the body: without this the body would wait for
-        // the function's delayed ACK.
-        let _ = stream.set_nodelay(true);
         Ok(Self {
-            authority: authority.clone(),
+            address: address.clone(),
             stream,
         })
     }
+}
+
+async fn connect(address: &Address) -> io::Result<Stream> {
+    match address {
+        Address::Unix(path) => UnixStream::connect(path).await.map(Either::Left),
+        Address::Tcp(authority) => {
+            let stream = TcpStream::connect(&**authority).await?;
+            // The head goes out before the body: without this the body would wait for
+            // the function's delayed ACK.
+            let _ = stream.set_nodelay(true);
+            Ok(Either::Right(stream))
+        }
+    }
+}
+
+/// Whether nothing is waiting on a kept connection: still open, nothing unasked-for.
+fn quiet(stream: &Stream) -> bool {
+    let mut byte = [0u8; 1];
+    let read = match stream {
+        Either::Left(unix) => unix.try_read(&mut byte),
+        Either::Right(tcp) => tcp.try_read(&mut byte),
+    };
+    matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Resolves when the kept upstream connection closes (or sends what nobody asked for):
@@ -46,14 +70,13 @@ pub(super) async fn closed(upstream: &Option<Upstream>) {
     let Some(upstream) = upstream else {
         return std::future::pending().await;
     };
-    let mut byte = [0u8; 1];
     loop {
-        if upstream.stream.readable().await.is_err() {
+        let readable = match &upstream.stream {
+            Either::Left(unix) => unix.readable().await,
+            Either::Right(tcp) => tcp.readable().await,
+        };
+        if readable.is_err() || !quiet(&upstream.stream) {
             return;
-        }
-        match upstream.stream.try_read(&mut byte) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            _ => return,
         }
     }
 }
@@ -61,7 +84,7 @@ pub(super) async fn closed(upstream: &Option<Upstream>) {
 /// Idle connections kept per instance and thread.
 const MAX_IDLE_PER_INSTANCE: usize = 64;
 
-type Idle = HashMap<Arc<str>, Vec<(Instant, TcpStream)>>;
+type Idle = HashMap<Address, Vec<(Instant, Stream)>>;
 
 thread_local! {
     /// Idle upstream connections of this serving thread, by instance. A caller's
@@ -72,19 +95,14 @@ thread_local! {
     static IDLE: RefCell<Idle> = RefCell::new(HashMap::new());
 }
 
-/// A kept connection to `authority` that the function has not closed.
-pub(super) fn take_idle(authority: &Arc<str>) -> Option<Upstream> {
+/// A kept connection to `address` that the function has not closed.
+pub(super) fn take_idle(address: &Address) -> Option<Upstream> {
     IDLE.with_borrow_mut(|idle| {
-        let kept = idle.get_mut(authority)?;
+        let kept = idle.get_mut(address)?;
         while let Some((since, stream)) = kept.pop() {
-            let mut byte = [0u8; 1];
-            let open = matches!(
-                stream.try_read(&mut byte),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock
-            );
-            if open && since.elapsed() < POOL_IDLE_TIMEOUT {
+            if quiet(&stream) && since.elapsed() < POOL_IDLE_TIMEOUT {
                 return Some(Upstream {
-                    authority: authority.clone(),
+                    address: address.clone(),
                     stream,
                 });
             }
@@ -100,7 +118,7 @@ pub(super) fn put_idle(upstream: Upstream) {
             kept.retain(|(since, _)| since.elapsed() < POOL_IDLE_TIMEOUT);
             !kept.is_empty()
         });
-        let kept = idle.entry(upstream.authority).or_default();
+        let kept = idle.entry(upstream.address).or_default();
         if kept.len() < MAX_IDLE_PER_INSTANCE {
             kept.push((Instant::now(), upstream.stream));
         }
