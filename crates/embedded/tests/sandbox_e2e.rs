@@ -368,7 +368,7 @@ async fn an_instance_listens_on_its_own_unix_socket_only() {
 
     let held = socket_inodes(pid);
     assert!(!held.is_empty(), "it holds its listening socket");
-    let listening: Vec<_> = held.intersection(&tcp_listeners(pid)).collect();
+    let listening: Vec<_> = held.intersection(&tcp_listeners(pid)).cloned().collect();
     assert!(listening.is_empty(), "TCP listeners {listening:?}");
     let unix = unix_sockets(pid);
     let paths: HashSet<&PathBuf> = held.iter().filter_map(|inode| unix.get(inode)).collect();
