@@ -9,6 +9,7 @@ pub mod error_text;
 pub mod logs;
 pub mod metrics;
 pub mod model;
+pub mod review;
 pub mod routes;
 pub mod s3;
 pub mod store;
