@@ -13,9 +13,10 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use super::{ApiError, AppState};
 use sless_api::SourceFileResponse;
 use sless_core::model::Runtime;
+use sless_core::review::{Outcome, Reviewer, Selection, select_files};
 use sless_core::upload::{
-    SourceLimits, UploadError, build_context, check_zip, object_keys, source_files,
-    upload_prefixes, version_stamp, zip_key_for_context,
+    SourceLimits, UploadError, build_context, check_zip, object_keys, review_note_key,
+    source_files, upload_prefixes, version_stamp, zip_key_for_context,
 };
 
 /// The multipart field that carries the zip.
@@ -118,8 +119,9 @@ pub async fn read_code_field(
     }
 }
 
-/// Validates a zip, builds its context and stores both objects; returns the context key
-/// (the new `s3Key`). Nothing is stored unless the zip is valid.
+/// Validates a zip, builds its context, has the code reviewed (when enabled) and stores
+/// both objects; returns the context key (the new `s3Key`). Nothing is stored unless the
+/// zip is valid and the review did not refuse it.
 pub async fn store_code(
     state: &AppState,
     namespace: &str,
@@ -132,17 +134,26 @@ pub async fn store_code(
     let prefix = state.config.base_image_prefix.clone();
     let entrypoint = entrypoint.to_string();
     let zip_for_check = zip.clone();
+    // Disabled, the review costs nothing: no walk over the zip, no request.
+    let reviewing = state.config.code_review.is_some();
     let permit = zip_permit().await?;
-    let context = blocking("building the context", move || {
-        build_context(
+    let (context, selection) = blocking("building the context", move || {
+        let context = build_context(
             &prefix,
             runtime,
             &entrypoint,
             &mut check_zip(&zip_for_check, &limits)?,
-        )
+        )?;
+        let selection = reviewing
+            .then(|| select_files(std::io::Cursor::new(&zip_for_check[..])))
+            .transpose()?;
+        Ok((context, selection))
     })
     .await?;
     drop(permit);
+    if let (Some(reviewer), Some(selection)) = (&state.config.code_review, selection) {
+        review(state, reviewer, namespace, key_name, selection).await?;
+    }
 
     let now = chrono::Utc::now();
     let mut disambiguator = 0;
@@ -159,6 +170,52 @@ pub async fn store_code(
         .put(&keys.context, Bytes::from(context), "application/gzip")
         .await?;
     Ok(keys.context)
+}
+
+/// Runs the code review and keeps its line for the build log; a refusal is the error,
+/// every other outcome lets the upload go on.
+async fn review(
+    state: &AppState,
+    reviewer: &Reviewer,
+    namespace: &str,
+    key_name: &str,
+    selection: Selection,
+) -> Result<(), ApiError> {
+    let (outcome, took) = reviewer
+        .review(selection, &format!("{namespace}/{key_name}"))
+        .await;
+    let line = format!(
+        "[{}] {}\n",
+        chrono::Utc::now().format("%H:%M:%S"),
+        outcome.log_line(took)
+    );
+    let key = review_note_key(namespace, key_name);
+    // The line is a courtesy: losing it must not fail an upload the review let through.
+    if let Err(e) = state
+        .objects
+        .put(&key, Bytes::from(line), "text/plain")
+        .await
+    {
+        tracing::warn!(%key, error = %e, "could not keep the code review's line");
+    }
+    match outcome {
+        Outcome::Refused(reason) => Err(ApiError::CodeReviewRefused(reason)),
+        Outcome::Safe | Outcome::Skipped(_) | Outcome::Failed(_) => Ok(()),
+    }
+}
+
+/// The code review's line about the latest upload of a name, while reviews are enabled.
+pub async fn review_note(state: &AppState, namespace: &str, key_name: &str) -> Option<String> {
+    state.config.code_review.as_ref()?;
+    let key = review_note_key(namespace, key_name);
+    match state.objects.get(&key).await {
+        Ok(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "could not read the code review's line");
+            None
+        }
+    }
 }
 
 /// The files of the upload a context key belongs to (never the generated Dockerfile).
@@ -213,5 +270,9 @@ pub async fn delete_code(state: &AppState, namespace: &str, key_name: &str) {
             }
             Err(e) => tracing::warn!(%prefix, error = %e, "could not list old uploads"),
         }
+    }
+    let key = review_note_key(namespace, key_name);
+    if let Err(e) = state.objects.delete(&key).await {
+        tracing::warn!(%key, error = %e, "could not delete the code review's line");
     }
 }

@@ -26,6 +26,7 @@ use sless_api::NamespaceResponse;
 use sless_core::auth::Authenticator;
 use sless_core::logs::WorkloadLogs;
 use sless_core::model::{Function, Kind, Service};
+use sless_core::review::Reviewer;
 use sless_core::s3::ObjectStore;
 use sless_core::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
 use sless_core::upload::UploadLimits;
@@ -42,6 +43,8 @@ pub struct ApiConfig {
     /// Base of the URLs in status (`<external_url>/fn/<ns>/<name>`), when known: an http
     /// trigger created for a Ready function answers with its URL at once.
     pub external_url: Option<String>,
+    /// The pre-build code review, when enabled (docs/spec.md §4).
+    pub code_review: Option<Arc<Reviewer>>,
 }
 
 impl Default for ApiConfig {
@@ -52,6 +55,7 @@ impl Default for ApiConfig {
             max_source_file_bytes: 1024 * 1024,
             max_source_answer_bytes: 2 * 1024 * 1024,
             external_url: None,
+            code_review: None,
         }
     }
 }
