@@ -27,7 +27,7 @@ use sless_core::s3::{ObjectStore, S3Config};
 use tokio::task::JoinHandle;
 
 use crate::serve::Listeners;
-use crate::settings::{AuthArgs, EventArgs, S3Args, ServeArgs};
+use crate::settings::{AuthArgs, EventArgs, ReviewArgs, S3Args, ServeArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Platform {
@@ -142,6 +142,8 @@ pub struct OperatorArgs {
     pub events: EventArgs,
     #[command(flatten)]
     pub serve: ServeArgs,
+    #[command(flatten)]
+    pub review: ReviewArgs,
 }
 
 impl OperatorArgs {
@@ -399,6 +401,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         let (store, proxy, _tasks) = routed_proxy(&args, &client, &readiness).await?;
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix.clone(),
+            code_review: args.review.reviewer()?,
             ..ApiConfig::default()
         };
         config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;

@@ -13,7 +13,7 @@ use sless_embedded::s3::EmbeddedS3;
 use sless_embedded::sqlite::SqliteStore;
 use sless_embedded::{LocalRunner, RunnerConfig};
 
-use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, EventArgs, S3Args, ServeArgs};
+use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, EventArgs, ReviewArgs, S3Args, ServeArgs};
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
@@ -61,6 +61,8 @@ pub struct UpArgs {
     pub events: EventArgs,
     #[command(flatten)]
     pub serve: ServeArgs,
+    #[command(flatten)]
+    pub review: ReviewArgs,
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -92,6 +94,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     let mut config = ApiConfig {
         base_image_prefix: args.base_image_prefix.clone(),
+        code_review: args.review.reviewer()?,
         ..ApiConfig::default()
     };
     config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;
