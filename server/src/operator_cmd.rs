@@ -27,7 +27,7 @@ use sless_core::s3::{ObjectStore, S3Config};
 use tokio::task::JoinHandle;
 
 use crate::serve::Listeners;
-use crate::settings::{AuthArgs, EventArgs, QuotaArgs, S3Args, ServeArgs};
+use crate::settings::{AuthArgs, EventArgs, QuotaArgs, ReviewArgs, S3Args, ServeArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Platform {
@@ -144,6 +144,8 @@ pub struct OperatorArgs {
     pub serve: ServeArgs,
     #[command(flatten)]
     pub quotas: QuotaArgs,
+    #[command(flatten)]
+    pub review: ReviewArgs,
 }
 
 impl OperatorArgs {
@@ -401,6 +403,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         let (store, proxy, _tasks) = routed_proxy(&args, &client, &readiness).await?;
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix.clone(),
+            code_review: args.review.reviewer()?,
             ..ApiConfig::default()
         };
         config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;

@@ -2,12 +2,14 @@
 //! fallbacks, turned into the operator's config types.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use gateway::serve::Limits;
 use sless_core::auth::{AuthConfig, KeySource};
+use sless_core::review::{self, ReviewConfig, Reviewer};
 use sless_core::s3::S3Config;
 
 pub const DEFAULT_DATA_DIR: &str = "sless-data";
@@ -191,6 +193,223 @@ impl QuotaArgs {
             max_triggers: self.max_triggers,
             max_jobs: self.max_jobs,
             max_uploads_in_flight: self.max_uploads_in_flight,
+        }
+    }
+}
+
+/// The pre-build code review (docs/spec.md §4). Each setting also reads the original
+/// system's name (`LLM_ENABLED`, `LLM_ENDPOINT`, ...); when both are set, ours wins.
+#[derive(Args, Clone, Debug)]
+pub struct ReviewArgs {
+    /// Have a model review uploaded code before it is built; off by default.
+    #[arg(long, env = "SLESS_LLM_ENABLED", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub llm_enabled: Option<bool>,
+    /// OpenAI-compatible chat-completions URL, e.g.
+    /// https://api.openai.com/v1/chat/completions.
+    #[arg(long, env = "SLESS_LLM_ENDPOINT")]
+    pub llm_endpoint: Option<String>,
+    /// Sent as a bearer token.
+    #[arg(long, env = "SLESS_LLM_API_KEY", hide_env_values = true)]
+    pub llm_api_key: Option<String>,
+    /// Seconds to wait for a verdict ("15" or "15s"); then the upload goes on unreviewed.
+    #[arg(long, env = "SLESS_LLM_TIMEOUT", value_parser = parse_seconds)]
+    pub llm_timeout: Option<Duration>,
+    #[arg(long, env = "SLESS_LLM_MODEL")]
+    pub llm_model: Option<String>,
+    /// A file whose text replaces the reviewer's system prompt.
+    #[arg(long, env = "SLESS_LLM_PROMPT_FILE")]
+    pub llm_prompt_file: Option<PathBuf>,
+}
+
+/// The original system's names, read when ours are unset.
+const LEGACY_ENABLED: &str = "LLM_ENABLED";
+const LEGACY_ENDPOINT: &str = "LLM_ENDPOINT";
+const LEGACY_API_KEY: &str = "LLM_API_KEY";
+const LEGACY_TIMEOUT: &str = "LLM_TIMEOUT";
+const LEGACY_MODEL: &str = "LLM_MODEL";
+const LEGACY_PROMPT_FILE: &str = "LLM_PROMPT_FILE";
+
+/// Seconds as "15", "15s" or "2.5s"; more than zero.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let number = text.trim();
+    let number = number.strip_suffix('s').unwrap_or(number).trim();
+    number
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 3600.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{text:?} is not a timeout; give seconds, e.g. 15 or 15s"))
+}
+
+impl ReviewArgs {
+    /// The reviewer, when enabled.
+    pub fn reviewer(&self) -> anyhow::Result<Option<Arc<Reviewer>>> {
+        self.reviewer_with(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// `legacy` looks up the original system's variables.
+    fn reviewer_with(
+        &self,
+        legacy: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Option<Arc<Reviewer>>> {
+        let enabled = match (self.llm_enabled, legacy(LEGACY_ENABLED)) {
+            (Some(enabled), _) => enabled,
+            (None, Some(text)) => clap::builder::TypedValueParser::parse_ref(
+                &clap::builder::BoolishValueParser::new(),
+                &clap::Command::new("sless"),
+                None,
+                std::ffi::OsStr::new(&text),
+            )
+            .map_err(|_| anyhow::anyhow!("{LEGACY_ENABLED}={text:?}: give true or false"))?,
+            (None, None) => false,
+        };
+        if !enabled {
+            return Ok(None);
+        }
+        let endpoint = self
+            .llm_endpoint
+            .clone()
+            .or_else(|| legacy(LEGACY_ENDPOINT))
+            .context(
+                "the code review is enabled but has no endpoint: set SLESS_LLM_ENDPOINT \
+                 (or LLM_ENDPOINT) to a chat-completions URL, e.g. \
+                 https://api.openai.com/v1/chat/completions",
+            )?;
+        let endpoint: reqwest::Url = endpoint
+            .parse()
+            .ok()
+            .filter(|u: &reqwest::Url| matches!(u.scheme(), "http" | "https"))
+            .with_context(|| {
+                format!(
+                    "SLESS_LLM_ENDPOINT {endpoint:?} is not an http(s) URL; give the \
+                     chat-completions URL, e.g. https://api.openai.com/v1/chat/completions"
+                )
+            })?;
+        let timeout = match (self.llm_timeout, legacy(LEGACY_TIMEOUT)) {
+            (Some(timeout), _) => timeout,
+            (None, Some(text)) => {
+                parse_seconds(&text).map_err(|e| anyhow::anyhow!("{LEGACY_TIMEOUT}: {e}"))?
+            }
+            (None, None) => review::DEFAULT_TIMEOUT,
+        };
+        let prompt = match self
+            .llm_prompt_file
+            .clone()
+            .or_else(|| legacy(LEGACY_PROMPT_FILE).map(PathBuf::from))
+        {
+            Some(path) => {
+                let prompt = std::fs::read_to_string(&path).with_context(|| {
+                    format!("reading the code review prompt {}", path.display())
+                })?;
+                anyhow::ensure!(
+                    !prompt.trim().is_empty(),
+                    "the code review prompt {} is empty; write the reviewer's instructions \
+                     in it or unset SLESS_LLM_PROMPT_FILE",
+                    path.display()
+                );
+                prompt
+            }
+            None => review::DEFAULT_PROMPT.to_string(),
+        };
+        let config = ReviewConfig {
+            endpoint,
+            api_key: self.llm_api_key.clone().or_else(|| legacy(LEGACY_API_KEY)),
+            model: self
+                .llm_model
+                .clone()
+                .or_else(|| legacy(LEGACY_MODEL))
+                .unwrap_or_else(|| review::DEFAULT_MODEL.to_string()),
+            timeout,
+            prompt,
+        };
+        tracing::info!(?config, "code review enabled");
+        Ok(Some(Arc::new(Reviewer::new(config)?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        review: ReviewArgs,
+    }
+
+    fn args(flags: &[&str]) -> ReviewArgs {
+        Cli::try_parse_from(std::iter::once("sless").chain(flags.iter().copied()))
+            .unwrap()
+            .review
+    }
+
+    fn legacy(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn off_by_default_even_with_an_endpoint() {
+        let review = args(&["--llm-endpoint", "http://127.0.0.1:9/v1/chat/completions"]);
+        assert!(review.reviewer_with(legacy(&[])).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_original_names_work_and_ours_win() {
+        let original = legacy(&[
+            ("LLM_ENABLED", "true"),
+            ("LLM_ENDPOINT", "http://legacy.invalid/v1/chat/completions"),
+            ("LLM_API_KEY", "sk-legacy"),
+            ("LLM_TIMEOUT", "7s"),
+        ]);
+        let reviewer = args(&[]).reviewer_with(&original).unwrap().unwrap();
+        let config = reviewer.config();
+        assert_eq!(config.endpoint.host_str(), Some("legacy.invalid"));
+        assert_eq!(config.api_key.as_deref(), Some("sk-legacy"));
+        assert_eq!(config.timeout, Duration::from_secs(7));
+        assert_eq!(config.model, review::DEFAULT_MODEL);
+
+        let ours = args(&[
+            "--llm-endpoint",
+            "http://ours.invalid/v1/chat/completions",
+            "--llm-timeout",
+            "15",
+            "--llm-model",
+            "local-model",
+        ]);
+        let reviewer = ours.reviewer_with(&original).unwrap().unwrap();
+        assert_eq!(reviewer.config().endpoint.host_str(), Some("ours.invalid"));
+        assert_eq!(reviewer.config().timeout, Duration::from_secs(15));
+        assert_eq!(reviewer.config().model, "local-model");
+        // Ours off wins over the original on.
+        let off = args(&["--llm-enabled", "false"]);
+        assert!(off.reviewer_with(&original).unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_settings_say_what_to_set() {
+        let enabled = args(&["--llm-enabled"]);
+        let error = enabled.reviewer_with(legacy(&[])).unwrap_err().to_string();
+        assert!(error.contains("SLESS_LLM_ENDPOINT"), "{error}");
+        let error = args(&["--llm-enabled", "--llm-endpoint", "ftp://x/y"])
+            .reviewer_with(legacy(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("not an http(s) URL"), "{error}");
+        let error = args(&[])
+            .reviewer_with(legacy(&[("LLM_ENABLED", "maybe")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("LLM_ENABLED"), "{error}");
+        assert!(parse_seconds("15s").is_ok() && parse_seconds("2.5").is_ok());
+        for bad in ["0", "-1", "soon", "", "1e9"] {
+            assert!(parse_seconds(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -13,7 +13,9 @@ use sless_embedded::s3::EmbeddedS3;
 use sless_embedded::sqlite::SqliteStore;
 use sless_embedded::{LocalRunner, RunnerConfig};
 
-use crate::settings::{AuthArgs, DEFAULT_DATA_DIR, EventArgs, QuotaArgs, S3Args, ServeArgs};
+use crate::settings::{
+    AuthArgs, DEFAULT_DATA_DIR, EventArgs, QuotaArgs, ReviewArgs, S3Args, ServeArgs,
+};
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
@@ -67,6 +69,8 @@ pub struct UpArgs {
     pub serve: ServeArgs,
     #[command(flatten)]
     pub quotas: QuotaArgs,
+    #[command(flatten)]
+    pub review: ReviewArgs,
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -100,6 +104,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         base_image_prefix: args.base_image_prefix.clone(),
         quotas: args.quotas.quotas(),
         spool_dir: spool_dir(&data_dir)?,
+        code_review: args.review.reviewer()?,
         ..ApiConfig::default()
     };
     config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;

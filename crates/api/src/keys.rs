@@ -31,6 +31,13 @@ pub fn upload_prefixes(namespace: &str, name: &str) -> [String; 2] {
     [ZIP_PREFIX, CONTEXT_PREFIX].map(|prefix| format!("{prefix}{namespace}/{name}/"))
 }
 
+/// `reviews/<ns>/<name>.log`: the code review's line about the latest upload of a name,
+/// shown at the top of its build log (kept apart from the uploads: a refused upload
+/// stores no zip but still has its line).
+pub fn review_note_key(namespace: &str, name: &str) -> String {
+    format!("reviews/{namespace}/{name}.log")
+}
+
 /// The name part of a self-contained job's keys: apart from functions of the same name,
 /// as `_` cannot start a resource name.
 pub fn job_key_name(name: &str) -> String {

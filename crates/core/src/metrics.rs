@@ -53,6 +53,12 @@ struct EventOutcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReviewOutcome {
+    /// `safe`, `refused`, `skipped`, `failed`.
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reconcile {
     kind: String,
     result: String,
@@ -88,6 +94,8 @@ pub struct Metrics {
     event_messages: Family<EventOutcome, Counter>,
     reconciles: Family<Reconcile, Counter>,
     reconcile_errors: Family<ReconcileError, Counter>,
+    reviews: Family<ReviewOutcome, Counter>,
+    review_seconds: HistogramFamily<ReviewOutcome>,
 }
 
 /// The process's metrics.
@@ -160,6 +168,19 @@ impl Metrics {
             "Controller reconcile errors by kind and error",
             reconcile_errors.clone(),
         );
+        let reviews = Family::default();
+        registry.register(
+            "code_reviews",
+            "Pre-build code reviews of uploads by outcome (safe, refused, skipped, failed)",
+            reviews.clone(),
+        );
+        let review_seconds: HistogramFamily<ReviewOutcome> =
+            Family::new_with_constructor(call_histogram);
+        registry.register(
+            "code_review_duration_seconds",
+            "Duration of pre-build code reviews by outcome",
+            review_seconds.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -172,6 +193,8 @@ impl Metrics {
             event_messages,
             reconciles,
             reconcile_errors,
+            reviews,
+            review_seconds,
         }
     }
 
@@ -238,6 +261,17 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+
+    /// A pre-build code review: `safe`, `refused`, `skipped` or `failed`.
+    pub fn code_review(&self, outcome: &'static str, took: Duration) {
+        let label = ReviewOutcome {
+            outcome: outcome.into(),
+        };
+        self.reviews.get_or_create(&label).inc();
+        self.review_seconds
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
     }
 
     /// A reconcile's outcome; `error` is a short, bounded label (the error's kind).

@@ -14,7 +14,7 @@ pub use context::{BASE_IMAGE_VERSION, RESERVED_ROOT_NAMES, base_image, build_con
 pub use error::{UploadError, UploadLimits};
 // The key format lives in sless-api: the CLI reads versions of keys too.
 pub use sless_api::keys::{
-    ObjectKeys, job_key_name, object_keys, upload_prefixes, version_of, version_stamp,
-    zip_key_for_context,
+    ObjectKeys, job_key_name, object_keys, review_note_key, upload_prefixes, version_of,
+    version_stamp, zip_key_for_context,
 };
 pub use source::{SourceFile, SourceLimits, source_files};

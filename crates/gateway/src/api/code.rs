@@ -19,9 +19,10 @@ use super::{ApiError, AppState};
 use sless_api::SourceFileResponse;
 use sless_core::model::Runtime;
 use sless_core::quota::UploadSlot;
+use sless_core::review::{Outcome, Reviewer, Selection, select_files};
 use sless_core::upload::{
-    SourceLimits, UploadError, build_context, check_zip, object_keys, source_files,
-    upload_prefixes, version_stamp, zip_key_for_context,
+    SourceLimits, UploadError, build_context, check_zip, object_keys, review_note_key,
+    source_files, upload_prefixes, version_stamp, zip_key_for_context,
 };
 
 /// The multipart field that carries the zip.
@@ -231,10 +232,11 @@ pub async fn read_code_field(
     }
 }
 
-/// Validates a zip, builds its context and stores both objects; returns the context key
-/// (the new `s3Key`). Nothing is stored unless the zip is valid. The zip is read from
-/// its spooled file and the context is written to another, so neither is ever whole in
-/// memory; both stream to object storage from disk.
+/// Validates a zip, builds its context, has the code reviewed (when enabled) and stores
+/// both objects; returns the context key (the new `s3Key`). Nothing is stored unless the
+/// zip is valid and the review did not refuse it. The zip is read from its spooled file
+/// and the context is written to another, so neither is ever whole in memory; both
+/// stream to object storage from disk.
 pub async fn store_code(
     state: &AppState,
     namespace: &str,
@@ -253,24 +255,33 @@ pub async fn store_code(
         .tempfile_in(&state.config.spool_dir)
         .map_err(|e| spool_error(&state.config.spool_dir, e))?;
     let (context_out, context_path) = context_file.into_parts();
+    // Disabled, the review costs nothing: no walk over the zip, no request.
+    let reviewing = state.config.code_review.is_some();
     let permit = zip_permit().await?;
-    blocking("building the context", move || {
-        let zip = std::fs::File::open(&zip_path)
-            .map_err(|e| UploadError::io("reading the spooled upload", e))?;
+    let selection = blocking("building the context", move || {
+        let open = || {
+            std::fs::File::open(&zip_path)
+                .map(std::io::BufReader::new)
+                .map_err(|e| UploadError::io("reading the spooled upload", e))
+        };
         let out = build_context(
             &prefix,
             runtime,
             &entrypoint,
-            &mut check_zip(std::io::BufReader::new(zip), &limits)?,
+            &mut check_zip(open()?, &limits)?,
             std::io::BufWriter::new(context_out),
         )?;
         out.into_inner()
             .map_err(|e| UploadError::io("writing the build context", e.into_error()))?
             .sync_data()
-            .map_err(|e| UploadError::io("writing the build context", e))
+            .map_err(|e| UploadError::io("writing the build context", e))?;
+        reviewing.then(|| select_files(open()?)).transpose()
     })
     .await?;
     drop(permit);
+    if let (Some(reviewer), Some(selection)) = (&state.config.code_review, selection) {
+        review(state, reviewer, namespace, key_name, selection).await?;
+    }
 
     let now = chrono::Utc::now();
     let mut disambiguator = 0;
@@ -291,6 +302,52 @@ pub async fn store_code(
         .put_file(&keys.context, &context_path, "application/gzip")
         .await?;
     Ok(keys.context)
+}
+
+/// Runs the code review and keeps its line for the build log; a refusal is the error,
+/// every other outcome lets the upload go on.
+async fn review(
+    state: &AppState,
+    reviewer: &Reviewer,
+    namespace: &str,
+    key_name: &str,
+    selection: Selection,
+) -> Result<(), ApiError> {
+    let (outcome, took) = reviewer
+        .review(selection, &format!("{namespace}/{key_name}"))
+        .await;
+    let line = format!(
+        "[{}] {}\n",
+        chrono::Utc::now().format("%H:%M:%S"),
+        outcome.log_line(took)
+    );
+    let key = review_note_key(namespace, key_name);
+    // The line is a courtesy: losing it must not fail an upload the review let through.
+    if let Err(e) = state
+        .objects
+        .put(&key, bytes::Bytes::from(line), "text/plain")
+        .await
+    {
+        tracing::warn!(%key, error = %e, "could not keep the code review's line");
+    }
+    match outcome {
+        Outcome::Refused(reason) => Err(ApiError::CodeReviewRefused(reason)),
+        Outcome::Safe | Outcome::Skipped(_) | Outcome::Failed(_) => Ok(()),
+    }
+}
+
+/// The code review's line about the latest upload of a name, while reviews are enabled.
+pub async fn review_note(state: &AppState, namespace: &str, key_name: &str) -> Option<String> {
+    state.config.code_review.as_ref()?;
+    let key = review_note_key(namespace, key_name);
+    match state.objects.get(&key).await {
+        Ok(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "could not read the code review's line");
+            None
+        }
+    }
 }
 
 /// The files of the upload a context key belongs to (never the generated Dockerfile).
@@ -353,5 +410,9 @@ pub async fn delete_code(state: &AppState, namespace: &str, key_name: &str) {
             }
             Err(e) => tracing::warn!(%prefix, error = %e, "could not list old uploads"),
         }
+    }
+    let key = review_note_key(namespace, key_name);
+    if let Err(e) = state.objects.delete(&key).await {
+        tracing::warn!(%key, error = %e, "could not delete the code review's line");
     }
 }

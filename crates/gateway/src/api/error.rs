@@ -31,6 +31,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The pre-build code review flagged the upload; the model's reason.
+    #[error("code review refused this upload: {0}")]
+    CodeReviewRefused(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
     /// 403, or 429 with `Retry-After` for uploads in flight (they free up by themselves).
@@ -56,7 +59,7 @@ pub enum ApiError {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::CodeReviewRefused(_) => StatusCode::BAD_REQUEST,
             ApiError::Auth(e) => {
                 StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED)
             }

@@ -28,6 +28,7 @@ use sless_core::auth::Authenticator;
 use sless_core::logs::WorkloadLogs;
 use sless_core::model::{Function, Kind, Service};
 use sless_core::quota::{QuotaStore, Quotas, UploadSlots};
+use sless_core::review::Reviewer;
 use sless_core::s3::ObjectStore;
 use sless_core::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
 use sless_core::upload::UploadLimits;
@@ -49,6 +50,8 @@ pub struct ApiConfig {
     /// Where uploads and build contexts are spooled while they are checked and stored
     /// (`sless up`: `<data dir>/spool`).
     pub spool_dir: PathBuf,
+    /// The pre-build code review, when enabled (docs/spec.md §4).
+    pub code_review: Option<Arc<Reviewer>>,
 }
 
 impl Default for ApiConfig {
@@ -61,6 +64,7 @@ impl Default for ApiConfig {
             external_url: None,
             quotas: Quotas::default(),
             spool_dir: std::env::temp_dir(),
+            code_review: None,
         }
     }
 }

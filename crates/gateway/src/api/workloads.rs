@@ -7,7 +7,7 @@ use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 
-use super::code::{delete_code, list_source, read_code_field, store_code, stored_zip};
+use super::code::{delete_code, list_source, read_code_field, review_note, store_code, stored_zip};
 use super::convert::{workload_response, workload_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
@@ -169,7 +169,7 @@ pub async fn upload<R: WorkloadResource>(
     let object = load::<R>(&state, ns, &name).await?;
     let zip = read_code_field(&state, ns, &headers, multipart).await?;
     let workload = R::workload(&object.spec);
-    let key = store_code(
+    let key = match store_code(
         &state,
         ns,
         &name,
@@ -177,7 +177,13 @@ pub async fn upload<R: WorkloadResource>(
         &workload.entrypoint,
         zip,
     )
-    .await?;
+    .await
+    {
+        Err(ApiError::CodeReviewRefused(reason)) => {
+            return Err(mark_refused::<R>(&state, ns, &name, reason).await);
+        }
+        stored => stored?,
+    };
     modify::<R, _>(&*state.store, ns, &name, |o| {
         R::workload_mut(&mut o.spec).s3_key = Some(key.clone());
     })
@@ -210,6 +216,30 @@ async fn mark_building<R: WorkloadResource>(
     .await?)
 }
 
+/// Shows a refused upload in the status: the message says why, and a workload that has
+/// no code yet fails. One with code keeps its phase and serving; its runner's next
+/// status write (Ready) replaces the message, the build log keeps the reason.
+async fn mark_refused<R: WorkloadResource>(
+    state: &AppState,
+    namespace: &str,
+    name: &str,
+    reason: String,
+) -> ApiError {
+    let refused = ApiError::CodeReviewRefused(reason);
+    let message = format!("the last upload was refused: {refused}; fix the code and upload again");
+    let marked = modify_status::<R, _>(&*state.store, namespace, name, |o| {
+        if R::workload(&o.spec).s3_key.is_none() {
+            o.status.phase = Phase::Failed;
+        }
+        o.status.message = Some(message.clone());
+    })
+    .await;
+    if let Err(e) = marked {
+        tracing::warn!(%namespace, %name, error = %e, "could not record a refused upload");
+    }
+    refused
+}
+
 #[derive(serde::Deserialize)]
 pub struct TailQuery {
     /// How many of the newest entries; a non-negative integer.
@@ -235,16 +265,18 @@ pub async fn build_log<R: WorkloadResource>(
     Path((_, name)): Path<(String, String)>,
 ) -> Result<String, ApiError> {
     load::<R>(&state, &auth.namespace, &name).await?;
-    state
-        .logs
-        .build_log(R::KIND, &auth.namespace, &name)
-        .await
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "{} {name:?} has not been built yet",
-                R::KIND.noun()
-            ))
-        })
+    let review = review_note(&state, &auth.namespace, &name).await;
+    let build = state.logs.build_log(R::KIND, &auth.namespace, &name).await;
+    match (review, build) {
+        (Some(review), Some(build)) => Some(review + &build),
+        (review, build) => review.or(build),
+    }
+    .ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "{} {name:?} has not been built yet",
+            R::KIND.noun()
+        ))
+    })
 }
 
 /// Recent calls through `/fn` (newest first) and their totals.

@@ -59,9 +59,17 @@ pub type RunnerTweak = fn(&mut sless_embedded::RunnerConfig);
 impl TestServer {
     /// The whole embedded platform: API, runner with real processes, `/fn` proxy.
     pub async fn platform(tweak: RunnerTweak) -> (Self, sless_embedded::LocalRunner) {
+        Self::platform_with(ApiConfig::default(), tweak).await
+    }
+
+    /// [`TestServer::platform`] with the API configured.
+    pub async fn platform_with(
+        config: ApiConfig,
+        tweak: RunnerTweak,
+    ) -> (Self, sless_embedded::LocalRunner) {
         let (server, runner) = Self::launch(
             StoreKind::Sqlite,
-            ApiConfig::default(),
+            config,
             KeySource::Hs256Secret(SECRET.to_vec()),
             Some(tweak),
         )
