@@ -474,6 +474,30 @@ mod tests {
     }
 
     #[test]
+    fn the_start_log_names_each_missing_controller() {
+        let memory_only = CgroupControl {
+            v2: false,
+            parents: vec![(Controller::Memory, PathBuf::from("/m/sless-1"))],
+        };
+        let text = memory_only.describe();
+        assert!(
+            text.starts_with("cgroup v1: memory under /m/sless-1; missing "),
+            "{text}"
+        );
+        assert!(text.contains("cpu: cpu_millis is not enforced"), "{text}");
+        assert!(
+            text.contains("pids: the number of processes is not limited"),
+            "{text}"
+        );
+        let none = CgroupControl {
+            v2: true,
+            parents: Vec::new(),
+        };
+        assert!(none.describe().contains("memory: RLIMIT_DATA instead"));
+        assert!(none.create(&Limits::default()).unwrap().is_none());
+    }
+
+    #[test]
     fn reads_counters_by_exact_key() {
         let events = "max 3\n";
         assert_eq!(counter(events, "max"), Some(3));
