@@ -3,6 +3,7 @@ with a namespace to deploy functions into."""
 
 import json
 import os
+import copy
 import re
 import socket
 import subprocess
@@ -44,11 +45,12 @@ def zip_bytes(files):
 class Platform:
     """A release `sless up` on a free port with a token for one namespace."""
 
-    def __init__(self, work, log):
+    def __init__(self, work, log, args=(), sub="bench"):
         binary = sless_binary()
         port = free_port()
         data = os.path.join(work, "data")
-        self.proc = subprocess.Popen([binary, "up", "--listen", f"127.0.0.1:{port}", "--data-dir", data],
+        self.binary, self.data = binary, data
+        self.proc = subprocess.Popen([binary, "up", "--listen", f"127.0.0.1:{port}", "--data-dir", data, *args],
                                      env={**os.environ, "RUST_LOG": "warn"}, stdout=subprocess.DEVNULL,
                                      stderr=log)
         self.base = f"http://127.0.0.1:{port}"
@@ -59,10 +61,18 @@ class Platform:
                 break
             except OSError:
                 time.sleep(0.05)
-        token = subprocess.run([binary, "token", "--sub", "bench", "--data-dir", data],
+        self.ns, self.token = self._token(sub)
+
+    def _token(self, sub):
+        token = subprocess.run([self.binary, "token", "--sub", sub, "--data-dir", self.data],
                                capture_output=True, text=True, check=True)
-        self.ns = re.search(r"token for namespace ([^,]*),", token.stderr).group(1)
-        self.token = token.stdout.strip()
+        return re.search(r"token for namespace ([^,]*),", token.stderr).group(1), token.stdout.strip()
+
+    def tenant(self, sub):
+        """The same server seen by another namespace's token."""
+        other = copy.copy(self)
+        other.ns, other.token = self._token(sub)
+        return other
 
     def stop(self):
         self.proc.terminate()

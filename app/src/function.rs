@@ -218,6 +218,8 @@ pub fn render_text(view: &FunctionView) -> String {
     let _ = writeln!(out, "url:         {}", or_dash(view.url()));
     let _ = writeln!(out, "entrypoint:  {}", w.entrypoint);
     let _ = writeln!(out, "memory:      {} MB", w.memory_mb);
+    let _ = writeln!(out, "cpu:         {} millicores", w.cpu_millis);
+    let _ = writeln!(out, "disk:        {} MB", w.disk_mb);
     let _ = writeln!(out, "timeout:     {} s", w.timeout_sec);
     let env: Vec<&str> = w.env_vars.keys().map(String::as_str).collect();
     let env = env.join(",");

@@ -463,6 +463,8 @@ mod tests {
             runtime: "python3.11".into(),
             entrypoint: "handler.handle".into(),
             memory_mb: 128,
+            cpu_millis: 1000,
+            disk_mb: 512,
             timeout_sec: 30,
             env_vars: Default::default(),
             phase,

@@ -31,6 +31,8 @@ fn spec() -> WorkloadSpec {
         runtime: Runtime::Python311,
         entrypoint: "handler.handle".into(),
         memory_mb: 256,
+        cpu_millis: 250,
+        disk_mb: 2048,
         timeout_sec: 30,
         env: BTreeMap::from([
             ("ZETA".to_string(), "z".to_string()),
@@ -134,7 +136,10 @@ fn deployment_limits_probes_and_security() {
     let pod = pod(&d.spec.as_ref().unwrap().template.spec);
     let container = &pod.containers[0];
     let resources = container.resources.as_ref().unwrap();
-    assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "256Mi");
+    let limits = resources.limits.as_ref().unwrap();
+    assert_eq!(limits["memory"].0, "256Mi");
+    assert_eq!(limits["cpu"].0, "250m");
+    assert_eq!(limits["ephemeral-storage"].0, "2048Mi");
     assert_eq!(resources.requests.as_ref().unwrap()["memory"].0, "256Mi");
     for probe in [&container.readiness_probe, &container.liveness_probe] {
         let http = probe.as_ref().unwrap().http_get.as_ref().unwrap();
@@ -325,6 +330,8 @@ fn run_job_carries_the_event_and_job_mode() {
             event_json: "{\"day\": 1}",
             timeout_sec: 10,
             memory_mb: 128,
+            cpu_millis: 4000,
+            disk_mb: 100,
             read_only_root: true,
         },
         &config(),
@@ -349,6 +356,16 @@ fn run_job_carries_the_event_and_job_mode() {
     );
     assert!(env.contains(&("SLESS_EVENT_JSON".into(), "{\"day\": 1}".into())));
     assert!(env.contains(&("SLESS_MODE".into(), "job".into())));
+    let limits = container
+        .resources
+        .as_ref()
+        .unwrap()
+        .limits
+        .as_ref()
+        .unwrap();
+    assert_eq!(limits["cpu"].0, "4000m");
+    assert_eq!(limits["ephemeral-storage"].0, "100Mi");
+    assert_eq!(limits["memory"].0, "128Mi");
 }
 
 #[test]

@@ -61,6 +61,8 @@ fn function_spec(key: Option<&str>) -> FunctionSpec {
             runtime: Runtime::Python311,
             entrypoint: "handler.handle".into(),
             memory_mb: 256,
+            cpu_millis: 1000,
+            disk_mb: 512,
             timeout_sec: 30,
             env: BTreeMap::from([("GREETING".to_string(), "hi".to_string())]),
             s3_key: key.map(String::from),
@@ -630,6 +632,8 @@ fn job_spec(run_id: i64) -> FunctionJobSpec {
         event_json: "{\"day\": 1}".into(),
         run_id,
         timeout_sec: 10,
+        cpu_millis: None,
+        disk_mb: None,
     }
 }
 

@@ -68,6 +68,8 @@ fn spec() -> FunctionSpec {
             runtime: Runtime::Python311,
             entrypoint: "handler.handle".into(),
             memory_mb: 128,
+            cpu_millis: 1000,
+            disk_mb: 512,
             timeout_sec: 30,
             env: Default::default(),
             s3_key: None,

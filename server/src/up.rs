@@ -47,6 +47,10 @@ pub struct UpArgs {
     /// Run functions even on a kernel without Landlock, where nothing confines them.
     #[arg(long, env = "SLESS_ALLOW_UNSANDBOXED")]
     pub allow_unsandboxed: bool,
+    /// Processes and threads per function instance, job run and dependency install
+    /// (a cgroup's pids limit); 0 = no limit.
+    #[arg(long, env = "SLESS_MAX_PIDS", default_value_t = sless_embedded::DEFAULT_MAX_PIDS)]
+    pub max_pids: u32,
     /// `Secure` on the console's session cookie (true/false); default: whether the
     /// external URL is https.
     #[arg(long, env = "SLESS_SECURE_COOKIES")]
@@ -130,6 +134,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     runner_config.limits = config.upload_limits.clone();
     runner_config.allow_unsandboxed = args.allow_unsandboxed;
     runner_config.max_running_memory_mb = args.max_running_memory_mb;
+    runner_config.max_pids = args.max_pids;
     if args.test_cron_time_scale != 1 {
         let scale = args.test_cron_time_scale;
         tracing::warn!(scale, "cron runs on an accelerated clock (test only)");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 
 use super::layout::{CsrfField, PageContext, document};
-use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, limits};
+use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, cpu, limits};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use crate::actions::Invoke;
@@ -253,6 +253,8 @@ fn TriggerRow(trigger: TriggerRuns, namespace: String, csrf: Option<String>) -> 
 fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl IntoView {
     let w = &view.workload;
     let (memory, timeout) = limits(w.memory_mb, w.timeout_sec);
+    let cpu = cpu(w.cpu_millis);
+    let disk = format!("{} MB", w.disk_mb);
     let env = if w.env_vars.is_empty() {
         "none".to_string()
     } else {
@@ -274,6 +276,8 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
             <dl class="meta">
                 <dt>"Entrypoint"</dt><dd><code>{w.entrypoint.clone()}</code></dd>
                 <dt>"Memory"</dt><dd>{memory}</dd>
+                <dt>"CPU"</dt><dd>{cpu}</dd>
+                <dt>"Disk"</dt><dd>{disk}</dd>
                 <dt>"Timeout"</dt><dd>{timeout}</dd>
                 <dt>"Env vars"</dt><dd class="env" title="Values are not shown">{env}</dd>
             </dl>

@@ -42,6 +42,8 @@ mod tests {
             runtime: "python3.11".into(),
             entrypoint: "handler.handle".into(),
             memory_mb: 128,
+            cpu_millis: 250,
+            disk_mb: 1024,
             timeout_sec: 0,
             env_vars: Default::default(),
             phase: crate::listing::Phase::Failed,
@@ -208,6 +210,11 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<title>hello · sless</title>"), "{html}");
+        assert!(
+            html.contains("<dt>CPU</dt><dd>0.25 cores</dd>")
+                && html.contains("<dt>Disk</dt><dd>1024 MB</dd>"),
+            "the limits are shown: {html}"
+        );
         assert!(
             !html.contains("<script>alert(4)") && !html.contains("<b>pkg"),
             "{html}"

@@ -17,6 +17,13 @@ pub(super) fn limits(memory_mb: u32, timeout_sec: u32) -> (String, String) {
     (format!("{memory_mb} MB"), timeout)
 }
 
+/// `1000` → `1 core`, `250` → `0.25 core`: how people say CPU.
+pub(super) fn cpu(millis: u32) -> String {
+    let cores = f64::from(millis) / 1000.0;
+    let unit = if millis == 1000 { "core" } else { "cores" };
+    format!("{cores} {unit}")
+}
+
 /// `2026-04-20T12:34:56Z` → `2026-04-20 12:34 UTC` (any offset shown in UTC); anything
 /// else as given.
 pub(super) fn short_time(rfc3339: &str) -> String {

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::WorkloadKind;
 
 pub const DEFAULT_MEMORY_MB: u32 = 128;
+/// One core.
+pub const DEFAULT_CPU_MILLIS: u32 = 1000;
+pub const DEFAULT_DISK_MB: u32 = 512;
 pub const DEFAULT_ENTRYPOINT: &str = "handler.handle";
 /// Applied when a request gives no timeout; 0 (no limit) must be asked for.
 pub const DEFAULT_TIMEOUT_SEC: u32 = 60;
@@ -110,6 +113,12 @@ pub struct WorkloadRequest {
     pub entrypoint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u32>,
+    /// Thousandths of a core (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u32>,
+    /// Scratch space in MiB (default 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_sec: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +136,8 @@ pub struct WorkloadResponse {
     pub runtime: String,
     pub entrypoint: String,
     pub memory_mb: u32,
+    pub cpu_millis: u32,
+    pub disk_mb: u32,
     pub timeout_sec: u32,
     pub env_vars: BTreeMap<String, String>,
     pub phase: Phase,
@@ -224,6 +235,12 @@ pub struct JobRequest {
     pub run_id: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_sec: Option<u32>,
+    /// Unset: the function's (function_ref) or the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u32>,
+    /// Unset: the function's (function_ref) or the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
 }
@@ -249,6 +266,11 @@ pub struct JobResponse {
     pub event_json: String,
     pub run_id: i64,
     pub timeout_sec: u32,
+    /// As given; unset means the function's (function_ref) or the default.
+    #[serde(default)]
+    pub cpu_millis: Option<u32>,
+    #[serde(default)]
+    pub disk_mb: Option<u32>,
     pub s3_key: Option<String>,
     pub phase: JobPhase,
     pub message: Option<String>,

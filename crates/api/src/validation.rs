@@ -9,6 +9,12 @@ use crate::{Runtime, TriggerType};
 pub const MEMORY_MB_MIN: u32 = 64;
 pub const MEMORY_MB_MAX: u32 = 4096;
 pub const MEMORY_MB_RANGE: std::ops::RangeInclusive<u32> = MEMORY_MB_MIN..=MEMORY_MB_MAX;
+/// CPU in thousandths of a core: 50 (5 %) to 16 cores.
+pub const CPU_MILLIS_MIN: u32 = 50;
+pub const CPU_MILLIS_MAX: u32 = 16_000;
+/// Scratch space (HOME/TMPDIR): 16 MiB to 64 GiB.
+pub const DISK_MB_MIN: u32 = 16;
+pub const DISK_MB_MAX: u32 = 65_536;
 pub const MAX_TIMEOUT_SEC: u32 = 900;
 pub const MAX_REPLICAS: i32 = 100;
 pub const MAX_NAME_LEN: usize = 63;
@@ -145,6 +151,37 @@ pub fn validate_memory_mb(field: &str, value: u32) -> Result {
                 MEMORY_MB_RANGE.start(),
                 MEMORY_MB_RANGE.end()
             ),
+        ))
+    }
+}
+
+pub fn validate_cpu_millis(field: &str, value: u32) -> Result {
+    in_range(
+        field,
+        value,
+        CPU_MILLIS_MIN,
+        CPU_MILLIS_MAX,
+        "thousandths of a core; 1000 = one core",
+    )
+}
+
+pub fn validate_disk_mb(field: &str, value: u32) -> Result {
+    in_range(
+        field,
+        value,
+        DISK_MB_MIN,
+        DISK_MB_MAX,
+        "MiB of scratch space",
+    )
+}
+
+fn in_range(field: &str, value: u32, min: u32, max: u32, unit: &str) -> Result {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!("{value} is out of range: must be between {min} and {max} ({unit})"),
         ))
     }
 }
@@ -345,6 +382,15 @@ mod tests {
         assert!(validate_memory_mb("memory_mb", 64).is_ok());
         assert!(validate_memory_mb("memory_mb", 4096).is_ok());
         assert!(validate_memory_mb("memory_mb", 4097).is_err());
+        assert!(validate_cpu_millis("cpu_millis", 49).is_err());
+        assert!(validate_cpu_millis("cpu_millis", 50).is_ok());
+        assert!(validate_cpu_millis("cpu_millis", 16_000).is_ok());
+        let err = validate_cpu_millis("cpu_millis", 16_001).unwrap_err();
+        assert!(err.to_string().contains("between 50 and 16000"), "{err}");
+        assert!(validate_disk_mb("disk_mb", 15).is_err());
+        assert!(validate_disk_mb("disk_mb", 16).is_ok());
+        assert!(validate_disk_mb("disk_mb", 65_536).is_ok());
+        assert!(validate_disk_mb("disk_mb", 65_537).is_err());
         assert!(validate_timeout_sec("timeout_sec", 0).is_ok());
         assert!(validate_timeout_sec("timeout_sec", 900).is_ok());
         let err = validate_timeout_sec("timeout_sec", 901).unwrap_err();

@@ -12,7 +12,7 @@ use tokio::process::Command;
 use crate::runtimes::{Toolchain, Wrappers};
 use crate::sandbox::{Confinement, Sandbox};
 use sless_core::logs::last_bytes;
-use sless_core::model::Runtime;
+use sless_core::model::{DEFAULT_CPU_MILLIS, Runtime};
 use sless_core::s3::ObjectStore;
 use sless_core::upload::{
     UploadError, UploadLimits, check_zip, unpack, version_of, zip_key_for_context,
@@ -220,7 +220,7 @@ impl<'a> Log<'a> {
         let err = out.try_clone().map_err(|e| BuildError(e.to_string()))?;
         let mut command = Command::new(program);
         crate::process::die_with_parent(&mut command);
-        let _guard = self
+        let guard = self
             .sandbox
             .confine(
                 &mut command,
@@ -228,6 +228,8 @@ impl<'a> Log<'a> {
                     read: &[],
                     write: &[&self.home, self.staging],
                     memory_mb: None,
+                    // One core: a hostile setup.py cannot take the machine's CPU.
+                    cpu_millis: Some(DEFAULT_CPU_MILLIS),
                 },
             )
             .map_err(|e| BuildError(e.to_string()))?;
@@ -251,10 +253,12 @@ impl<'a> Log<'a> {
                 )));
             }
         };
-        if status.success() {
-            Ok(())
-        } else {
-            Err(BuildError(format!("{program} exited with {status}")))
+        match (status.success(), guard.pids_limit()) {
+            (true, _) => Ok(()),
+            (false, Some(reason)) => Err(BuildError(format!(
+                "{program} exited with {status}: {reason}"
+            ))),
+            (false, None) => Err(BuildError(format!("{program} exited with {status}"))),
         }
     }
 }

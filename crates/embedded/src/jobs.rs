@@ -17,7 +17,8 @@ use crate::process::die_with_parent;
 use crate::sandbox::Confinement;
 use sless_core::logs::last_bytes;
 use sless_core::model::{
-    DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind, Phase, Runtime, now,
+    DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind,
+    Phase, Runtime, now,
 };
 use sless_core::store::{StoreError, StoreExt, modify_status};
 use sless_core::upload::version_of;
@@ -42,6 +43,9 @@ struct Plan {
     entrypoint: String,
     env: BTreeMap<String, String>,
     memory_mb: u32,
+    cpu_millis: u32,
+    /// The scratch quota (applied by the scratch mount).
+    disk_mb: u32,
     /// Its HOME and TMPDIR, the one place it may write.
     scratch: PathBuf,
 }
@@ -167,6 +171,8 @@ async fn reconcile(
                             entrypoint: workload.entrypoint.clone(),
                             env,
                             memory_mb: workload.memory_mb,
+                            cpu_millis: spec.cpu_millis.unwrap_or(workload.cpu_millis),
+                            disk_mb: spec.disk_mb.unwrap_or(workload.disk_mb),
                             scratch: shared.scratch(Kind::FunctionJob, ns, name),
                         }
                     }
@@ -217,6 +223,8 @@ async fn reconcile(
                     entrypoint: spec.entrypoint_or_default(),
                     env: spec.env.clone(),
                     memory_mb: DEFAULT_MEMORY_MB,
+                    cpu_millis: spec.cpu_millis.unwrap_or(DEFAULT_CPU_MILLIS),
+                    disk_mb: spec.disk_mb.unwrap_or(DEFAULT_DISK_MB),
                     scratch: shared.scratch(Kind::FunctionJob, ns, name),
                 },
                 Err(e) => {
@@ -318,7 +326,14 @@ async fn execute(
         read: &[&plan.dir],
         write: &[&plan.scratch],
         memory_mb: Some(plan.memory_mb),
+        cpu_millis: Some(plan.cpu_millis),
     };
+    tracing::debug!(
+        memory_mb = plan.memory_mb,
+        cpu_millis = plan.cpu_millis,
+        disk_mb = plan.disk_mb,
+        "starting a job run"
+    );
     let guard = match shared.builder.sandbox.confine(&mut command, &confinement) {
         Ok(guard) => guard,
         Err(e) => {
@@ -400,6 +415,14 @@ async fn execute(
             log_tail: log_tail(&output),
         };
     }
+    let pids = guard.pids_limit();
+    if let Some(reason) = &pids {
+        output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .push((false, format!("[sless] {reason}")));
+    }
     match status {
         Ok(status) if status.success() => Outcome {
             succeeded: true,
@@ -413,9 +436,13 @@ async fn execute(
                 .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
                 .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
                 .unwrap_or_else(|| format!("the job exited with {status}"));
+            let message = match pids {
+                Some(limit) => format!("{limit}: {reason}"),
+                None => reason,
+            };
             Outcome {
                 succeeded: false,
-                message: reason,
+                message,
                 log_tail: log_tail(&output),
             }
         }

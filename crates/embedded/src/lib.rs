@@ -5,9 +5,9 @@
 //! work on one never blocks another.
 
 mod build;
+mod cgroup;
 mod cron;
 mod jobs;
-mod memory;
 mod process;
 mod runtimes;
 pub mod s3;
@@ -38,6 +38,9 @@ use sless_core::store::{Store, StoreExt};
 use sless_core::upload::UploadLimits;
 use socket::SocketDir;
 
+/// Enough for a runtime's threads and a handler's worker pool; a fork bomb stops here.
+pub const DEFAULT_MAX_PIDS: u32 = 256;
+
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
     pub data_dir: PathBuf,
@@ -58,6 +61,9 @@ pub struct RunnerConfig {
     pub resync_every: Duration,
     /// Run functions even where the kernel has no Landlock to sandbox them.
     pub allow_unsandboxed: bool,
+    /// Processes and threads per instance, job run and dependency install (a cgroup's
+    /// `pids.max`); 0 = no limit.
+    pub max_pids: u32,
     /// Python/Node functions not running (stopped, or waiting for code) that may keep one
     /// pre-started runtime process each, sandboxed to their own builds: their next
     /// start skips the interpreter's. 0 turns it off.
@@ -80,6 +86,7 @@ impl RunnerConfig {
             log_lines: 1000,
             resync_every: Duration::from_secs(300),
             allow_unsandboxed: false,
+            max_pids: DEFAULT_MAX_PIDS,
             standby_pool: 4,
             max_running_memory_mb: sless_core::quota::DEFAULT_MAX_RUNNING_MEMORY_MB,
         }
@@ -150,6 +157,7 @@ impl LocalRunner {
             wrappers.root(),
             &config.data_dir,
             config.allow_unsandboxed,
+            config.max_pids,
         ));
         let shared = Arc::new(Shared {
             builder: Builder {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use http_body_util::Empty;
@@ -21,6 +21,7 @@ use tokio::net::UnixStream;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
 
+use crate::cgroup::Cgroup;
 use crate::sandbox::{Confinement, Guard, Sandbox};
 use crate::socket::{SocketDir, SocketFile};
 use sless_core::logs::{LogBook, Stream};
@@ -33,6 +34,9 @@ pub struct Launch<'a> {
     /// Its HOME and TMPDIR, the one place it may write.
     pub scratch: &'a Path,
     pub memory_mb: u32,
+    pub cpu_millis: u32,
+    /// The scratch quota (applied by the scratch mount).
+    pub disk_mb: u32,
     pub env: BTreeMap<String, String>,
     pub namespace: &'a str,
     pub name: &'a str,
@@ -136,6 +140,7 @@ impl Instance {
                     read: &[launch.dir],
                     write: &[launch.scratch],
                     memory_mb: Some(launch.memory_mb),
+                    cpu_millis: Some(launch.cpu_millis),
                 },
             )
             .map_err(|e| e.to_string())?;
@@ -156,6 +161,14 @@ impl Instance {
                 .env("SLESS_FUNCTION_DIR", launch.dir)
                 .stdin(Stdio::null());
         }
+        tracing::debug!(
+            ns = launch.namespace,
+            name = launch.name,
+            memory_mb = launch.memory_mb,
+            cpu_millis = launch.cpu_millis,
+            disk_mb = launch.disk_mb,
+            "starting an instance"
+        );
         let mut child = command
             .args(launch.args)
             .current_dir(launch.dir)
@@ -200,6 +213,15 @@ impl Instance {
                     version.clone(),
                 );
             }
+        }
+        if let Some(cgroup) = guard.pids_watch() {
+            watch_pids(
+                cgroup,
+                logs.clone(),
+                launch.namespace.to_string(),
+                launch.name.to_string(),
+                version.clone(),
+            );
         }
         Ok(Self {
             socket,
@@ -258,10 +280,15 @@ impl Instance {
         }
     }
 
-    /// Resolves when the process exits, with why when it is known (out of memory).
+    /// Resolves when the process exits, with why when it is known (out of memory, the
+    /// pids limit).
     pub async fn exited(&mut self) -> String {
         match self.child.wait().await {
-            Ok(status) => match self.guard.out_of_memory() {
+            Ok(status) => match self
+                .guard
+                .out_of_memory()
+                .or_else(|| self.guard.pids_limit())
+            {
                 Some(reason) => format!("{reason} ({status})"),
                 None => status.to_string(),
             },
@@ -308,6 +335,41 @@ async fn healthy(path: &Path) -> bool {
         }
         _ = connection => false,
     }
+}
+
+/// Logs the pids limit into the workload's log when it refuses forks (checked each
+/// second, a line per second at most) for as long as the process's cgroup lives.
+fn watch_pids(
+    cgroup: Weak<Cgroup>,
+    logs: Arc<LogBook>,
+    namespace: String,
+    name: String,
+    version: Arc<Mutex<String>>,
+) {
+    tokio::spawn(async move {
+        let mut seen = 0;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let Some(cgroup) = cgroup.upgrade() else {
+                return;
+            };
+            let refused = cgroup.pids_refused();
+            if refused > seen {
+                seen = refused;
+                if let Some(reason) = cgroup.pids_reason() {
+                    let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    logs.push(
+                        &namespace,
+                        &name,
+                        Stream::Stderr,
+                        &version,
+                        &format!("[sless] {reason}"),
+                    );
+                }
+            }
+        }
+    });
 }
 
 async fn ready_or_closed(ready: Option<&mut pipe::Receiver>) {

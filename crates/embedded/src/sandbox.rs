@@ -1,11 +1,12 @@
 //! The confinement of every process that runs tenant code: function instances, job
 //! runs and dependency installs (pip and npm run package hooks). Landlock lets it read
 //! only the system, the interpreters, the runtime wrappers and its own code, write only
-//! its own directories, and signal no process outside its sandbox; a cgroup (or an
-//! rlimit) bounds its memory; when sless runs as root the child drops every
-//! capability; its environment holds nothing of sless's own.
+//! its own directories, and signal no process outside its sandbox; a cgroup bounds its
+//! memory (else an rlimit), CPU and number of processes; when sless runs as root the
+//! child drops every capability; its environment holds nothing of sless's own.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, RestrictionStatus, Ruleset,
@@ -14,7 +15,7 @@ use landlock::{
 };
 use tokio::process::Command;
 
-use crate::memory::{MemoryCgroup, MemoryControl, rlimit_data};
+use crate::cgroup::{Cgroup, CgroupControl, Controller, Limits, rlimit_data};
 use crate::runtimes::Toolchain;
 use sless_core::data_dir::create_private_dir;
 use sless_core::model::Runtime;
@@ -89,8 +90,8 @@ pub enum SandboxError {
     Unsupported(String),
     #[error("preparing the sandbox: {0}")]
     Ruleset(#[from] RulesetError),
-    #[error("preparing the memory limit: {0}")]
-    Memory(#[from] std::io::Error),
+    #[error("preparing the memory, CPU and pids limits: {0}")]
+    Limits(#[from] std::io::Error),
 }
 
 /// How tenant code is confined on this machine; decided once at start.
@@ -109,7 +110,9 @@ pub struct Sandbox {
     enforcement: Enforcement,
     /// Readable and executable by every confined process.
     shared_read: Vec<PathBuf>,
-    memory: MemoryControl,
+    cgroups: CgroupControl,
+    /// Processes (and threads) per confined process tree; 0 = no limit.
+    max_pids: u32,
     drop_capabilities: bool,
     path: String,
     lang: String,
@@ -123,25 +126,47 @@ pub struct Confinement<'a> {
     pub write: &'a [&'a Path],
     /// `None`: no limit (builds).
     pub memory_mb: Option<u32>,
+    /// Thousandths of a core; `None`: no limit.
+    pub cpu_millis: Option<u32>,
 }
 
-/// What the running process holds on to: its cgroup, to tell an OOM kill and to be
+/// What the running process holds on to: its cgroup, to tell a limit it hit and to be
 /// removed with it.
 #[derive(Debug)]
 pub struct Guard {
-    cgroup: Option<MemoryCgroup>,
+    cgroup: Option<Arc<Cgroup>>,
 }
 
 impl Guard {
     /// Why the process died when the kernel killed it for its memory limit.
     pub fn out_of_memory(&self) -> Option<String> {
-        self.cgroup.as_ref().and_then(MemoryCgroup::oom_reason)
+        self.cgroup.as_deref().and_then(Cgroup::oom_reason)
+    }
+
+    /// Said once the pids limit refused a fork or a thread.
+    pub fn pids_limit(&self) -> Option<String> {
+        self.cgroup.as_deref().and_then(Cgroup::pids_reason)
+    }
+
+    /// The cgroup to watch for refused forks while the process runs, if it has a
+    /// pids limit; gone once the process's guard is dropped.
+    pub fn pids_watch(&self) -> Option<Weak<Cgroup>> {
+        self.cgroup
+            .as_ref()
+            .filter(|c| c.has(Controller::Pids))
+            .map(Arc::downgrade)
     }
 }
 
 impl Sandbox {
     /// Probes the kernel and the cgroups; logs what will be enforced.
-    pub fn new(toolchain: &Toolchain, wrappers: &Path, data_dir: &Path, allow: bool) -> Self {
+    pub fn new(
+        toolchain: &Toolchain,
+        wrappers: &Path,
+        data_dir: &Path,
+        allow: bool,
+        max_pids: u32,
+    ) -> Self {
         let enforcement = enforcement(landlock_abi(), allow);
         let mut shared_read: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
         let runtime_etc = Runtime::ALL.iter().flat_map(|r| r.descriptor().etc_paths);
@@ -166,18 +191,19 @@ impl Sandbox {
             }
             !covers
         });
-        let memory = MemoryControl::detect();
+        let cgroups = CgroupControl::detect();
         // SAFETY: geteuid has no preconditions.
         let drop_capabilities = unsafe { libc::geteuid() } == 0;
         match &enforcement {
             Enforcement::Landlock => tracing::info!(
-                memory = %memory.describe(),
+                limits = %cgroups.describe(),
+                max_pids,
                 drop_capabilities,
                 "functions run sandboxed with Landlock"
             ),
             Enforcement::Unsandboxed(why) => tracing::error!(
                 reason = %why,
-                memory = %memory.describe(),
+                limits = %cgroups.describe(),
                 "NO SANDBOX: functions run with sless's own file access (--allow-unsandboxed)"
             ),
             Enforcement::Refused(why) => tracing::error!(
@@ -193,7 +219,8 @@ impl Sandbox {
         Self {
             enforcement,
             shared_read,
-            memory,
+            cgroups,
+            max_pids,
             drop_capabilities,
             path,
             lang: std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
@@ -225,15 +252,15 @@ impl Sandbox {
             Enforcement::Landlock => Some(self.ruleset(confinement)?),
             _ => None,
         };
-        let cgroup = match confinement.memory_mb {
-            Some(mb) => self.memory.limit(mb)?,
-            None => None,
-        };
-        let rlimit = match (&cgroup, confinement.memory_mb) {
-            (None, Some(mb)) => Some(mb),
-            _ => None,
-        };
-        let join = cgroup.as_ref().map(MemoryCgroup::joiner);
+        let cgroup = self.cgroups.create(&Limits {
+            memory_mb: confinement.memory_mb,
+            cpu_millis: confinement.cpu_millis,
+            max_pids: (self.max_pids > 0).then_some(self.max_pids),
+        })?;
+        let rlimit = confinement
+            .memory_mb
+            .filter(|_| !cgroup.as_ref().is_some_and(|c| c.has(Controller::Memory)));
+        let join = cgroup.as_ref().map(Cgroup::joiner);
         let drop_capabilities = self.drop_capabilities;
         let mut ruleset = ruleset;
         // SAFETY: between fork and exec the closure makes only async-signal-safe system
@@ -259,7 +286,9 @@ impl Sandbox {
                 }
             });
         }
-        Ok(Guard { cgroup })
+        Ok(Guard {
+            cgroup: cgroup.map(Arc::new),
+        })
     }
 
     /// The variables a dependency install gets besides the fresh environment.

@@ -366,6 +366,8 @@ mod tests {
                 runtime: Runtime::Python311,
                 entrypoint: "handler.handle".into(),
                 memory_mb: 128,
+                cpu_millis: 1000,
+                disk_mb: 512,
                 timeout_sec: 30,
                 env: BTreeMap::new(),
                 s3_key: None,

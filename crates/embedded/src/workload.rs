@@ -35,6 +35,8 @@ struct LaunchConfig {
     version: String,
     entrypoint: String,
     memory_mb: u32,
+    cpu_millis: u32,
+    disk_mb: u32,
     env: BTreeMap<String, String>,
 }
 
@@ -44,6 +46,8 @@ impl LaunchConfig {
             version: version.to_string(),
             entrypoint: spec.entrypoint.clone(),
             memory_mb: spec.memory_mb,
+            cpu_millis: spec.cpu_millis,
+            disk_mb: spec.disk_mb,
             env: spec.env.clone(),
         }
     }
@@ -476,6 +480,8 @@ impl Actor {
             dir,
             scratch: &scratch,
             memory_mb: config.memory_mb,
+            cpu_millis: config.cpu_millis,
+            disk_mb: config.disk_mb,
             env,
             namespace: &self.ns,
             name: &self.name,

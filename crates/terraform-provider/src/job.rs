@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sless_api::validation::{
-    parse_runtime, validate_entrypoint, validate_env, validate_event_json, validate_name,
-    validate_timeout_sec,
+    parse_runtime, validate_cpu_millis, validate_disk_mb, validate_entrypoint, validate_env,
+    validate_event_json, validate_name, validate_timeout_sec,
 };
 use sless_api::{DEFAULT_ENTRYPOINT, DEFAULT_TIMEOUT_SEC};
 use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse, Runtime};
@@ -37,6 +37,8 @@ pub struct JobState {
     event_json: Value<String>,
     run_id: Value<i64>,
     timeout_sec: Value<i64>,
+    cpu_millis: Value<i64>,
+    disk_mb: Value<i64>,
     wait: Value<bool>,
     wait_timeout_sec: Value<i64>,
     phase: Value<String>,
@@ -53,6 +55,8 @@ impl JobState {
             &self.entrypoint,
             &self.env_vars,
             &self.timeout_sec,
+            &self.cpu_millis,
+            &self.disk_mb,
         )
     }
 
@@ -81,6 +85,8 @@ fn request(diags: &mut Diagnostics, state: &JobState, run_id: i64) -> JobRequest
         event_json: state.event_json.as_ref_option().cloned(),
         run_id: Some(run_id),
         timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
+        cpu_millis: to_u32(diags, "cpu_millis", &state.cpu_millis),
+        disk_mb: to_u32(diags, "disk_mb", &state.disk_mb),
         resource_version: None,
     }
 }
@@ -119,6 +125,8 @@ fn fill(state: &mut JobState, job: &JobResponse) {
     if !(state.timeout_sec.is_null() && job.timeout_sec == DEFAULT_TIMEOUT_SEC) {
         state.timeout_sec = Value::Value(job.timeout_sec.into());
     }
+    state.cpu_millis = job.cpu_millis.map(i64::from).into();
+    state.disk_mb = job.disk_mb.map(i64::from).into();
     state.phase = Value::Value(job.phase.to_string());
     state.message = job.message.clone().into();
     state.log_tail = job.log_tail.clone().into();
@@ -313,6 +321,22 @@ impl Resource for JobResource {
                         ),
                     ),
                     (
+                        "cpu_millis".into(),
+                        attribute(
+                            Number,
+                            Optional,
+                            "CPU limit in thousandths of a core, 50-16000 (unset: the function's, or 1000).",
+                        ),
+                    ),
+                    (
+                        "disk_mb".into(),
+                        attribute(
+                            Number,
+                            Optional,
+                            "Scratch space in MiB, 16-65536 (unset: the function's, or 512).",
+                        ),
+                    ),
+                    (
                         "wait".into(),
                         attribute(
                             Bool,
@@ -368,6 +392,12 @@ impl Resource for JobResource {
         }
         if let Some(timeout) = to_u32(diags, "timeout_sec", &config.timeout_sec) {
             check(diags, validate_timeout_sec("timeout_sec", timeout));
+        }
+        if let Some(cpu) = to_u32(diags, "cpu_millis", &config.cpu_millis) {
+            check(diags, validate_cpu_millis("cpu_millis", cpu));
+        }
+        if let Some(disk) = to_u32(diags, "disk_mb", &config.disk_mb) {
+            check(diags, validate_disk_mb("disk_mb", disk));
         }
         if let Value::Value(env) = &config.env_vars {
             check(diags, validate_env("env_vars", env));

@@ -8,10 +8,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sless_api::text::{first_line, last_lines};
 use sless_api::validation::{
-    parse_runtime, validate_entrypoint, validate_env, validate_memory_mb, validate_name,
-    validate_timeout_sec,
+    parse_runtime, validate_cpu_millis, validate_disk_mb, validate_entrypoint, validate_env,
+    validate_memory_mb, validate_name, validate_timeout_sec,
 };
-use sless_api::{DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC};
+use sless_api::{
+    DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC,
+};
 use sless_api::{Phase, Runtime, WorkloadRequest, WorkloadResponse};
 use sless_client::archive::skipped_dirs;
 use sless_client::client::{Client, Kind};
@@ -32,6 +34,8 @@ pub struct WorkloadState {
     runtime: Value<String>,
     entrypoint: Value<String>,
     memory_mb: Value<i64>,
+    cpu_millis: Value<i64>,
+    disk_mb: Value<i64>,
     timeout_sec: Value<i64>,
     env_vars: Value<BTreeMap<String, String>>,
     source_dir: Value<String>,
@@ -70,6 +74,8 @@ impl WorkloadResource {
             runtime: state.runtime.as_ref_option().cloned(),
             entrypoint: state.entrypoint.as_ref_option().cloned(),
             memory_mb: to_u32(diags, "memory_mb", &state.memory_mb),
+            cpu_millis: to_u32(diags, "cpu_millis", &state.cpu_millis),
+            disk_mb: to_u32(diags, "disk_mb", &state.disk_mb),
             timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
             env_vars: state.env_vars.as_ref_option().cloned(),
             resource_version: None,
@@ -81,6 +87,8 @@ impl WorkloadResource {
         prior.runtime != planned.runtime
             || prior.entrypoint != planned.entrypoint
             || prior.memory_mb != planned.memory_mb
+            || prior.cpu_millis != planned.cpu_millis
+            || prior.disk_mb != planned.disk_mb
             || prior.timeout_sec != planned.timeout_sec
             || prior.env_vars != planned.env_vars
     }
@@ -215,6 +223,12 @@ fn default_settings(planned: &mut WorkloadState, config: &WorkloadState) {
     if config.memory_mb.is_null() {
         planned.memory_mb = Value::Value(DEFAULT_MEMORY_MB.into());
     }
+    if config.cpu_millis.is_null() {
+        planned.cpu_millis = Value::Value(DEFAULT_CPU_MILLIS.into());
+    }
+    if config.disk_mb.is_null() {
+        planned.disk_mb = Value::Value(DEFAULT_DISK_MB.into());
+    }
 }
 
 /// How long apply waits for a build.
@@ -230,6 +244,8 @@ fn fill(state: &mut WorkloadState, workload: &WorkloadResponse) {
     state.runtime = Value::Value(workload.runtime.clone());
     state.entrypoint = Value::Value(workload.entrypoint.clone());
     state.memory_mb = Value::Value(workload.memory_mb.into());
+    state.cpu_millis = Value::Value(workload.cpu_millis.into());
+    state.disk_mb = Value::Value(workload.disk_mb.into());
     if !(state.timeout_sec.is_null() && workload.timeout_sec == DEFAULT_TIMEOUT_SEC) {
         state.timeout_sec = Value::Value(workload.timeout_sec.into());
     }
@@ -293,6 +309,22 @@ impl Resource for WorkloadResource {
                             Number,
                             OptionalComputed,
                             "Memory limit, 64-4096 (default 128).",
+                        ),
+                    ),
+                    (
+                        "cpu_millis".into(),
+                        attribute(
+                            Number,
+                            OptionalComputed,
+                            "CPU limit in thousandths of a core, 50-16000 (default 1000).",
+                        ),
+                    ),
+                    (
+                        "disk_mb".into(),
+                        attribute(
+                            Number,
+                            OptionalComputed,
+                            "Scratch space (HOME/TMPDIR) in MiB, 16-65536 (default 512).",
                         ),
                     ),
                     (
@@ -372,6 +404,12 @@ impl Resource for WorkloadResource {
         }
         if let Some(memory) = to_u32(diags, "memory_mb", &config.memory_mb) {
             check(diags, validate_memory_mb("memory_mb", memory));
+        }
+        if let Some(cpu) = to_u32(diags, "cpu_millis", &config.cpu_millis) {
+            check(diags, validate_cpu_millis("cpu_millis", cpu));
+        }
+        if let Some(disk) = to_u32(diags, "disk_mb", &config.disk_mb) {
+            check(diags, validate_disk_mb("disk_mb", disk));
         }
         if let Some(timeout) = to_u32(diags, "timeout_sec", &config.timeout_sec) {
             check(diags, validate_timeout_sec("timeout_sec", timeout));

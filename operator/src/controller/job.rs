@@ -24,9 +24,9 @@ use crate::names::{
 use crate::store::is_already_exists;
 use sless_core::logs::last_bytes;
 use sless_core::model::{
-    ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_MEMORY_MB, Function, FunctionJob,
-    FunctionJobStatus, JobPhase, Kind, Phase, build_namespace, deploy_namespace, now,
-    workload_image,
+    ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB,
+    DEFAULT_MEMORY_MB, Function, FunctionJob, FunctionJobStatus, JobPhase, Kind, Phase,
+    build_namespace, deploy_namespace, now, workload_image,
 };
 use sless_core::upload::version_of;
 use sless_core::workload::no_code;
@@ -54,6 +54,8 @@ struct Plan {
     entrypoint: String,
     env: BTreeMap<String, String>,
     memory_mb: u32,
+    cpu_millis: u32,
+    disk_mb: u32,
     read_only_root: bool,
 }
 
@@ -221,6 +223,8 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             event_json: &spec.event_json,
             timeout_sec: spec.timeout_sec,
             memory_mb: plan.memory_mb,
+            cpu_millis: plan.cpu_millis,
+            disk_mb: plan.disk_mb,
             read_only_root: plan.read_only_root,
         },
         &ctx.config,
@@ -280,6 +284,8 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
                     entrypoint: workload.entrypoint.clone(),
                     env,
                     memory_mb: workload.memory_mb,
+                    cpu_millis: spec.cpu_millis.unwrap_or(workload.cpu_millis),
+                    disk_mb: spec.disk_mb.unwrap_or(workload.disk_mb),
                     read_only_root: workload.runtime.descriptor().read_only_root,
                 })
             }
@@ -362,6 +368,8 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
         entrypoint: spec.entrypoint_or_default(),
         env: spec.env.clone(),
         memory_mb: DEFAULT_MEMORY_MB,
+        cpu_millis: spec.cpu_millis.unwrap_or(DEFAULT_CPU_MILLIS),
+        disk_mb: spec.disk_mb.unwrap_or(DEFAULT_DISK_MB),
         read_only_root: runtime.descriptor().read_only_root,
     }))
 }

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, EmptyDirVolumeSource, EnvVar, LocalObjectReference, Namespace,
-    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Secret, SecurityContext, Volume,
-    VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -195,6 +195,25 @@ fn pull_secrets(secret: &Option<String>) -> Option<Vec<LocalObjectReference>> {
     secret
         .as_ref()
         .map(|name| vec![LocalObjectReference { name: name.clone() }])
+}
+
+/// A function's container: limits from `memory_mb`, `cpu_millis` and `disk_mb` (the
+/// ephemeral storage of its writable layer, `/tmp` and logs); it asks for its memory
+/// and a little CPU, so a node packs many idle functions.
+fn limits(memory_mb: u32, cpu_millis: u32, disk_mb: u32) -> ResourceRequirements {
+    let memory = quantity(format!("{memory_mb}Mi"));
+    ResourceRequirements {
+        limits: Some(BTreeMap::from([
+            ("memory".into(), memory.clone()),
+            ("cpu".into(), quantity(format!("{cpu_millis}m"))),
+            ("ephemeral-storage".into(), quantity(format!("{disk_mb}Mi"))),
+        ])),
+        requests: Some(BTreeMap::from([
+            ("memory".into(), memory),
+            ("cpu".into(), quantity("50m".into())),
+        ])),
+        ..ResourceRequirements::default()
+    }
 }
 
 fn quantity(text: String) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {

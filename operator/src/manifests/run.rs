@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use super::{
-    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, metadata, mount, one_shot_pod, pull_secrets,
-    quantity, restricted, restricted_pod,
+    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, limits, metadata, mount, one_shot_pod,
+    pull_secrets, restricted, restricted_pod,
 };
 use crate::KubeConfig;
 use crate::names::{component_labels, run_job_name};
@@ -31,6 +31,8 @@ pub struct RunJob<'a> {
     /// 0 = no limit.
     pub timeout_sec: u32,
     pub memory_mb: u32,
+    pub cpu_millis: u32,
+    pub disk_mb: u32,
     pub read_only_root: bool,
 }
 
@@ -41,7 +43,6 @@ pub fn run_job(run: &RunJob, config: &KubeConfig) -> Job {
     env.insert("SLESS_MODE".into(), "job".into());
     env.insert("SLESS_EVENT_JSON".into(), run.event_json.to_string());
     env.insert("SLESS_ENTRYPOINT".into(), run.entrypoint.to_string());
-    let memory = quantity(format!("{}Mi", run.memory_mb));
     Job {
         metadata: metadata(
             &run_job_name(run.name, run.run_id),
@@ -65,14 +66,7 @@ pub fn run_job(run: &RunJob, config: &KubeConfig) -> Job {
                         image: Some(run.image.to_string()),
                         image_pull_policy: Some("Always".into()),
                         env: Some(env_vars(&env)),
-                        resources: Some(ResourceRequirements {
-                            limits: Some(BTreeMap::from([("memory".into(), memory.clone())])),
-                            requests: Some(BTreeMap::from([
-                                ("memory".into(), memory),
-                                ("cpu".into(), quantity("50m".into())),
-                            ])),
-                            ..ResourceRequirements::default()
-                        }),
+                        resources: Some(limits(run.memory_mb, run.cpu_millis, run.disk_mb)),
                         security_context: Some(restricted(RUNTIME_UID, run.read_only_root)),
                         volume_mounts: Some(vec![mount("tmp", TMP_MOUNT, false)]),
                         ..Container::default()

@@ -6,15 +6,15 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, HTTPGetAction, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    Container, ContainerPort, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
     Service as KubeService, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
-    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, metadata, mount, pull_secrets, quantity,
-    restricted, restricted_pod,
+    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, limits, metadata, mount, pull_secrets, restricted,
+    restricted_pod,
 };
 use crate::KubeConfig;
 use crate::names::{
@@ -69,7 +69,6 @@ pub fn deployment(workload: &Workload, config: &KubeConfig) -> Deployment {
     // The platform's variables win over the user's: the probes depend on PORT.
     env.insert("PORT".into(), FUNCTION_PORT.to_string());
     env.insert("SLESS_ENTRYPOINT".into(), spec.entrypoint.clone());
-    let memory = quantity(format!("{}Mi", spec.memory_mb));
     let mut pod_annotations = BTreeMap::new();
     if let Some(at) = workload.restarted_at {
         pod_annotations.insert(RESTARTED_AT.to_string(), at.to_string());
@@ -124,14 +123,7 @@ pub fn deployment(workload: &Workload, config: &KubeConfig) -> Deployment {
                             protocol: Some("TCP".into()),
                             ..ContainerPort::default()
                         }]),
-                        resources: Some(ResourceRequirements {
-                            limits: Some(BTreeMap::from([("memory".into(), memory.clone())])),
-                            requests: Some(BTreeMap::from([
-                                ("memory".into(), memory),
-                                ("cpu".into(), quantity("50m".into())),
-                            ])),
-                            ..ResourceRequirements::default()
-                        }),
+                        resources: Some(limits(spec.memory_mb, spec.cpu_millis, spec.disk_mb)),
                         readiness_probe: Some(health_probe(1, 5)),
                         liveness_probe: Some(health_probe(10, 10)),
                         security_context: Some(restricted(

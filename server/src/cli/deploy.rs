@@ -49,6 +49,12 @@ pub struct DeployArgs {
     /// Memory in MB (64–4096, default 128).
     #[arg(long, value_name = "MB")]
     pub memory: Option<u32>,
+    /// CPU in thousandths of a core (50-16000, default 1000 = one core).
+    #[arg(long, value_name = "MILLICORES")]
+    pub cpu_millis: Option<u32>,
+    /// Scratch space (HOME/TMPDIR) in MiB (16-65536, default 512).
+    #[arg(long, value_name = "MB")]
+    pub disk: Option<u32>,
     /// Request timeout in seconds (0 = none, default 60).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u32>,
@@ -143,6 +149,8 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                 runtime: Some(runtime),
                 entrypoint: args.entrypoint.clone(),
                 memory_mb: args.memory,
+                cpu_millis: args.cpu_millis,
+                disk_mb: args.disk,
                 timeout_sec: args.timeout,
                 env_vars: env,
                 resource_version: None,
@@ -167,6 +175,8 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                         .unwrap_or_else(|| current.entrypoint.clone()),
                 ),
                 memory_mb: Some(args.memory.unwrap_or(current.memory_mb)),
+                cpu_millis: Some(args.cpu_millis.unwrap_or(current.cpu_millis)),
+                disk_mb: Some(args.disk.unwrap_or(current.disk_mb)),
                 timeout_sec: Some(args.timeout.unwrap_or(current.timeout_sec)),
                 env_vars: Some(env.unwrap_or_else(|| current.env_vars.clone())),
                 resource_version: Some(current.resource_version.clone()),

@@ -82,6 +82,8 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
                         event_json: Some(event),
                         run_id: Some(job.run_id + 1),
                         timeout_sec: Some(args.timeout.unwrap_or(job.timeout_sec)),
+                        cpu_millis: job.cpu_millis,
+                        disk_mb: job.disk_mb,
                         resource_version: Some(job.resource_version.clone()),
                         ..Default::default()
                     },

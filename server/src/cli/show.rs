@@ -125,6 +125,8 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         ("Runtime", w.runtime.clone()),
         ("Entrypoint", w.entrypoint.clone()),
         ("Memory", format!("{} MB", w.memory_mb)),
+        ("CPU", format!("{} millicores", w.cpu_millis)),
+        ("Disk", format!("{} MB", w.disk_mb)),
         ("Timeout", timeout),
         ("Phase", w.phase.to_string()),
         ("URL", dash(&w.url)),

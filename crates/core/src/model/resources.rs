@@ -5,12 +5,14 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sless_api::validation::{
-    ENTRYPOINT_PATTERN, MAX_EVENT_CONCURRENCY, MAX_EVENT_RETRIES, MAX_NAME_LEN, MAX_REPLICAS,
-    MAX_TIMEOUT_SEC, MEMORY_MB_MAX, MEMORY_MB_MIN, NAME_PATTERN, SCHEDULE_PATTERN,
+    CPU_MILLIS_MAX, CPU_MILLIS_MIN, DISK_MB_MAX, DISK_MB_MIN, ENTRYPOINT_PATTERN,
+    MAX_EVENT_CONCURRENCY, MAX_EVENT_RETRIES, MAX_NAME_LEN, MAX_REPLICAS, MAX_TIMEOUT_SEC,
+    MEMORY_MB_MAX, MEMORY_MB_MIN, NAME_PATTERN, SCHEDULE_PATTERN,
 };
 pub use sless_api::{
-    DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY, DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB,
-    DEFAULT_TIMEOUT_SEC, JobPhase, Kind, Phase, Runtime, TriggerType, WorkloadKind,
+    DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY,
+    DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, JobPhase, Kind, Phase, Runtime,
+    TriggerType, WorkloadKind,
 };
 
 pub const API_GROUP: &str = "sless.kube5s.ru";
@@ -68,6 +70,14 @@ pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+fn default_cpu_millis() -> u32 {
+    DEFAULT_CPU_MILLIS
+}
+
+fn default_disk_mb() -> u32 {
+    DEFAULT_DISK_MB
+}
+
 /// What Functions and Services have in common: code, how to call it, its limits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -77,6 +87,14 @@ pub struct WorkloadSpec {
     pub entrypoint: String,
     #[schemars(range(min = MEMORY_MB_MIN, max = MEMORY_MB_MAX))]
     pub memory_mb: u32,
+    /// Thousandths of a core; objects stored before the field get the default.
+    #[serde(default = "default_cpu_millis")]
+    #[schemars(range(min = CPU_MILLIS_MIN, max = CPU_MILLIS_MAX))]
+    pub cpu_millis: u32,
+    /// Scratch space in MiB.
+    #[serde(default = "default_disk_mb")]
+    #[schemars(range(min = DISK_MB_MIN, max = DISK_MB_MAX))]
+    pub disk_mb: u32,
     /// 0 = no limit, else 1–900.
     #[schemars(range(max = MAX_TIMEOUT_SEC))]
     pub timeout_sec: u32,
@@ -281,6 +299,14 @@ pub struct FunctionJobSpec {
     #[serde(default)]
     #[schemars(range(max = MAX_TIMEOUT_SEC))]
     pub timeout_sec: u32,
+    /// Unset: the function's (functionRef) or the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = CPU_MILLIS_MIN, max = CPU_MILLIS_MAX))]
+    pub cpu_millis: Option<u32>,
+    /// Unset: the function's (functionRef) or the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = DISK_MB_MIN, max = DISK_MB_MAX))]
+    pub disk_mb: Option<u32>,
 }
 
 impl FunctionJobSpec {

@@ -9,6 +9,8 @@ impl WorkloadSpec {
     pub fn validate(&self) -> Result {
         validate_entrypoint("entrypoint", &self.entrypoint)?;
         validate_memory_mb("memory_mb", self.memory_mb)?;
+        validate_cpu_millis("cpu_millis", self.cpu_millis)?;
+        validate_disk_mb("disk_mb", self.disk_mb)?;
         validate_timeout_sec("timeout_sec", self.timeout_sec)?;
         validate_env("env_vars", &self.env)?;
         if let Some(replicas) = self.replicas
@@ -80,6 +82,12 @@ impl FunctionJobSpec {
         validate_env("env_vars", &self.env)?;
         validate_event_json("event_json", &self.event_json)?;
         validate_timeout_sec("timeout_sec", self.timeout_sec)?;
+        if let Some(cpu_millis) = self.cpu_millis {
+            validate_cpu_millis("cpu_millis", cpu_millis)?;
+        }
+        if let Some(disk_mb) = self.disk_mb {
+            validate_disk_mb("disk_mb", disk_mb)?;
+        }
         if self.run_id < 0 {
             return Err(ValidationError::new(
                 "run_id",
@@ -144,6 +152,8 @@ mod tests {
             event_json: "{\"a\":1}".into(),
             run_id: 0,
             timeout_sec: 0,
+            cpu_millis: None,
+            disk_mb: None,
         };
         assert!(spec.validate().is_ok());
         spec.event_json = "{nope".into();
@@ -153,5 +163,26 @@ mod tests {
         assert_eq!(spec.validate().unwrap_err().field, "function_ref");
         spec.runtime = Some(Runtime::Python311);
         assert!(spec.validate().is_ok());
+        spec.cpu_millis = Some(20_000);
+        assert_eq!(spec.validate().unwrap_err().field, "cpu_millis");
+        spec.cpu_millis = None;
+        spec.disk_mb = Some(1);
+        assert_eq!(spec.validate().unwrap_err().field, "disk_mb");
+    }
+
+    #[test]
+    fn objects_stored_before_cpu_and_disk_get_the_defaults() {
+        let stored = serde_json::json!({"runtime": "python3.11", "entrypoint": "handler.handle",
+                                        "memoryMb": 128, "timeoutSec": 60});
+        let spec: FunctionSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(spec.workload.cpu_millis, DEFAULT_CPU_MILLIS);
+        assert_eq!(spec.workload.disk_mb, DEFAULT_DISK_MB);
+        assert!(spec.workload.validate().is_ok());
+        let mut workload = spec.workload;
+        workload.cpu_millis = 49;
+        assert_eq!(workload.validate().unwrap_err().field, "cpu_millis");
+        workload.cpu_millis = 1000;
+        workload.disk_mb = 65_537;
+        assert_eq!(workload.validate().unwrap_err().field, "disk_mb");
     }
 }

@@ -28,6 +28,9 @@ pub fn workload_spec(
         runtime,
         entrypoint,
         memory_mb,
+        // Absent on PUT too: clients written before these fields keep working.
+        cpu_millis: request.cpu_millis.unwrap_or(DEFAULT_CPU_MILLIS),
+        disk_mb: request.disk_mb.unwrap_or(DEFAULT_DISK_MB),
         timeout_sec: request.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC),
         env: request.env_vars.clone().unwrap_or_default(),
         s3_key: None,
@@ -47,6 +50,8 @@ pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadRes
         runtime: spec.runtime.to_string(),
         entrypoint: spec.entrypoint.clone(),
         memory_mb: spec.memory_mb,
+        cpu_millis: spec.cpu_millis,
+        disk_mb: spec.disk_mb,
         timeout_sec: spec.timeout_sec,
         env_vars: spec.env.clone(),
         phase: status.phase,
@@ -135,6 +140,8 @@ pub fn job_spec(request: &JobRequest) -> Result<FunctionJobSpec, ValidationError
             .unwrap_or_else(|| "{}".to_string()),
         run_id: request.run_id.unwrap_or(0),
         timeout_sec: request.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC),
+        cpu_millis: request.cpu_millis,
+        disk_mb: request.disk_mb,
     };
     spec.validate()?;
     Ok(spec)
@@ -153,6 +160,8 @@ pub fn job_response(object: &Object<FunctionJob>) -> JobResponse {
         event_json: spec.event_json.clone(),
         run_id: spec.run_id,
         timeout_sec: spec.timeout_sec,
+        cpu_millis: spec.cpu_millis,
+        disk_mb: spec.disk_mb,
         s3_key: spec.s3_key.clone(),
         phase: status.phase,
         message: status.message.clone(),
