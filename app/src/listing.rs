@@ -465,6 +465,7 @@ mod tests {
             memory_mb: 128,
             timeout_sec: 30,
             env_vars: Default::default(),
+            egress: Default::default(),
             phase,
             message: None,
             image_ref: None,

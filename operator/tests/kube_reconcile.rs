@@ -65,6 +65,7 @@ fn function_spec(key: Option<&str>) -> FunctionSpec {
             env: BTreeMap::from([("GREETING".to_string(), "hi".to_string())]),
             s3_key: key.map(String::from),
             replicas: None,
+            egress: Default::default(),
         },
     }
 }
@@ -630,6 +631,7 @@ fn job_spec(run_id: i64) -> FunctionJobSpec {
         event_json: "{\"day\": 1}".into(),
         run_id,
         timeout_sec: 10,
+        egress: None,
     }
 }
 

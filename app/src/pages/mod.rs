@@ -44,6 +44,7 @@ mod tests {
             memory_mb: 128,
             timeout_sec: 0,
             env_vars: Default::default(),
+            egress: Default::default(),
             phase: crate::listing::Phase::Failed,
             message: Some("<b>pip</b> said no".into()),
             image_ref: None,

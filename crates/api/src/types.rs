@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::WorkloadKind;
+use crate::{Egress, WorkloadKind};
 
 pub const DEFAULT_MEMORY_MB: u32 = 128;
 pub const DEFAULT_ENTRYPOINT: &str = "handler.handle";
@@ -114,6 +114,9 @@ pub struct WorkloadRequest {
     pub timeout_sec: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_vars: Option<BTreeMap<String, String>>,
+    /// Where its code may connect; absent = `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
     /// Optional optimistic-concurrency guard for PUT: a stale value is a 409.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
@@ -129,6 +132,8 @@ pub struct WorkloadResponse {
     pub memory_mb: u32,
     pub timeout_sec: u32,
     pub env_vars: BTreeMap<String, String>,
+    #[serde(default)]
+    pub egress: Egress,
     pub phase: Phase,
     pub message: Option<String>,
     pub image_ref: Option<String>,
@@ -224,6 +229,9 @@ pub struct JobRequest {
     pub run_id: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_sec: Option<u32>,
+    /// Absent: the function's (`function_ref`), else `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
 }
@@ -249,6 +257,9 @@ pub struct JobResponse {
     pub event_json: String,
     pub run_id: i64,
     pub timeout_sec: u32,
+    /// `None`: the function's (`function_ref`), else `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
     pub s3_key: Option<String>,
     pub phase: JobPhase,
     pub message: Option<String>,

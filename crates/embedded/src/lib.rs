@@ -6,6 +6,7 @@
 
 mod build;
 mod cron;
+pub mod egress;
 mod jobs;
 mod memory;
 mod process;

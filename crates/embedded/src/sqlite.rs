@@ -370,6 +370,7 @@ mod tests {
                 env: BTreeMap::new(),
                 s3_key: None,
                 replicas: None,
+                egress: Default::default(),
             },
         }
     }

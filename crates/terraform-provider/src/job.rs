@@ -81,6 +81,7 @@ fn request(diags: &mut Diagnostics, state: &JobState, run_id: i64) -> JobRequest
         event_json: state.event_json.as_ref_option().cloned(),
         run_id: Some(run_id),
         timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
+        egress: None,
         resource_version: None,
     }
 }

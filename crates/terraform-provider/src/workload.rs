@@ -72,6 +72,7 @@ impl WorkloadResource {
             memory_mb: to_u32(diags, "memory_mb", &state.memory_mb),
             timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
             env_vars: state.env_vars.as_ref_option().cloned(),
+            egress: None,
             resource_version: None,
         }
     }

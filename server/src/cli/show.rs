@@ -126,6 +126,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         ("Entrypoint", w.entrypoint.clone()),
         ("Memory", format!("{} MB", w.memory_mb)),
         ("Timeout", timeout),
+        ("Egress", w.egress.to_string()),
         ("Phase", w.phase.to_string()),
         ("URL", dash(&w.url)),
         ("Image", dash(&w.image_ref)),

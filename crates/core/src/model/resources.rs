@@ -10,7 +10,7 @@ use sless_api::validation::{
 };
 pub use sless_api::{
     DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY, DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB,
-    DEFAULT_TIMEOUT_SEC, JobPhase, Kind, Phase, Runtime, TriggerType, WorkloadKind,
+    DEFAULT_TIMEOUT_SEC, Egress, JobPhase, Kind, Phase, Runtime, TriggerType, WorkloadKind,
 };
 
 pub const API_GROUP: &str = "sless.kube5s.ru";
@@ -89,6 +89,9 @@ pub struct WorkloadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
+    /// Where its code may connect (default `"internet"`: public addresses only).
+    #[serde(default, skip_serializing_if = "Egress::is_internet")]
+    pub egress: Egress,
 }
 
 impl WorkloadSpec {
@@ -281,6 +284,9 @@ pub struct FunctionJobSpec {
     #[serde(default)]
     #[schemars(range(max = MAX_TIMEOUT_SEC))]
     pub timeout_sec: u32,
+    /// `None`: the function's (`functionRef`), else `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
 }
 
 impl FunctionJobSpec {

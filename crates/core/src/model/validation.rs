@@ -144,6 +144,7 @@ mod tests {
             event_json: "{\"a\":1}".into(),
             run_id: 0,
             timeout_sec: 0,
+            egress: None,
         };
         assert!(spec.validate().is_ok());
         spec.event_json = "{nope".into();

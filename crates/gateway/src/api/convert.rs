@@ -32,6 +32,7 @@ pub fn workload_spec(
         env: request.env_vars.clone().unwrap_or_default(),
         s3_key: None,
         replicas: None,
+        egress: request.egress.clone().unwrap_or_default(),
     };
     spec.validate()?;
     Ok(spec)
@@ -49,6 +50,7 @@ pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadRes
         memory_mb: spec.memory_mb,
         timeout_sec: spec.timeout_sec,
         env_vars: spec.env.clone(),
+        egress: spec.egress.clone(),
         phase: status.phase,
         message: status.message.clone(),
         image_ref: status.image_ref.clone(),
@@ -135,6 +137,7 @@ pub fn job_spec(request: &JobRequest) -> Result<FunctionJobSpec, ValidationError
             .unwrap_or_else(|| "{}".to_string()),
         run_id: request.run_id.unwrap_or(0),
         timeout_sec: request.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC),
+        egress: request.egress.clone(),
     };
     spec.validate()?;
     Ok(spec)
@@ -153,6 +156,7 @@ pub fn job_response(object: &Object<FunctionJob>) -> JobResponse {
         event_json: spec.event_json.clone(),
         run_id: spec.run_id,
         timeout_sec: spec.timeout_sec,
+        egress: spec.egress.clone(),
         s3_key: spec.s3_key.clone(),
         phase: status.phase,
         message: status.message.clone(),
