@@ -24,7 +24,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use sless_api::{Egress, EgressRule};
 
@@ -522,11 +522,8 @@ pub fn serve(listener: std::net::TcpListener, policy: Policy) -> io::Result<Egre
                 // Reap finished connections so the set stays small.
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
-            let policy = policy.clone();
-            connections.spawn(async move {
-                serve_connection(stream, policy).await;
-                drop(permit);
-            });
+            // The slot is held by the connection and by a tunnel it turns into.
+            connections.spawn(serve_connection(stream, policy.clone(), Arc::new(permit)));
         }
     });
     Ok(EgressProxy { task })
@@ -534,11 +531,14 @@ pub fn serve(listener: std::net::TcpListener, policy: Policy) -> io::Result<Egre
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
-async fn serve_connection(stream: TcpStream, policy: Arc<Policy>) {
+/// One of the process's connection slots.
+type Slot = Arc<OwnedSemaphorePermit>;
+
+async fn serve_connection(stream: TcpStream, policy: Arc<Policy>, slot: Slot) {
     let limits = policy.limits.clone();
     let service = hyper::service::service_fn(move |req| {
-        let policy = policy.clone();
-        async move { Ok::<_, Infallible>(handle(req, policy).await) }
+        let (policy, slot) = (policy.clone(), slot.clone());
+        async move { Ok::<_, Infallible>(handle(req, policy, slot).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -568,8 +568,8 @@ fn text(status: StatusCode, line: &str) -> Response<Body> {
 /// A failure answered to the client.
 struct Answer(StatusCode, String);
 
-async fn handle(req: Request<Incoming>, policy: Arc<Policy>) -> Response<Body> {
-    match route(req, &policy).await {
+async fn handle(req: Request<Incoming>, policy: Arc<Policy>, slot: Slot) -> Response<Body> {
+    match route(req, &policy, slot).await {
         Ok(response) => response,
         Err(Answer(status, line)) => {
             if status == StatusCode::FORBIDDEN {
@@ -580,7 +580,11 @@ async fn handle(req: Request<Incoming>, policy: Arc<Policy>) -> Response<Body> {
     }
 }
 
-async fn route(req: Request<Incoming>, policy: &Policy) -> Result<Response<Body>, Answer> {
+async fn route(
+    req: Request<Incoming>,
+    policy: &Policy,
+    slot: Slot,
+) -> Result<Response<Body>, Answer> {
     if req.method() == Method::CONNECT {
         let (host, port) = req
             .uri()
@@ -595,6 +599,7 @@ async fn route(req: Request<Incoming>, policy: &Policy) -> Result<Response<Body>
                     let mut client = TokioIo::new(upgraded);
                     let mut upstream = upstream;
                     relay(&mut client, &mut upstream, idle).await;
+                    drop(slot);
                 }
                 Err(e) => tracing::debug!(error = %e, "egress CONNECT upgrade failed"),
             }
