@@ -53,6 +53,7 @@ impl fmt::Display for Egress {
         match self {
             Egress::Internet => f.write_str("internet"),
             Egress::None => f.write_str("none"),
+            Egress::Allow(rules) if rules.is_empty() => f.write_str("[]"),
             Egress::Allow(rules) => {
                 let list: Vec<String> = rules.iter().map(ToString::to_string).collect();
                 f.write_str(&list.join(","))
@@ -65,11 +66,12 @@ impl FromStr for Egress {
     type Err = ValidationError;
 
     /// `internet`, `none`, or entries separated by commas (the CLI's and Terraform's
-    /// form of the list).
+    /// form of the list; `[]` is the empty list).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim() {
             "internet" => Ok(Egress::Internet),
             "none" => Ok(Egress::None),
+            "[]" => Ok(Egress::Allow(Vec::new())),
             list => Egress::try_from(Raw::List(
                 list.split(',').map(|e| e.trim().to_string()).collect(),
             )),
@@ -285,6 +287,7 @@ mod tests {
             "the comma form of the CLI reads back"
         );
         assert_eq!(parse("[]").unwrap(), Egress::Allow(vec![]));
+        assert_eq!("[]".parse::<Egress>().unwrap().to_string(), "[]");
     }
 
     #[test]

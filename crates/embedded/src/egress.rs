@@ -7,6 +7,12 @@
 //! requests) that dials only what the process's [`Egress`] policy allows
 //! ([`decide`]). Egress `none` starts no listener. The child learns the address from
 //! [`proxy_variables`].
+//!
+//! One spawn, in order: `channel(&egress)` before it; in pre_exec, after the network
+//! namespace exists and `lo` is up but before Landlock (whose bind rule would refuse
+//! the port), `listen_in_child(&child_end)`; after the spawn, `parent.receive()` and
+//! `serve(listener, policy)`, the [`EgressProxy`] kept as long as the process runs
+//! (`tests/egress_e2e.rs`, `run_child`, does exactly this).
 
 use std::convert::Infallible;
 use std::io;

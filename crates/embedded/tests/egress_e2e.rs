@@ -289,7 +289,7 @@ async fn a_name_is_checked_on_the_address_it_resolves_to() {
 }
 
 /// What a child in its own network namespace saw, as it printed it.
-async fn run_child(egress: &Egress, script: &str) -> String {
+async fn run_child(egress: &Egress, script: &str, env: &[(&str, &str)]) -> String {
     let channel = egress::channel(egress).unwrap();
     let (parent, child_end) = match channel {
         Some((parent, child)) => (Some(parent), Some(child)),
@@ -300,6 +300,7 @@ async fn run_child(egress: &Egress, script: &str) -> String {
         .args(["-c", script])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap())
+        .envs(env.iter().copied())
         .envs(egress::proxy_variables(egress))
         .stdout(Stdio::piped());
     // SAFETY: unshare, ioctl, socket, bind, listen, sendmsg and close only.
@@ -382,7 +383,7 @@ print("proxy port:", attempt(lambda: socket.create_connection(("127.0.0.1", {pro
 async fn a_child_in_its_own_namespace_gets_out_only_through_the_proxy() {
     let target = Target::start();
     let allowed = list(&[&target.entry(SERVER_PORT)]);
-    let out = run_child(&allowed, &child_script(&target, SERVER_PORT)).await;
+    let out = run_child(&allowed, &child_script(&target, SERVER_PORT), &[]).await;
     assert!(
         out.contains("proxied: hello from the private server"),
         "{out}"
@@ -396,7 +397,7 @@ async fn a_child_in_its_own_namespace_gets_out_only_through_the_proxy() {
         "no route without the proxy: {out}"
     );
 
-    let out = run_child(&Egress::Internet, &child_script(&target, SERVER_PORT)).await;
+    let out = run_child(&Egress::Internet, &child_script(&target, SERVER_PORT), &[]).await;
     assert!(
         out.contains("proxied: http 403 egress policy of team/fn refuses")
             && out.contains("private address"),
@@ -404,7 +405,7 @@ async fn a_child_in_its_own_namespace_gets_out_only_through_the_proxy() {
     );
     assert!(out.contains("direct: error OSError"), "{out}");
 
-    let out = run_child(&Egress::None, &child_script(&target, SERVER_PORT)).await;
+    let out = run_child(&Egress::None, &child_script(&target, SERVER_PORT), &[]).await;
     assert!(
         out.contains("proxy port: error ConnectionRefusedError"),
         "no listener: {out}"
@@ -493,4 +494,33 @@ async fn bench_connect_through_the_proxy_against_direct() {
         "connect + one request, mean of {ROUNDS}: direct {direct:?}, through the proxy {proxied:?} (+{:?})",
         proxied.saturating_sub(direct)
     );
+}
+
+/// Dependency installs reach PyPI and the npm registry through the proxy under
+/// "internet" (the registries' addresses are public), and nothing under "none".
+#[tokio::test]
+async fn package_installs_reach_their_registries_through_the_proxy() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().to_str().unwrap();
+    let script = format!(
+        r#"
+import subprocess
+pip = subprocess.run(["python3", "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+                      "--timeout", "20", "--retries", "0", "-d", "{home}/wheels", "six"],
+                     capture_output=True, text=True)
+print("pip:", pip.returncode)
+npm = subprocess.run(["npm", "view", "left-pad", "version", "--fetch-retries", "0"],
+                     capture_output=True, text=True)
+print("npm:", npm.returncode, npm.stdout.strip())
+"#
+    );
+    let env = [
+        ("HOME", home),
+        ("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"),
+    ];
+    let out = run_child(&Egress::Internet, &script, &env).await;
+    assert!(out.contains("pip: 0"), "{out}");
+    assert!(out.contains("npm: 0 1.3.0"), "{out}");
+    let out = run_child(&Egress::None, &script, &env).await;
+    assert!(!out.contains("pip: 0") && !out.contains("npm: 0"), "{out}");
 }

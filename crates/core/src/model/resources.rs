@@ -284,7 +284,7 @@ pub struct FunctionJobSpec {
     #[serde(default)]
     #[schemars(range(max = MAX_TIMEOUT_SEC))]
     pub timeout_sec: u32,
-    /// `None`: the function's (`functionRef`), else `"internet"`.
+    /// Absent: the function's (`functionRef`), else `"internet"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Egress>,
 }
@@ -295,6 +295,15 @@ impl FunctionJobSpec {
         self.entrypoint
             .clone()
             .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string())
+    }
+
+    /// The egress a run gets: its own, else its function's (`function_ref`), else
+    /// `"internet"`.
+    pub fn egress_or(&self, function: Option<&WorkloadSpec>) -> Egress {
+        self.egress
+            .clone()
+            .or_else(|| function.map(|f| f.egress.clone()))
+            .unwrap_or_default()
     }
 }
 
