@@ -72,7 +72,7 @@ impl FromStr for Egress {
             "internet" => Ok(Egress::Internet),
             "none" => Ok(Egress::None),
             "[]" => Ok(Egress::Allow(Vec::new())),
-            list => Egress::try_from(Raw::List(
+            list => Egress::from_raw(Raw::List(
                 list.split(',').map(|e| e.trim().to_string()).collect(),
             )),
         }
@@ -138,6 +138,9 @@ impl FromStr for EgressRule {
         if let Some(net) = parse_net(entry) {
             return Ok(EgressRule::Net { net, port: None });
         }
+        if entry.contains('/') && !entry.contains(':') {
+            return Err(bad("is not a valid CIDR (address/prefix length)"));
+        }
         let (head, port) = entry
             .rsplit_once(':')
             .ok_or_else(|| bad("has no port (a name needs one, e.g. example.com:443)"))?;
@@ -199,10 +202,17 @@ enum Raw {
     List(Vec<String>),
 }
 
+/// For serde, which names the field itself.
 impl TryFrom<Raw> for Egress {
-    type Error = ValidationError;
+    type Error = String;
 
     fn try_from(raw: Raw) -> Result<Self, Self::Error> {
+        Egress::from_raw(raw).map_err(|e| e.rule)
+    }
+}
+
+impl Egress {
+    fn from_raw(raw: Raw) -> Result<Self, ValidationError> {
         match raw {
             Raw::Word(word) => match word.as_str() {
                 "internet" => Ok(Egress::Internet),
@@ -317,8 +327,13 @@ mod tests {
             "42",
         ] {
             let err = parse(bad).expect_err(bad);
-            assert!(err.contains("egress") || bad == "42", "{bad}: {err}");
+            assert!(err.contains("use ") || bad == "42", "{bad}: {err}");
         }
+        let cli = "10.0.0.0/33,api.example.com:443"
+            .parse::<Egress>()
+            .unwrap_err();
+        assert_eq!(cli.field, "egress", "the CLI and Terraform name the field");
+        assert!(cli.rule.contains("not a valid CIDR"), "{cli}");
         let long = format!("[\"{}.com:443\"]", "a".repeat(300));
         assert!(parse(&long).unwrap_err().contains("1-259 characters"));
         let many: Vec<String> = (0..65).map(|i| format!("10.0.0.{i}:80")).collect();

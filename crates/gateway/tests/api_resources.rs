@@ -106,7 +106,7 @@ async fn egress_is_stored_and_bad_entries_are_refused(server: TestServer) {
         (json!("everything"), "use \"internet\", \"none\" or a list"),
         (
             json!(["10.0.0.0/33"]),
-            "\"10.0.0.0/33\" is not a host name, address or CIDR",
+            "\"10.0.0.0/33\" is not a valid CIDR",
         ),
         (json!(["example.com"]), "has no port"),
         (json!(["example.com:0"]), "bad port"),
