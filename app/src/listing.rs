@@ -467,6 +467,7 @@ mod tests {
             disk_mb: 512,
             timeout_sec: 30,
             env_vars: Default::default(),
+            egress: Default::default(),
             phase,
             message: None,
             image_ref: None,

@@ -227,6 +227,7 @@ fn controller_objects() -> Vec<Value> {
         env: BTreeMap::from([("A".to_string(), "1".to_string())]),
         s3_key: Some("contexts/sless-ab/hello/20250101120000.tar.gz".into()),
         replicas: Some(2),
+        egress: Default::default(),
     };
     let image = "registry.test/sless/sless-sless-ab-hello:0123456789ab";
     let mut out = vec![

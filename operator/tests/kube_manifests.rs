@@ -42,6 +42,7 @@ fn spec() -> WorkloadSpec {
         ]),
         s3_key: Some(KEY.into()),
         replicas: None,
+        egress: Default::default(),
     }
 }
 

@@ -67,6 +67,7 @@ fn function_spec(key: Option<&str>) -> FunctionSpec {
             env: BTreeMap::from([("GREETING".to_string(), "hi".to_string())]),
             s3_key: key.map(String::from),
             replicas: None,
+            egress: Default::default(),
         },
     }
 }
@@ -634,6 +635,7 @@ fn job_spec(run_id: i64) -> FunctionJobSpec {
         timeout_sec: 10,
         cpu_millis: None,
         disk_mb: None,
+        egress: None,
     }
 }
 

@@ -74,6 +74,7 @@ fn spec() -> FunctionSpec {
             env: Default::default(),
             s3_key: None,
             replicas: None,
+            egress: Default::default(),
         },
     }
 }

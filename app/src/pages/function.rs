@@ -279,6 +279,7 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
                 <dt>"CPU"</dt><dd>{cpu}</dd>
                 <dt>"Disk"</dt><dd>{disk}</dd>
                 <dt>"Timeout"</dt><dd>{timeout}</dd>
+                <dt>"Egress"</dt><dd>{w.egress.to_string()}</dd>
                 <dt>"Env vars"</dt><dd class="env" title="Values are not shown">{env}</dd>
             </dl>
             <h3>"Triggers"</h3>

@@ -46,6 +46,7 @@ mod tests {
             disk_mb: 1024,
             timeout_sec: 0,
             env_vars: Default::default(),
+            egress: Default::default(),
             phase: crate::listing::Phase::Failed,
             message: Some("<b>pip</b> said no".into()),
             image_ref: None,

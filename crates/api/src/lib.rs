@@ -6,6 +6,7 @@
 //! `kube-core` is to `kube-client`): the typed client, the console, the CLI, the
 //! Terraform provider and the server's model all build on these.
 
+mod egress;
 pub mod keys;
 mod kind;
 mod naming;
@@ -15,6 +16,7 @@ mod types;
 mod units;
 pub mod validation;
 
+pub use egress::{Egress, EgressRule, MAX_EGRESS_ENTRIES, MAX_EGRESS_ENTRY_LEN};
 pub use kind::{Kind, WorkloadKind};
 pub use naming::namespace_for_sub;
 pub use runtime::{Runtime, RuntimeDescriptor};

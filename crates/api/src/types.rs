@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::WorkloadKind;
+use crate::{Egress, WorkloadKind};
 
 pub const DEFAULT_MEMORY_MB: u32 = 128;
 /// One core.
@@ -123,6 +123,9 @@ pub struct WorkloadRequest {
     pub timeout_sec: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_vars: Option<BTreeMap<String, String>>,
+    /// Where its code may connect; absent = `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
     /// Optional optimistic-concurrency guard for PUT: a stale value is a 409.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
@@ -140,6 +143,8 @@ pub struct WorkloadResponse {
     pub disk_mb: u32,
     pub timeout_sec: u32,
     pub env_vars: BTreeMap<String, String>,
+    #[serde(default)]
+    pub egress: Egress,
     pub phase: Phase,
     pub message: Option<String>,
     pub image_ref: Option<String>,
@@ -241,6 +246,9 @@ pub struct JobRequest {
     /// Unset: the function's (function_ref) or the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_mb: Option<u32>,
+    /// Absent: the function's (`function_ref`), else `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
 }
@@ -271,6 +279,9 @@ pub struct JobResponse {
     pub cpu_millis: Option<u32>,
     #[serde(default)]
     pub disk_mb: Option<u32>,
+    /// `None`: the function's (`function_ref`), else `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
     pub s3_key: Option<String>,
     pub phase: JobPhase,
     pub message: Option<String>,

@@ -7,6 +7,7 @@
 mod build;
 mod cgroup;
 mod cron;
+pub mod egress;
 mod jobs;
 mod process;
 mod runtimes;

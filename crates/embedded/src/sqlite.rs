@@ -372,6 +372,7 @@ mod tests {
                 env: BTreeMap::new(),
                 s3_key: None,
                 replicas: None,
+                egress: Default::default(),
             },
         }
     }

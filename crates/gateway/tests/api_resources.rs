@@ -67,7 +67,77 @@ on_each_store!(
     job_crud_and_run_id_bump,
     bad_input_is_refused_with_the_rule,
     concurrent_ensure_and_conflicting_updates,
+    egress_is_stored_and_bad_entries_are_refused,
 );
+
+async fn egress_is_stored_and_bad_entries_are_refused(server: TestServer) {
+    let alice = user("alice");
+    let base = format!("/v1/namespaces/{}/functions", alice.ns);
+    use reqwest::Method as M;
+
+    let open = json!({"name": "open", "runtime": "nodejs20"});
+    let (status, created) = send(&server, &alice, M::POST, &base, Some(open)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["egress"], "internet");
+
+    let listed = json!(["api.example.com:443", "10.0.0.0/8", "[fd00::1]:5432"]);
+    let mut body = function("listed");
+    body["egress"] = listed.clone();
+    let (status, created) = send(&server, &alice, M::POST, &base, Some(body.clone())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["egress"], listed);
+    let (_, fetched) = send(&server, &alice, M::GET, &format!("{base}/listed"), None).await;
+    assert_eq!(fetched["egress"], listed, "stored as given");
+
+    body["egress"] = json!("none");
+    let (status, updated) = send(
+        &server,
+        &alice,
+        M::PUT,
+        &format!("{base}/listed"),
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["egress"], "none");
+
+    let many: Vec<String> = (0..65).map(|i| format!("10.0.0.{i}:80")).collect();
+    for (bad, says) in [
+        (json!("everything"), "use \"internet\", \"none\" or a list"),
+        (
+            json!(["10.0.0.0/33"]),
+            "\"10.0.0.0/33\" is not a valid CIDR",
+        ),
+        (json!(["example.com"]), "has no port"),
+        (json!(["example.com:0"]), "bad port"),
+        (json!(many), "at most 64"),
+    ] {
+        body["egress"] = bad.clone();
+        let (status, error) = send(
+            &server,
+            &alice,
+            M::PUT,
+            &format!("{base}/listed"),
+            Some(body.clone()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        let error = error["error"].as_str().unwrap();
+        assert!(
+            error.contains("egress") && error.contains(says),
+            "{bad}: {error}"
+        );
+    }
+
+    let jobs = format!("/v1/namespaces/{}/jobs", alice.ns);
+    let job = json!({"name": "sync", "function_ref": "listed", "egress": ["10.1.0.0/16:443"]});
+    let (status, created) = send(&server, &alice, M::POST, &jobs, Some(job)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["egress"], json!(["10.1.0.0/16:443"]));
+    let inherit = json!({"name": "plain", "function_ref": "listed"});
+    let (_, created) = send(&server, &alice, M::POST, &jobs, Some(inherit)).await;
+    assert_eq!(created.get("egress"), None, "absent: the function's");
+}
 
 async fn function_crud_with_defaults_and_conflicts(server: TestServer) {
     let alice = user("alice");

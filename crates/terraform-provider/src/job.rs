@@ -87,6 +87,7 @@ fn request(diags: &mut Diagnostics, state: &JobState, run_id: i64) -> JobRequest
         timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
         cpu_millis: to_u32(diags, "cpu_millis", &state.cpu_millis),
         disk_mb: to_u32(diags, "disk_mb", &state.disk_mb),
+        egress: None,
         resource_version: None,
     }
 }

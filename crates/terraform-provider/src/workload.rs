@@ -14,7 +14,7 @@ use sless_api::validation::{
 use sless_api::{
     DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC,
 };
-use sless_api::{Phase, Runtime, WorkloadRequest, WorkloadResponse};
+use sless_api::{Egress, Phase, Runtime, WorkloadRequest, WorkloadResponse};
 use sless_client::archive::skipped_dirs;
 use sless_client::client::{Client, Kind};
 use tf_provider::schema::AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
@@ -38,6 +38,7 @@ pub struct WorkloadState {
     disk_mb: Value<i64>,
     timeout_sec: Value<i64>,
     env_vars: Value<BTreeMap<String, String>>,
+    egress: Value<String>,
     source_dir: Value<String>,
     source_zip: Value<String>,
     source_hash: Value<String>,
@@ -78,6 +79,7 @@ impl WorkloadResource {
             disk_mb: to_u32(diags, "disk_mb", &state.disk_mb),
             timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
             env_vars: state.env_vars.as_ref_option().cloned(),
+            egress: parse_egress(diags, &state.egress),
             resource_version: None,
         }
     }
@@ -91,6 +93,7 @@ impl WorkloadResource {
             || prior.disk_mb != planned.disk_mb
             || prior.timeout_sec != planned.timeout_sec
             || prior.env_vars != planned.env_vars
+            || prior.egress != planned.egress
     }
 
     /// Uploads the code and waits for its build; errors name the build log's end.
@@ -231,6 +234,13 @@ fn default_settings(planned: &mut WorkloadState, config: &WorkloadState) {
     }
 }
 
+/// `egress` as the API takes it; a bad value is reported on the attribute.
+fn parse_egress(diags: &mut Diagnostics, egress: &Value<String>) -> Option<Egress> {
+    let parsed = egress.as_ref_option()?.parse::<Egress>();
+    check(diags, parsed.as_ref().map(|_| ()).map_err(Clone::clone));
+    parsed.ok()
+}
+
 /// How long apply waits for a build.
 fn wait_limit(state: &WorkloadState) -> Duration {
     Duration::from_secs(state.wait_timeout_sec.unwrap_or(DEFAULT_WAIT_SEC).max(0) as u64)
@@ -251,6 +261,13 @@ fn fill(state: &mut WorkloadState, workload: &WorkloadResponse) {
     }
     if !(state.env_vars.is_null() && workload.env_vars.is_empty()) {
         state.env_vars = Value::Value(workload.env_vars.clone());
+    }
+    // The configuration's spelling stays while it means what the server holds.
+    let same = state.egress.as_ref_option().and_then(|e| e.parse::<Egress>().ok());
+    if same.as_ref() != Some(&workload.egress)
+        && !(state.egress.is_null() && workload.egress.is_internet())
+    {
+        state.egress = Value::Value(workload.egress.to_string());
     }
     state.url = workload.url.clone().into();
     state.phase = Value::Value(workload.phase.to_string());
@@ -337,6 +354,16 @@ impl Resource for WorkloadResource {
                     ),
                     ("env_vars".into(), env_vars),
                     (
+                        "egress".into(),
+                        attribute(
+                            String,
+                            Optional,
+                            "Where its code may connect: internet (public addresses only, \
+                             the default), none, or comma-separated host:port, ip:port or \
+                             CIDR[:port] entries.",
+                        ),
+                    ),
+                    (
                         "source_dir".into(),
                         attribute(
                             String,
@@ -417,6 +444,7 @@ impl Resource for WorkloadResource {
         if let Value::Value(env) = &config.env_vars {
             check(diags, validate_env("env_vars", env));
         }
+        parse_egress(diags, &config.egress);
         if config.source_dir.is_value() && config.source_zip.is_value() {
             diags.error_short(
                 "set source_dir or source_zip, not both",

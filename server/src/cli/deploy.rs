@@ -61,6 +61,11 @@ pub struct DeployArgs {
     /// An environment variable; repeat for more. Given at all, it replaces all of them.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    /// Where its code may connect: `internet` (public addresses only, the default on
+    /// create), `none`, or comma-separated host:port, ip:port or CIDR[:port] entries;
+    /// kept on update when omitted.
+    #[arg(long, value_name = "internet|none|ENTRY,...")]
+    pub egress: Option<sless_api::Egress>,
     /// `http`, `cron:"<5-field schedule>"` or `event:<queue>` (a RabbitMQ queue);
     /// repeat for more (default: http).
     #[arg(long = "trigger", value_name = "http|cron:SCHEDULE|event:QUEUE", value_parser = parse_trigger)]
@@ -153,6 +158,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                 disk_mb: args.disk,
                 timeout_sec: args.timeout,
                 env_vars: env,
+                egress: args.egress.clone(),
                 resource_version: None,
             };
             client
@@ -179,6 +185,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                 disk_mb: Some(args.disk.unwrap_or(current.disk_mb)),
                 timeout_sec: Some(args.timeout.unwrap_or(current.timeout_sec)),
                 env_vars: Some(env.unwrap_or_else(|| current.env_vars.clone())),
+                egress: Some(args.egress.clone().unwrap_or_else(|| current.egress.clone())),
                 resource_version: Some(current.resource_version.clone()),
             };
             client

@@ -128,6 +128,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         ("CPU", format!("{} millicores", w.cpu_millis)),
         ("Disk", format!("{} MB", w.disk_mb)),
         ("Timeout", timeout),
+        ("Egress", w.egress.to_string()),
         ("Phase", w.phase.to_string()),
         ("URL", dash(&w.url)),
         ("Image", dash(&w.image_ref)),

@@ -11,7 +11,7 @@ use sless_api::validation::{
 };
 pub use sless_api::{
     DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY,
-    DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, JobPhase, Kind, Phase, Runtime,
+    DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, Egress, JobPhase, Kind, Phase, Runtime,
     TriggerType, WorkloadKind,
 };
 
@@ -107,6 +107,9 @@ pub struct WorkloadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
+    /// Where its code may connect (default `"internet"`: public addresses only).
+    #[serde(default, skip_serializing_if = "Egress::is_internet")]
+    pub egress: Egress,
 }
 
 impl WorkloadSpec {
@@ -315,6 +318,15 @@ impl FunctionJobSpec {
         self.entrypoint
             .clone()
             .unwrap_or_else(|| DEFAULT_ENTRYPOINT.to_string())
+    }
+
+    /// The egress a run gets: its own, else its function's (`function_ref`), else
+    /// `"internet"`.
+    pub fn egress_or(&self, function: Option<&WorkloadSpec>) -> Egress {
+        self.egress
+            .clone()
+            .or_else(|| function.map(|f| f.egress.clone()))
+            .unwrap_or_default()
     }
 }
 

@@ -154,8 +154,24 @@ mod tests {
             timeout_sec: 0,
             cpu_millis: None,
             disk_mb: None,
+            egress: None,
         };
         assert!(spec.validate().is_ok());
+        let function = WorkloadSpec {
+            runtime: sless_api::Runtime::Python311,
+            entrypoint: "handler.handle".into(),
+            memory_mb: 128,
+            timeout_sec: 0,
+            env: BTreeMap::new(),
+            s3_key: None,
+            replicas: None,
+            egress: sless_api::Egress::None,
+        };
+        assert_eq!(spec.egress_or(Some(&function)), sless_api::Egress::None);
+        assert_eq!(spec.egress_or(None), sless_api::Egress::Internet);
+        spec.egress = Some(sless_api::Egress::Allow(vec![]));
+        assert_eq!(spec.egress_or(Some(&function)), sless_api::Egress::Allow(vec![]));
+        spec.egress = None;
         spec.event_json = "{nope".into();
         assert_eq!(spec.validate().unwrap_err().field, "event_json");
         spec.event_json = "{}".into();

@@ -35,6 +35,7 @@ pub fn workload_spec(
         env: request.env_vars.clone().unwrap_or_default(),
         s3_key: None,
         replicas: None,
+        egress: request.egress.clone().unwrap_or_default(),
     };
     spec.validate()?;
     Ok(spec)
@@ -54,6 +55,7 @@ pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadRes
         disk_mb: spec.disk_mb,
         timeout_sec: spec.timeout_sec,
         env_vars: spec.env.clone(),
+        egress: spec.egress.clone(),
         phase: status.phase,
         message: status.message.clone(),
         image_ref: status.image_ref.clone(),
@@ -142,6 +144,7 @@ pub fn job_spec(request: &JobRequest) -> Result<FunctionJobSpec, ValidationError
         timeout_sec: request.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC),
         cpu_millis: request.cpu_millis,
         disk_mb: request.disk_mb,
+        egress: request.egress.clone(),
     };
     spec.validate()?;
     Ok(spec)
@@ -162,6 +165,7 @@ pub fn job_response(object: &Object<FunctionJob>) -> JobResponse {
         timeout_sec: spec.timeout_sec,
         cpu_millis: spec.cpu_millis,
         disk_mb: spec.disk_mb,
+        egress: spec.egress.clone(),
         s3_key: spec.s3_key.clone(),
         phase: status.phase,
         message: status.message.clone(),
