@@ -175,7 +175,11 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                 memory_mb: Some(args.memory.unwrap_or(current.memory_mb)),
                 timeout_sec: Some(args.timeout.unwrap_or(current.timeout_sec)),
                 env_vars: Some(env.unwrap_or_else(|| current.env_vars.clone())),
-                egress: Some(args.egress.clone().unwrap_or_else(|| current.egress.clone())),
+                egress: Some(
+                    args.egress
+                        .clone()
+                        .unwrap_or_else(|| current.egress.clone()),
+                ),
                 resource_version: Some(current.resource_version.clone()),
             };
             client
