@@ -33,6 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use sless_api::{Egress, EgressRule};
+use sless_core::logs::{LogBook, Stream};
 
 /// Where the proxy listens inside every namespace (the port squid made familiar).
 pub const PROXY_PORT: u16 = 3128;
@@ -481,6 +482,19 @@ impl ParentEnd {
 /// Where a refusal line goes besides the 403: the owner's log.
 pub type RefusalLog = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Refusals as stderr lines of the owner's log, under the version it runs now.
+pub fn log_book(
+    logs: Arc<LogBook>,
+    namespace: String,
+    name: String,
+    version: Arc<Mutex<String>>,
+) -> RefusalLog {
+    Arc::new(move |line: &str| {
+        let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        logs.push(&namespace, &name, Stream::Stderr, &version, line);
+    })
+}
+
 /// One process's policy: whose it is and what it allows.
 #[derive(Clone)]
 pub struct Policy {
@@ -907,6 +921,19 @@ mod tests {
             "{}",
             loopback.line
         );
+    }
+
+    #[test]
+    fn refusals_reach_the_owners_log() {
+        let logs = Arc::new(LogBook::new(10));
+        let version = Arc::new(Mutex::new("v1".to_string()));
+        let log = log_book(logs.clone(), "team".into(), "fn".into(), version);
+        log("egress policy of team/fn refuses 10.0.0.5:5432: private address");
+        let lines = logs.tail("team", "fn", 10);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].stream, Stream::Stderr);
+        assert_eq!(lines[0].version, "v1");
+        assert!(lines[0].line.contains("refuses 10.0.0.5:5432"));
     }
 
     #[test]

@@ -263,7 +263,10 @@ fn fill(state: &mut WorkloadState, workload: &WorkloadResponse) {
         state.env_vars = Value::Value(workload.env_vars.clone());
     }
     // The configuration's spelling stays while it means what the server holds.
-    let same = state.egress.as_ref_option().and_then(|e| e.parse::<Egress>().ok());
+    let same = state
+        .egress
+        .as_ref_option()
+        .and_then(|e| e.parse::<Egress>().ok());
     if same.as_ref() != Some(&workload.egress)
         && !(state.egress.is_null() && workload.egress.is_internet())
     {

@@ -185,7 +185,11 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                 disk_mb: Some(args.disk.unwrap_or(current.disk_mb)),
                 timeout_sec: Some(args.timeout.unwrap_or(current.timeout_sec)),
                 env_vars: Some(env.unwrap_or_else(|| current.env_vars.clone())),
-                egress: Some(args.egress.clone().unwrap_or_else(|| current.egress.clone())),
+                egress: Some(
+                    args.egress
+                        .clone()
+                        .unwrap_or_else(|| current.egress.clone()),
+                ),
                 resource_version: Some(current.resource_version.clone()),
             };
             client

@@ -170,7 +170,10 @@ mod tests {
         assert_eq!(spec.egress_or(Some(&function)), sless_api::Egress::None);
         assert_eq!(spec.egress_or(None), sless_api::Egress::Internet);
         spec.egress = Some(sless_api::Egress::Allow(vec![]));
-        assert_eq!(spec.egress_or(Some(&function)), sless_api::Egress::Allow(vec![]));
+        assert_eq!(
+            spec.egress_or(Some(&function)),
+            sless_api::Egress::Allow(vec![])
+        );
         spec.egress = None;
         spec.event_json = "{nope".into();
         assert_eq!(spec.validate().unwrap_err().field, "event_json");
