@@ -310,6 +310,9 @@ pub struct FunctionJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = DISK_MB_MIN, max = DISK_MB_MAX))]
     pub disk_mb: Option<u32>,
+    /// Absent: the function's (`functionRef`), else `"internet"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
 }
 
 impl FunctionJobSpec {
