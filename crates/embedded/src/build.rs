@@ -195,6 +195,8 @@ impl<'a> Log<'a> {
                     write: &[&self.home, self.staging],
                     memory_mb: None,
                     port: None,
+                    disk_mb: None,
+                    isolate_network: true,
                 },
             )
             .map_err(|e| BuildError(e.to_string()))?;

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::Shared;
+use crate::namespaces::DEFAULT_DISK_MB;
 use crate::process::die_with_parent;
 use crate::sandbox::Confinement;
 use sless_core::logs::last_bytes;
@@ -302,6 +303,8 @@ async fn execute(shared: &Shared, plan: &Plan, event: &str, timeout: Option<Dura
         write: &[&plan.scratch],
         memory_mb: Some(plan.memory_mb),
         port: None,
+        disk_mb: Some(DEFAULT_DISK_MB),
+        isolate_network: true,
     };
     let guard = match shared.builder.sandbox.confine(&mut command, &confinement) {
         Ok(guard) => guard,

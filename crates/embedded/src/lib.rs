@@ -8,6 +8,7 @@ mod build;
 mod cron;
 mod jobs;
 mod memory;
+mod namespaces;
 mod process;
 mod runtimes;
 pub mod s3;

@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
 
+use crate::namespaces::DEFAULT_DISK_MB;
 use crate::sandbox::{Confinement, Guard, Sandbox};
 use sless_core::logs::{LogBook, Stream};
 
@@ -115,6 +116,10 @@ impl Instance {
                     write: &[launch.scratch],
                     memory_mb: Some(launch.memory_mb),
                     port: Some(port),
+                    disk_mb: Some(DEFAULT_DISK_MB),
+                    // Until instances serve on a socket sless can reach from outside
+                    // their namespace, they share the host's.
+                    isolate_network: false,
                 },
             )
             .map_err(|e| e.to_string())?;

@@ -2,9 +2,13 @@
 //! runs and dependency installs (pip and npm run package hooks). Landlock lets it read
 //! only the system, the interpreters, the runtime wrappers and its own code, write only
 //! its own directories, and signal no process outside its sandbox; a cgroup (or an
-//! rlimit) bounds its memory; when sless runs as root the child drops every
-//! capability; its environment holds nothing of sless's own.
+//! rlimit) bounds its memory; its own mount and network namespaces
+//! ([`crate::namespaces`]) bound its scratch space and keep it off the host's network;
+//! when sless runs as root the child drops every capability; its environment holds
+//! nothing of sless's own.
 
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -15,6 +19,7 @@ use landlock::{
 use tokio::process::Command;
 
 use crate::memory::{MemoryCgroup, MemoryControl, rlimit_data};
+use crate::namespaces::Host;
 use crate::runtimes::Toolchain;
 use sless_core::data_dir::create_private_dir;
 use sless_core::model::Runtime;
@@ -82,24 +87,28 @@ const BUILD_VARIABLES: &[&str] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error(
-        "this kernel has no Landlock ({0}), so the function would run unsandboxed and could \
-         read sless's keys and other tenants' code; start sless with --allow-unsandboxed \
-         (SLESS_ALLOW_UNSANDBOXED=1) to run functions anyway"
+        "this machine cannot confine tenant code ({0}), so the function would run \
+         unsandboxed and could read sless's keys and other tenants' code or reach sless's \
+         ports; start sless with --allow-unsandboxed (SLESS_ALLOW_UNSANDBOXED=1) to run \
+         functions anyway"
     )]
     Unsupported(String),
     #[error("preparing the sandbox: {0}")]
     Ruleset(#[from] RulesetError),
     #[error("preparing the memory limit: {0}")]
     Memory(#[from] std::io::Error),
+    #[error("preparing the namespaces: {0}")]
+    Namespaces(std::io::Error),
 }
 
 /// How tenant code is confined on this machine; decided once at start.
 #[derive(Clone, Debug, PartialEq)]
 enum Enforcement {
-    Landlock,
-    /// No Landlock, and the operator said to run functions anyway.
+    /// Landlock and the namespaces.
+    Full,
+    /// A mechanism is missing (why), and the operator said to run functions anyway.
     Unsandboxed(String),
-    /// No Landlock: functions are refused with this reason.
+    /// A mechanism is missing: functions are refused with this reason.
     Refused(String),
 }
 
@@ -107,6 +116,10 @@ enum Enforcement {
 #[derive(Debug)]
 pub struct Sandbox {
     enforcement: Enforcement,
+    /// The kernel's Landlock ABI, when it has one.
+    landlock: Option<ABI>,
+    /// `None`: this machine cannot make the namespaces (see `enforcement`).
+    host: Option<Host>,
     /// Readable and executable by every confined process.
     shared_read: Vec<PathBuf>,
     memory: MemoryControl,
@@ -126,6 +139,12 @@ pub struct Confinement<'a> {
     /// The one TCP port it may listen on (Landlock ABI 4+): no squatting the port
     /// sless just picked for another tenant's instance.
     pub port: Option<u16>,
+    /// Scratch quota: a tmpfs of this many MB over its HOME, its own and gone with it.
+    /// `None`: HOME is the directory itself (a build's caches are kept).
+    pub disk_mb: Option<u32>,
+    /// Its own network namespace: it reaches only its own loopback, and nothing it
+    /// listens on is reachable from outside it.
+    pub isolate_network: bool,
 }
 
 /// What the running process holds on to: its cgroup, to tell an OOM kill and to be
@@ -145,7 +164,15 @@ impl Guard {
 impl Sandbox {
     /// Probes the kernel and the cgroups; logs what will be enforced.
     pub fn new(toolchain: &Toolchain, wrappers: &Path, data_dir: &Path, allow: bool) -> Self {
-        let enforcement = enforcement(landlock_abi(), allow);
+        let abi = landlock_abi();
+        let landlock = match abi {
+            Ok(version) if version >= 1 => Some(ABI::from(version)),
+            _ => None,
+        };
+        let host = Host::new(&data_dir.join("run")).map_err(|e| e.to_string());
+        let host = host.and_then(|host| host.probe().map(|()| host));
+        let enforcement = enforcement(abi, host.as_ref().err(), allow);
+        let host = host.ok();
         let mut shared_read: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
         let runtime_etc = Runtime::ALL.iter().flat_map(|r| r.descriptor().etc_paths);
         shared_read.extend(
@@ -173,19 +200,23 @@ impl Sandbox {
         // SAFETY: geteuid has no preconditions.
         let drop_capabilities = unsafe { libc::geteuid() } == 0;
         match &enforcement {
-            Enforcement::Landlock => tracing::info!(
+            Enforcement::Full => tracing::info!(
                 memory = %memory.describe(),
                 drop_capabilities,
-                "functions run sandboxed with Landlock"
+                user_namespace = !drop_capabilities,
+                "functions run sandboxed with Landlock and their own mount and network namespaces"
             ),
             Enforcement::Unsandboxed(why) => tracing::error!(
                 reason = %why,
                 memory = %memory.describe(),
-                "NO SANDBOX: functions run with sless's own file access (--allow-unsandboxed)"
+                landlock = landlock.is_some(),
+                namespaces = host.is_some(),
+                "NO SANDBOX: functions run without what is missing (--allow-unsandboxed)"
             ),
             Enforcement::Refused(why) => tracing::error!(
                 reason = %why,
-                "no Landlock: functions will be refused; --allow-unsandboxed runs them anyway"
+                "cannot confine tenant code: functions will be refused; \
+                 --allow-unsandboxed runs them anyway"
             ),
         }
         // /proc/<sless pid>/environ and ptrace stay closed to processes of the same uid.
@@ -195,6 +226,8 @@ impl Sandbox {
         }
         Self {
             enforcement,
+            landlock,
+            host,
             shared_read,
             memory,
             drop_capabilities,
@@ -224,10 +257,27 @@ impl Sandbox {
         if let Some(home) = home {
             command.env("HOME", home).env("TMPDIR", home);
         }
-        let ruleset = match self.enforcement {
-            Enforcement::Landlock => Some(self.ruleset(confinement)?),
+        let ruleset = match self.landlock {
+            Some(_) => Some(self.ruleset(confinement)?),
+            None => None,
+        };
+        let namespaces = self
+            .host
+            .as_ref()
+            .map(|host| host.namespaces(confinement.isolate_network, home.zip(confinement.disk_mb)))
+            .transpose()
+            .map_err(SandboxError::Namespaces)?;
+        // Landlock skips a directory something is mounted on: the scratch tmpfs gets its
+        // own rule, added in the child once it is mounted.
+        let scratch_rule = match (&ruleset, namespaces.as_ref().and_then(|n| n.scratch())) {
+            (Some(ruleset), Some(_)) => {
+                Option::<OwnedFd>::from(ruleset.try_clone().map_err(SandboxError::Namespaces)?)
+            }
             _ => None,
         };
+        let write_access = self.landlock.map_or(0, |abi| {
+            (AccessFs::from_all(ABI_WANTED) & AccessFs::from_all(abi)).bits()
+        });
         let cgroup = match confinement.memory_mb {
             Some(mb) => self.memory.limit(mb)?,
             None => None,
@@ -240,8 +290,8 @@ impl Sandbox {
         let drop_capabilities = self.drop_capabilities;
         let mut ruleset = ruleset;
         // SAFETY: between fork and exec the closure makes only async-signal-safe system
-        // calls (write, setrlimit, prctl, capset, landlock_*) on data prepared before
-        // the fork; the ruleset's Drop closes one descriptor.
+        // calls (write, setrlimit, unshare, mount, prctl, capset, landlock_*) on data
+        // prepared before the fork; the ruleset's Drop closes one descriptor.
         unsafe {
             command.pre_exec(move || {
                 if let Some(join) = &join {
@@ -251,6 +301,13 @@ impl Sandbox {
                     let limit = rlimit_data(mb);
                     if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
                         return Err(std::io::Error::last_os_error());
+                    }
+                }
+                // Before the capabilities go: making namespaces and mounts needs them.
+                if let Some(namespaces) = &namespaces {
+                    namespaces.enter()?;
+                    if let (Some(ruleset), Some(scratch)) = (&scratch_rule, namespaces.scratch()) {
+                        allow_beneath(ruleset.as_raw_fd(), scratch, write_access)?;
                     }
                 }
                 if drop_capabilities {
@@ -297,20 +354,20 @@ impl Sandbox {
     }
 }
 
-/// Landlock unless the kernel lacks it; then what the operator allowed.
-fn enforcement(abi: Result<i32, String>, allow: bool) -> Enforcement {
-    match abi {
-        Ok(version) if version >= 1 => Enforcement::Landlock,
-        Ok(version) => unsupported(format!("Landlock ABI {version}"), allow),
-        Err(why) => unsupported(why, allow),
-    }
-}
-
-fn unsupported(why: String, allow: bool) -> Enforcement {
-    if allow {
-        Enforcement::Unsandboxed(why)
-    } else {
-        Enforcement::Refused(why)
+/// Full when the kernel has Landlock and the namespaces could be made; else what the
+/// operator allowed, with every missing mechanism named.
+fn enforcement(abi: Result<i32, String>, namespaces: Option<&String>, allow: bool) -> Enforcement {
+    let landlock = match abi {
+        Ok(version) if version >= 1 => None,
+        Ok(version) => Some(format!("no Landlock: ABI {version}")),
+        Err(why) => Some(format!("no Landlock: {why}")),
+    };
+    let namespaces = namespaces.map(|why| format!("no network and mount namespaces: {why}"));
+    let missing: Vec<String> = landlock.into_iter().chain(namespaces).collect();
+    match (missing.is_empty(), allow) {
+        (true, _) => Enforcement::Full,
+        (false, true) => Enforcement::Unsandboxed(missing.join("; ")),
+        (false, false) => Enforcement::Refused(missing.join("; ")),
     }
 }
 
@@ -345,6 +402,45 @@ fn restrict(ruleset: RulesetCreated) -> std::io::Result<()> {
         Ok(_) => Ok(()),
         Err(e) => Err(std::io::Error::other(e.to_string())),
     }
+}
+
+/// Adds a Landlock rule granting `access` beneath `path` to the ruleset `ruleset`, in
+/// the child: open, landlock_add_rule and close only.
+fn allow_beneath(ruleset: RawFd, path: &CStr, access: u64) -> std::io::Result<()> {
+    #[repr(C, packed)]
+    struct PathBeneathAttr {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+    // SAFETY: a NUL-terminated path, an attribute struct on the stack as the kernel
+    // defines it; the descriptor is closed before returning.
+    unsafe {
+        let dir = libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: access,
+            parent_fd: dir,
+        };
+        let added = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        );
+        let error = std::io::Error::last_os_error();
+        libc::close(dir);
+        if added != 0 {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 fn no_new_privs() -> std::io::Result<()> {
@@ -424,15 +520,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn without_landlock_functions_are_refused_unless_allowed() {
-        assert_eq!(enforcement(Ok(7), false), Enforcement::Landlock);
+    fn without_landlock_or_namespaces_functions_are_refused_unless_allowed() {
+        assert_eq!(enforcement(Ok(7), None, false), Enforcement::Full);
         assert!(matches!(
-            enforcement(Err("no".into()), false),
+            enforcement(Err("no".into()), None, false),
             Enforcement::Refused(_)
         ));
         assert!(matches!(
-            enforcement(Ok(0), true),
+            enforcement(Ok(0), None, true),
             Enforcement::Unsandboxed(_)
+        ));
+        let userns = "unshare: EPERM".to_string();
+        assert_eq!(
+            enforcement(Ok(7), Some(&userns), false),
+            Enforcement::Refused("no network and mount namespaces: unshare: EPERM".into())
+        );
+        assert!(matches!(
+            enforcement(Ok(7), Some(&userns), true),
+            Enforcement::Unsandboxed(why) if why.contains("namespaces")
         ));
         let message = SandboxError::Unsupported("x".into()).to_string();
         assert!(message.contains("--allow-unsandboxed"), "{message}");
