@@ -140,10 +140,14 @@ impl Namespaces {
         unsafe {
             check(libc::unshare(flags))?;
             if let Some((uid_map, gid_map)) = &self.maps {
+                // sless is not dumpable, so its /proc files are root's: the child may
+                // write its own maps only while dumpable (exec makes it dumpable anyway).
+                check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
                 // gid_map may be written by an unprivileged user only after setgroups is denied.
                 write_file(c"/proc/self/setgroups", c"deny")?;
                 write_file(c"/proc/self/uid_map", uid_map)?;
                 write_file(c"/proc/self/gid_map", gid_map)?;
+                check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
             }
             // Nothing mounted here propagates back to the host.
             check(libc::mount(

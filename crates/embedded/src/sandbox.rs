@@ -164,6 +164,12 @@ impl Guard {
 impl Sandbox {
     /// Probes the kernel and the cgroups; logs what will be enforced.
     pub fn new(toolchain: &Toolchain, wrappers: &Path, data_dir: &Path, allow: bool) -> Self {
+        // /proc/<sless pid>/environ and ptrace stay closed to processes of the same uid;
+        // set before the probe, which must meet it as every child does.
+        // SAFETY: prctl with integer arguments only.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        }
         let abi = landlock_abi();
         let landlock = match abi {
             Ok(version) if version >= 1 => Some(ABI::from(version)),
@@ -218,11 +224,6 @@ impl Sandbox {
                 "cannot confine tenant code: functions will be refused; \
                  --allow-unsandboxed runs them anyway"
             ),
-        }
-        // /proc/<sless pid>/environ and ptrace stay closed to processes of the same uid.
-        // SAFETY: prctl with integer arguments only.
-        unsafe {
-            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         }
         Self {
             enforcement,
