@@ -196,7 +196,9 @@ impl<'a> Log<'a> {
                     memory_mb: None,
                     port: None,
                     disk_mb: None,
-                    isolate_network: true,
+                    // Installs download from the package registries: they keep the
+                    // host's network until the egress proxy is wired in.
+                    isolate_network: false,
                 },
             )
             .map_err(|e| BuildError(e.to_string()))?;
