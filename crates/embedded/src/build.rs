@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use crate::runtimes::{Toolchain, Wrappers};
+use crate::egress::{self, Egress, ProxyLimits, RefusalLog};
 use crate::sandbox::{Confinement, Sandbox};
 use sless_core::logs::last_bytes;
 use sless_core::model::{DEFAULT_CPU_MILLIS, Runtime};
@@ -220,7 +221,7 @@ impl<'a> Log<'a> {
         let err = out.try_clone().map_err(|e| BuildError(e.to_string()))?;
         let mut command = Command::new(program);
         crate::process::die_with_parent(&mut command);
-        let guard = self
+        let mut guard = self
             .sandbox
             .confine(
                 &mut command,
@@ -230,6 +231,15 @@ impl<'a> Log<'a> {
                     memory_mb: None,
                     // One core: a hostile setup.py cannot take the machine's CPU.
                     cpu_millis: Some(DEFAULT_CPU_MILLIS),
+                    disk_mb: None,
+                    // The package registries are public addresses; a refusal is
+                    // written into the build log.
+                    egress: egress::Policy {
+                        owner: "the dependency install".into(),
+                        egress: Egress::Internet,
+                        log: build_log_line(&self.path),
+                        limits: ProxyLimits::default(),
+                    },
                 },
             )
             .map_err(|e| BuildError(e.to_string()))?;
@@ -243,6 +253,9 @@ impl<'a> Log<'a> {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| BuildError(format!("cannot run {program}: {e}; is it installed?")))?;
+        guard
+            .spawned()
+            .map_err(|e| BuildError(format!("cannot start the install's egress proxy: {e}")))?;
         let status = match tokio::time::timeout(STEP_TIMEOUT, child.wait()).await {
             Ok(status) => status.map_err(|e| BuildError(e.to_string()))?,
             Err(_) => {
@@ -261,6 +274,21 @@ impl<'a> Log<'a> {
             (false, None) => Err(BuildError(format!("{program} exited with {status}"))),
         }
     }
+}
+
+/// Egress refusals of a dependency install, appended to its build log.
+fn build_log_line(path: &Path) -> RefusalLog {
+    let path = path.to_path_buf();
+    Arc::new(move |line: &str| {
+        use std::io::Write;
+        let appended = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut log| writeln!(log, "{line}"));
+        if let Err(e) = appended {
+            tracing::warn!(path = %path.display(), error = %e, %line, "cannot write build log");
+        }
+    })
 }
 
 /// The last line a build step printed (sless's own lines start with a `[HH:MM:SS]`

@@ -505,6 +505,15 @@ pub struct Policy {
     pub limits: ProxyLimits,
 }
 
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("owner", &self.owner)
+            .field("egress", &self.egress)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The serving task; dropping it closes the listener and every connection (and with
 /// them the last hold on the process's network namespace).
 #[derive(Debug)]

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::Shared;
 use crate::process::die_with_parent;
+use crate::egress::{self, Egress, ProxyLimits};
 use crate::sandbox::Confinement;
 use sless_core::logs::last_bytes;
 use sless_core::model::{
@@ -46,6 +47,7 @@ struct Plan {
     cpu_millis: u32,
     /// The scratch quota (applied by the scratch mount).
     disk_mb: u32,
+    egress: Egress,
     /// Its HOME and TMPDIR, the one place it may write.
     scratch: PathBuf,
 }
@@ -173,6 +175,7 @@ async fn reconcile(
                             memory_mb: workload.memory_mb,
                             cpu_millis: spec.cpu_millis.unwrap_or(workload.cpu_millis),
                             disk_mb: spec.disk_mb.unwrap_or(workload.disk_mb),
+                            egress: spec.egress_or(Some(workload)),
                             scratch: shared.scratch(Kind::FunctionJob, ns, name),
                         }
                     }
@@ -225,6 +228,7 @@ async fn reconcile(
                     memory_mb: DEFAULT_MEMORY_MB,
                     cpu_millis: spec.cpu_millis.unwrap_or(DEFAULT_CPU_MILLIS),
                     disk_mb: spec.disk_mb.unwrap_or(DEFAULT_DISK_MB),
+                    egress: spec.egress_or(None),
                     scratch: shared.scratch(Kind::FunctionJob, ns, name),
                 },
                 Err(e) => {
@@ -250,7 +254,7 @@ async fn reconcile(
     let task_shared = shared.clone();
     let (task_ns, task_name) = (ns.to_string(), name.to_string());
     let task = tokio::spawn(async move {
-        let outcome = execute(&task_shared, &task_ns, &plan, &event, timeout).await;
+        let outcome = execute(&task_shared, &task_ns, &task_name, &plan, &event, timeout).await;
         let result = write(&task_shared, &task_ns, &task_name, run_id, |s| {
             s.phase = if outcome.succeeded {
                 JobPhase::Succeeded
@@ -300,6 +304,7 @@ fn collect(
 async fn execute(
     shared: &Shared,
     ns: &str,
+    name: &str,
     plan: &Plan,
     event: &str,
     timeout: Option<Duration>,
@@ -322,11 +327,24 @@ async fn execute(
             .command(&shared.config.toolchain, plan.runtime, &plan.dir);
     let mut command = Command::new(&program);
     die_with_parent(&mut command);
+    let output: Output = Arc::new(Mutex::new((Vec::new(), 0)));
+    let refusals = output.clone();
     let confinement = Confinement {
         read: &[&plan.dir],
         write: &[&plan.scratch],
         memory_mb: Some(plan.memory_mb),
         cpu_millis: Some(plan.cpu_millis),
+        disk_mb: Some(plan.disk_mb),
+        egress: egress::Policy {
+            owner: format!("{ns}/{name}"),
+            egress: plan.egress.clone(),
+            // A refusal is a line of the run's log, as the function's own stderr.
+            log: Arc::new(move |line: &str| {
+                let mut output = refusals.lock().unwrap_or_else(|e| e.into_inner());
+                output.0.push((false, line.to_string()));
+            }),
+            limits: ProxyLimits::default(),
+        },
     };
     tracing::debug!(
         memory_mb = plan.memory_mb,
@@ -334,7 +352,7 @@ async fn execute(
         disk_mb = plan.disk_mb,
         "starting a job run"
     );
-    let guard = match shared.builder.sandbox.confine(&mut command, &confinement) {
+    let mut guard = match shared.builder.sandbox.confine(&mut command, &confinement) {
         Ok(guard) => guard,
         Err(e) => {
             return Outcome {
@@ -367,7 +385,13 @@ async fn execute(
             };
         }
     };
-    let output: Output = Arc::new(Mutex::new((Vec::new(), 0)));
+    if let Err(e) = guard.spawned() {
+        return Outcome {
+            succeeded: false,
+            message: format!("cannot start the run's egress proxy: {e}"),
+            log_tail: String::new(),
+        };
+    }
     let mut readers = Vec::new();
     if let Some(stdout) = child.stdout.take() {
         readers.push(collect(stdout, true, output.clone()));

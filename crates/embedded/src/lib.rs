@@ -9,6 +9,7 @@ mod cgroup;
 mod cron;
 pub mod egress;
 mod jobs;
+mod namespaces;
 mod process;
 mod runtimes;
 pub mod s3;

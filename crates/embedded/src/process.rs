@@ -22,6 +22,7 @@ use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::cgroup::Cgroup;
+use crate::egress::{self, Egress, ProxyLimits};
 use crate::sandbox::{Confinement, Guard, Sandbox};
 use crate::socket::{SocketDir, SocketFile};
 use sless_core::logs::{LogBook, Stream};
@@ -37,6 +38,8 @@ pub struct Launch<'a> {
     pub cpu_millis: u32,
     /// The scratch quota (applied by the scratch mount).
     pub disk_mb: u32,
+    /// Where its code may connect, through its egress proxy.
+    pub egress: Egress,
     pub env: BTreeMap<String, String>,
     pub namespace: &'a str,
     pub name: &'a str,
@@ -131,9 +134,10 @@ impl Instance {
             .sockets
             .listen()
             .map_err(|e| format!("cannot create the instance's socket: {e}"))?;
+        let version = Arc::new(Mutex::new(launch.version.to_string()));
         let mut command = Command::new(launch.program);
         die_with_parent(&mut command);
-        let guard = sandbox
+        let mut guard = sandbox
             .confine(
                 &mut command,
                 &Confinement {
@@ -141,6 +145,18 @@ impl Instance {
                     write: &[launch.scratch],
                     memory_mb: Some(launch.memory_mb),
                     cpu_millis: Some(launch.cpu_millis),
+                    disk_mb: Some(launch.disk_mb),
+                    egress: egress::Policy {
+                        owner: format!("{}/{}", launch.namespace, launch.name),
+                        egress: launch.egress.clone(),
+                        log: egress::log_book(
+                            logs.clone(),
+                            launch.namespace.to_string(),
+                            launch.name.to_string(),
+                            version.clone(),
+                        ),
+                        limits: ProxyLimits::default(),
+                    },
                 },
             )
             .map_err(|e| e.to_string())?;
@@ -180,13 +196,15 @@ impl Instance {
             .kill_on_drop(true)
             .spawn()
             .map_err(cannot)?;
+        guard
+            .spawned()
+            .map_err(|e| format!("cannot start the instance's egress proxy: {e}"))?;
         // Only the child holds the write end now: its exit ends the pipe. And the only
         // listener: calls to an instance that exited fail at once, not in a backlog.
         drop(ready_write);
         drop(listener);
         let child_stdin = child.stdin.take();
         let ready = pipe::Receiver::from_owned_fd(OwnedFd::from(ready)).ok();
-        let version = Arc::new(Mutex::new(launch.version.to_string()));
         for (stream, reader) in [
             (
                 Stream::Stdout,

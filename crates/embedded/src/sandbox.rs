@@ -2,9 +2,14 @@
 //! runs and dependency installs (pip and npm run package hooks). Landlock lets it read
 //! only the system, the interpreters, the runtime wrappers and its own code, write only
 //! its own directories, and signal no process outside its sandbox; a cgroup bounds its
-//! memory (else an rlimit), CPU and number of processes; when sless runs as root the
-//! child drops every capability; its environment holds nothing of sless's own.
+//! memory (else an rlimit), CPU and number of processes; its own mount and network
+//! namespaces ([`crate::namespaces`]) bound its scratch space and keep it off the host's
+//! network, with the egress proxy ([`crate::egress`]) its one way out; when sless runs
+//! as root the child drops every capability; its environment holds nothing of sless's
+//! own.
 
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
@@ -16,6 +21,8 @@ use landlock::{
 use tokio::process::Command;
 
 use crate::cgroup::{Cgroup, CgroupControl, Controller, Limits, rlimit_data};
+use crate::egress;
+use crate::namespaces::Host;
 use crate::runtimes::Toolchain;
 use sless_core::data_dir::create_private_dir;
 use sless_core::model::Runtime;
@@ -67,40 +74,33 @@ const DEVICES: &[&str] = &[
     "/dev/urandom",
 ];
 
-/// Variables of the operator's environment a dependency install needs to reach the
-/// package indexes, with each runtime's own (its descriptor's `build_variables`);
-/// nothing else of sless's environment reaches a child.
-const BUILD_VARIABLES: &[&str] = &[
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-];
 
 /// Why a process was not started.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error(
-        "this kernel has no Landlock ({0}), so the function would run unsandboxed and could \
-         read sless's keys and other tenants' code; start sless with --allow-unsandboxed \
-         (SLESS_ALLOW_UNSANDBOXED=1) to run functions anyway"
+        "this machine cannot confine tenant code ({0}), so the function would run \
+         unsandboxed and could read sless's keys and other tenants' code or reach sless's \
+         ports; start sless with --allow-unsandboxed (SLESS_ALLOW_UNSANDBOXED=1) to run \
+         functions anyway"
     )]
     Unsupported(String),
     #[error("preparing the sandbox: {0}")]
     Ruleset(#[from] RulesetError),
     #[error("preparing the memory, CPU and pids limits: {0}")]
     Limits(#[from] std::io::Error),
+    #[error("preparing the namespaces: {0}")]
+    Namespaces(std::io::Error),
 }
 
 /// How tenant code is confined on this machine; decided once at start.
 #[derive(Clone, Debug, PartialEq)]
 enum Enforcement {
-    Landlock,
-    /// No Landlock, and the operator said to run functions anyway.
+    /// Landlock and the namespaces.
+    Full,
+    /// A mechanism is missing (why), and the operator said to run functions anyway.
     Unsandboxed(String),
-    /// No Landlock: functions are refused with this reason.
+    /// A mechanism is missing: functions are refused with this reason.
     Refused(String),
 }
 
@@ -108,6 +108,10 @@ enum Enforcement {
 #[derive(Debug)]
 pub struct Sandbox {
     enforcement: Enforcement,
+    /// The kernel's Landlock ABI, when it has one.
+    landlock: Option<ABI>,
+    /// `None`: this machine cannot make the namespaces (see `enforcement`).
+    host: Option<Host>,
     /// Readable and executable by every confined process.
     shared_read: Vec<PathBuf>,
     cgroups: CgroupControl,
@@ -128,6 +132,12 @@ pub struct Confinement<'a> {
     pub memory_mb: Option<u32>,
     /// Thousandths of a core; `None`: no limit.
     pub cpu_millis: Option<u32>,
+    /// Scratch quota: a tmpfs of this many MB over its HOME, its own and gone with it.
+    /// `None`: HOME is the directory itself (a build's caches are kept).
+    pub disk_mb: Option<u32>,
+    /// Its own network namespace has only `lo`; this policy's egress proxy is its one
+    /// way out, and nothing it listens on is reachable from outside it.
+    pub egress: egress::Policy,
 }
 
 /// What the running process holds on to: its cgroup, to tell a limit it hit and to be
@@ -135,9 +145,30 @@ pub struct Confinement<'a> {
 #[derive(Debug)]
 pub struct Guard {
     cgroup: Option<Arc<Cgroup>>,
+    egress: Option<Egress>,
+}
+
+/// A process's egress proxy: its listener still to be received after the spawn, then
+/// served for as long as the guard lives.
+#[derive(Debug)]
+enum Egress {
+    Pending(egress::ParentEnd, egress::Policy),
+    Serving(egress::EgressProxy),
 }
 
 impl Guard {
+    /// Right after a successful spawn: takes the egress listener the child made in its
+    /// namespace and serves the proxy on it.
+    pub fn spawned(&mut self) -> std::io::Result<()> {
+        self.egress = match self.egress.take() {
+            Some(Egress::Pending(end, policy)) => {
+                Some(Egress::Serving(egress::serve(end.receive()?, policy)?))
+            }
+            other => other,
+        };
+        Ok(())
+    }
+
     /// Why the process died when the kernel killed it for its memory limit.
     pub fn out_of_memory(&self) -> Option<String> {
         self.cgroup.as_deref().and_then(Cgroup::oom_reason)
@@ -167,7 +198,21 @@ impl Sandbox {
         allow: bool,
         max_pids: u32,
     ) -> Self {
-        let enforcement = enforcement(landlock_abi(), allow);
+        // /proc/<sless pid>/environ and ptrace stay closed to processes of the same uid;
+        // set before the probe, which must meet it as every child does.
+        // SAFETY: prctl with integer arguments only.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        }
+        let abi = landlock_abi();
+        let landlock = match abi {
+            Ok(version) if version >= 1 => Some(ABI::from(version)),
+            _ => None,
+        };
+        let host = Host::new(&data_dir.join("run")).map_err(|e| e.to_string());
+        let host = host.and_then(|host| host.probe().map(|()| host));
+        let enforcement = enforcement(abi, host.as_ref().err(), allow);
+        let host = host.ok();
         let mut shared_read: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
         let runtime_etc = Runtime::ALL.iter().flat_map(|r| r.descriptor().etc_paths);
         shared_read.extend(
@@ -195,29 +240,30 @@ impl Sandbox {
         // SAFETY: geteuid has no preconditions.
         let drop_capabilities = unsafe { libc::geteuid() } == 0;
         match &enforcement {
-            Enforcement::Landlock => tracing::info!(
+            Enforcement::Full => tracing::info!(
                 limits = %cgroups.describe(),
                 max_pids,
                 drop_capabilities,
-                "functions run sandboxed with Landlock"
+                user_namespace = !drop_capabilities,
+                "functions run sandboxed with Landlock and their own mount and network namespaces"
             ),
             Enforcement::Unsandboxed(why) => tracing::error!(
                 reason = %why,
                 limits = %cgroups.describe(),
-                "NO SANDBOX: functions run with sless's own file access (--allow-unsandboxed)"
+                landlock = landlock.is_some(),
+                namespaces = host.is_some(),
+                "NO SANDBOX: functions run without what is missing (--allow-unsandboxed)"
             ),
             Enforcement::Refused(why) => tracing::error!(
                 reason = %why,
-                "no Landlock: functions will be refused; --allow-unsandboxed runs them anyway"
+                "cannot confine tenant code: functions will be refused; \
+                 --allow-unsandboxed runs them anyway"
             ),
-        }
-        // /proc/<sless pid>/environ and ptrace stay closed to processes of the same uid.
-        // SAFETY: prctl with integer arguments only.
-        unsafe {
-            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         }
         Self {
             enforcement,
+            landlock,
+            host,
             shared_read,
             cgroups,
             max_pids,
@@ -248,10 +294,40 @@ impl Sandbox {
         if let Some(home) = home {
             command.env("HOME", home).env("TMPDIR", home);
         }
-        let ruleset = match self.enforcement {
-            Enforcement::Landlock => Some(self.ruleset(confinement)?),
+        let ruleset = match self.landlock {
+            Some(_) => Some(self.ruleset(confinement)?),
+            None => None,
+        };
+        let namespaces = self
+            .host
+            .as_ref()
+            .map(|host| host.namespaces(true, home.zip(confinement.disk_mb)))
+            .transpose()
+            .map_err(SandboxError::Namespaces)?;
+        // Out of its own network namespace only through its egress proxy (none for
+        // egress `none`); without namespaces (--allow-unsandboxed) it has the host's.
+        let policy = &confinement.egress;
+        let (parent_end, child_end) = match namespaces {
+            Some(_) => match egress::channel(&policy.egress).map_err(SandboxError::Namespaces)? {
+                Some((parent, child)) => (Some(parent), Some(child)),
+                None => (None, None),
+            },
+            None => (None, None),
+        };
+        if namespaces.is_some() {
+            command.envs(egress::proxy_variables(&policy.egress));
+        }
+        // Landlock skips a directory something is mounted on: the scratch tmpfs gets its
+        // own rule, added in the child once it is mounted.
+        let scratch_rule = match (&ruleset, namespaces.as_ref().and_then(|n| n.scratch())) {
+            (Some(ruleset), Some(_)) => {
+                Option::<OwnedFd>::from(ruleset.try_clone().map_err(SandboxError::Namespaces)?)
+            }
             _ => None,
         };
+        let write_access = self.landlock.map_or(0, |abi| {
+            (AccessFs::from_all(ABI_WANTED) & AccessFs::from_all(abi)).bits()
+        });
         let cgroup = self.cgroups.create(&Limits {
             memory_mb: confinement.memory_mb,
             cpu_millis: confinement.cpu_millis,
@@ -264,8 +340,8 @@ impl Sandbox {
         let drop_capabilities = self.drop_capabilities;
         let mut ruleset = ruleset;
         // SAFETY: between fork and exec the closure makes only async-signal-safe system
-        // calls (write, setrlimit, prctl, capset, landlock_*) on data prepared before
-        // the fork; the ruleset's Drop closes one descriptor.
+        // calls (write, setrlimit, unshare, mount, prctl, capset, landlock_*) on data
+        // prepared before the fork; the ruleset's Drop closes one descriptor.
         unsafe {
             command.pre_exec(move || {
                 if let Some(join) = &join {
@@ -276,6 +352,17 @@ impl Sandbox {
                     if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
+                }
+                // Before the capabilities go: making namespaces and mounts needs them.
+                if let Some(namespaces) = &namespaces {
+                    namespaces.enter()?;
+                    if let (Some(ruleset), Some(scratch)) = (&scratch_rule, namespaces.scratch()) {
+                        allow_beneath(ruleset.as_raw_fd(), scratch, write_access)?;
+                    }
+                }
+                // With `lo` up, before Landlock's bind rule applies.
+                if let Some(end) = &child_end {
+                    egress::listen_in_child(end)?;
                 }
                 if drop_capabilities {
                     drop_all_capabilities()?;
@@ -288,17 +375,17 @@ impl Sandbox {
         }
         Ok(Guard {
             cgroup: cgroup.map(Arc::new),
+            egress: parent_end.map(|end| Egress::Pending(end, policy.clone())),
         })
     }
 
     /// The variables a dependency install gets besides the fresh environment.
     pub fn build_variables() -> impl Iterator<Item = (String, String)> {
-        let runtime_variables = Runtime::ALL
+        // The proxy variables are the egress proxy's (set by `confine`): an operator's
+        // own HTTP(S)_PROXY would bypass the policy, and is not passed on.
+        Runtime::ALL
             .iter()
-            .flat_map(|r| r.descriptor().build_variables);
-        BUILD_VARIABLES
-            .iter()
-            .chain(runtime_variables)
+            .flat_map(|r| r.descriptor().build_variables)
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
     }
 
@@ -321,20 +408,20 @@ impl Sandbox {
     }
 }
 
-/// Landlock unless the kernel lacks it; then what the operator allowed.
-fn enforcement(abi: Result<i32, String>, allow: bool) -> Enforcement {
-    match abi {
-        Ok(version) if version >= 1 => Enforcement::Landlock,
-        Ok(version) => unsupported(format!("Landlock ABI {version}"), allow),
-        Err(why) => unsupported(why, allow),
-    }
-}
-
-fn unsupported(why: String, allow: bool) -> Enforcement {
-    if allow {
-        Enforcement::Unsandboxed(why)
-    } else {
-        Enforcement::Refused(why)
+/// Full when the kernel has Landlock and the namespaces could be made; else what the
+/// operator allowed, with every missing mechanism named.
+fn enforcement(abi: Result<i32, String>, namespaces: Option<&String>, allow: bool) -> Enforcement {
+    let landlock = match abi {
+        Ok(version) if version >= 1 => None,
+        Ok(version) => Some(format!("no Landlock: ABI {version}")),
+        Err(why) => Some(format!("no Landlock: {why}")),
+    };
+    let namespaces = namespaces.map(|why| format!("no network and mount namespaces: {why}"));
+    let missing: Vec<String> = landlock.into_iter().chain(namespaces).collect();
+    match (missing.is_empty(), allow) {
+        (true, _) => Enforcement::Full,
+        (false, true) => Enforcement::Unsandboxed(missing.join("; ")),
+        (false, false) => Enforcement::Refused(missing.join("; ")),
     }
 }
 
@@ -369,6 +456,45 @@ fn restrict(ruleset: RulesetCreated) -> std::io::Result<()> {
         Ok(_) => Ok(()),
         Err(e) => Err(std::io::Error::other(e.to_string())),
     }
+}
+
+/// Adds a Landlock rule granting `access` beneath `path` to the ruleset `ruleset`, in
+/// the child: open, landlock_add_rule and close only.
+fn allow_beneath(ruleset: RawFd, path: &CStr, access: u64) -> std::io::Result<()> {
+    #[repr(C, packed)]
+    struct PathBeneathAttr {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+    // SAFETY: a NUL-terminated path, an attribute struct on the stack as the kernel
+    // defines it; the descriptor is closed before returning.
+    unsafe {
+        let dir = libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: access,
+            parent_fd: dir,
+        };
+        let added = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        );
+        let error = std::io::Error::last_os_error();
+        libc::close(dir);
+        if added != 0 {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 fn no_new_privs() -> std::io::Result<()> {
@@ -448,15 +574,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn without_landlock_functions_are_refused_unless_allowed() {
-        assert_eq!(enforcement(Ok(7), false), Enforcement::Landlock);
+    fn without_landlock_or_namespaces_functions_are_refused_unless_allowed() {
+        assert_eq!(enforcement(Ok(7), None, false), Enforcement::Full);
         assert!(matches!(
-            enforcement(Err("no".into()), false),
+            enforcement(Err("no".into()), None, false),
             Enforcement::Refused(_)
         ));
         assert!(matches!(
-            enforcement(Ok(0), true),
+            enforcement(Ok(0), None, true),
             Enforcement::Unsandboxed(_)
+        ));
+        let userns = "unshare: EPERM".to_string();
+        assert_eq!(
+            enforcement(Ok(7), Some(&userns), false),
+            Enforcement::Refused("no network and mount namespaces: unshare: EPERM".into())
+        );
+        assert!(matches!(
+            enforcement(Ok(7), Some(&userns), true),
+            Enforcement::Unsandboxed(why) if why.contains("namespaces")
         ));
         let message = SandboxError::Unsupported("x".into()).to_string();
         assert!(message.contains("--allow-unsandboxed"), "{message}");

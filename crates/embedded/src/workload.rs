@@ -37,6 +37,7 @@ struct LaunchConfig {
     memory_mb: u32,
     cpu_millis: u32,
     disk_mb: u32,
+    egress: Egress,
     env: BTreeMap<String, String>,
 }
 
@@ -48,6 +49,7 @@ impl LaunchConfig {
             memory_mb: spec.memory_mb,
             cpu_millis: spec.cpu_millis,
             disk_mb: spec.disk_mb,
+            egress: spec.egress.clone(),
             env: spec.env.clone(),
         }
     }
@@ -482,6 +484,7 @@ impl Actor {
             memory_mb: config.memory_mb,
             cpu_millis: config.cpu_millis,
             disk_mb: config.disk_mb,
+            egress: config.egress.clone(),
             env,
             namespace: &self.ns,
             name: &self.name,

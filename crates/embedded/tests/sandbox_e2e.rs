@@ -90,6 +90,8 @@ def handle(event):
     with open(os.path.join(os.environ["HOME"], "note")) as f:
         outcome["its own scratch"] = f.read()
     outcome["TMPDIR is HOME"] = os.environ.get("TMPDIR") == os.environ["HOME"]
+    scratch = os.statvfs(os.environ["HOME"])
+    outcome["scratch MB"] = scratch.f_blocks * scratch.f_frsize // (1 << 20)
     outcome["env"] = sorted(os.environ)
     return outcome
 "#;
@@ -165,6 +167,7 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
     }
     assert_eq!(outcome["its own scratch"], "pwned", "{outcome}");
     assert_eq!(outcome["TMPDIR is HOME"], true, "{outcome}");
+    assert_eq!(outcome["scratch MB"], 512, "a tmpfs of disk_mb: {outcome}");
     let allowed = [
         "HOME",
         "LANG",
@@ -391,4 +394,266 @@ async fn an_instance_listens_on_its_own_unix_socket_only() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+/// Runs `function` once as job `job` with `event`; its final status.
+async fn run_job(tenant: &Api<'_>, job: &str, function: &str, event: Value) -> Value {
+    tenant
+        .post(
+            "jobs",
+            json!({"name": job, "function_ref": function, "run_id": 1,
+                   "event_json": event.to_string()}),
+        )
+        .await;
+    tenant
+        .wait_until(&format!("jobs/{job}"), Duration::from_secs(120), |j| {
+            j["phase"] == "Failed" || j["phase"] == "Succeeded"
+        })
+        .await
+}
+
+/// What a successful job returned (its last stdout line).
+fn job_result(job: &Value) -> Value {
+    assert_eq!(job["phase"], "Succeeded", "{job}");
+    serde_json::from_str(job["message"].as_str().unwrap()).unwrap()
+}
+
+const SCANNER: &[u8] = br#"
+import errno, os, socket
+
+def connect(port, timeout):
+    with socket.socket() as s:
+        s.settimeout(timeout)
+        code = s.connect_ex(("127.0.0.1", port))
+        # A connect may pick the very port it dials as its own and meet itself.
+        if code == 0 and s.getsockname()[1] == port:
+            return errno.ECONNREFUSED
+        return code
+
+def handle(event):
+    if not event.get("scan"):
+        return os.environ["PORT"]
+    found = [p for p in range(1, 65536) if connect(p, 0.2) == 0]
+    tried = {str(p): errno.errorcode.get(connect(p, 2), "connected") for p in event["ports"]}
+    return {"open": found, "tried": tried}
+"#;
+
+#[tokio::test]
+async fn a_job_scanning_loopback_finds_no_instance_and_none_of_sless_ports() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let victim = Api::new(&server, "scanned");
+    deploy(&victim, "target", 128, SCANNER).await;
+    let (status, victim_port) = victim.invoke("target", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{victim_port}");
+    let victim_port: u16 = victim_port.as_str().unwrap().parse().unwrap();
+    // Stand-ins for the broker and any other service on the host's loopback.
+    let host_services = [
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+    ];
+    let api_port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+    let mut ports = vec![api_port, victim_port];
+    ports.extend(host_services.iter().map(|l| l.local_addr().unwrap().port()));
+
+    let attacker = Api::new(&server, "scanner");
+    deploy(&attacker, "scan", 128, SCANNER).await;
+    let job = run_job(
+        &attacker,
+        "sweep",
+        "scan",
+        json!({"scan": true, "ports": ports}),
+    )
+    .await;
+    let outcome = job_result(&job);
+    assert_eq!(outcome["open"], json!([]), "open ports seen: {outcome}");
+    for port in ports {
+        assert_eq!(
+            outcome["tried"][port.to_string()],
+            "ECONNREFUSED",
+            "port {port} (API {api_port}, instance {victim_port}): {outcome}"
+        );
+    }
+    assert_eq!(
+        victim.invoke("target", json!({})).await.0,
+        StatusCode::OK,
+        "the host's services are all still there"
+    );
+}
+
+const LISTENER: &[u8] = br#"
+import os, socket, time
+
+def handle(event):
+    s = socket.socket()
+    s.listen()
+    port = s.getsockname()[1]
+    with open(os.path.join(os.environ["HOME"], "port"), "w") as f:
+        f.write(str(port))
+    time.sleep(event["hold"])
+    return port
+"#;
+
+/// The port a job process wrote to `port` in its scratch dir, seen through its own
+/// mount namespace (`/proc/<pid>/root`).
+fn port_written_under(scratch: &Path) -> Option<u16> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let file = entry
+                .path()
+                .join("root")
+                .join(scratch.strip_prefix("/").unwrap())
+                .join("port");
+            std::fs::read_to_string(file).ok()?.parse().ok()
+        })
+}
+
+#[tokio::test]
+async fn listen_without_bind_in_a_job_is_not_reachable_from_the_host() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let tenant = Api::new(&server, "autobind");
+    deploy(&tenant, "listener", 128, LISTENER).await;
+    let scratch = server
+        .data_dir()
+        .join("builds")
+        .join(&tenant.user.ns)
+        .join("job-hold")
+        .join(".scratch");
+    let job = {
+        let tenant = &tenant;
+        let run = run_job(tenant, "hold", "listener", json!({"hold": 8}));
+        tokio::pin!(run);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let port = loop {
+            if let Some(port) = port_written_under(&scratch) {
+                break port;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the job never listened"
+            );
+            tokio::select! {
+                job = &mut run => panic!("the job ended first: {job}"),
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        };
+        for host in ["127.0.0.1", "0.0.0.0"] {
+            let reached = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio::net::TcpStream::connect((host, port)),
+            )
+            .await;
+            assert!(
+                !matches!(reached, Ok(Ok(_))),
+                "the job's listener on {host}:{port} was reachable from the host"
+            );
+        }
+        (run.await, port)
+    };
+    assert_eq!(
+        job_result(&job.0),
+        json!(job.1),
+        "the job listened on that port"
+    );
+}
+
+const FILLER: &[u8] = br#"
+import errno, os
+
+def handle(event):
+    if not event.get("fill"):
+        return "alive"
+    chunk = b"x" * (1 << 20)
+    written = 0
+    try:
+        with open(os.path.join(os.environ["HOME"], "fill"), "wb") as f:
+            while written < 2048:
+                f.write(chunk)
+                f.flush()
+                written += 1
+    except OSError as e:
+        return {"error": errno.errorcode[e.errno], "written_mb": written}
+    return {"error": None, "written_mb": written}
+"#;
+
+#[tokio::test]
+async fn two_gigabytes_written_to_scratch_stop_at_the_quota() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let tenant = Api::new(&server, "filler");
+    // tmpfs pages count against memory_mb: room for the whole quota.
+    deploy(&tenant, "fill", 1024, FILLER).await;
+    let job = run_job(&tenant, "disk", "fill", json!({"fill": true})).await;
+    let outcome = job_result(&job);
+    assert_eq!(outcome["error"], "ENOSPC", "{outcome}");
+    let written = outcome["written_mb"].as_u64().unwrap();
+    assert!(
+        (500..=512).contains(&written),
+        "stopped at the 512 MB quota, not at {written} MB"
+    );
+    let on_disk = tenant_scratch_bytes(&server.data_dir().join("builds").join(&tenant.user.ns));
+    assert_eq!(on_disk, 0, "nothing reached the data dir's disk");
+    assert_eq!(
+        tenant.invoke("fill", json!({})).await,
+        (StatusCode::OK, json!("alive")),
+        "sless and the function still serve"
+    );
+}
+
+/// Bytes in regular files under `dir`, as sless's file system holds them.
+fn tenant_scratch_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if entry.path().to_string_lossy().contains(".scratch") {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// An npm install hook that tries the host's loopback and records what happened.
+fn phoning_package(port: u16) -> String {
+    format!(
+        r#"{{"name": "fn", "version": "1.0.0", "scripts": {{
+  "preinstall": "node -e \"require('net').connect({port}, '127.0.0.1').on('connect', () => {{ require('fs').writeFileSync('reached.txt', 'connected'); process.exit(0) }}).on('error', e => require('fs').writeFileSync('reached.txt', e.code))\""
+}}}}"#
+    )
+}
+
+const SHOW_REACHED: &[u8] = br#"
+exports.handle = async () => require('fs').readFileSync(__dirname + '/reached.txt', 'utf8');
+"#;
+
+#[tokio::test]
+async fn a_dependency_install_cannot_reach_the_hosts_loopback() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let host_service = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = host_service.local_addr().unwrap().port();
+    let tenant = Api::new(&server, "phoning");
+    let package = phoning_package(port);
+    deploy_files(
+        &tenant,
+        "hook",
+        "nodejs20",
+        128,
+        &[
+            ("package.json", package.as_bytes()),
+            ("handler.js", SHOW_REACHED),
+        ],
+    )
+    .await;
+    let (status, reached) = tenant.invoke("hook", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{reached}");
+    assert_eq!(reached, "ECONNREFUSED", "the install hook reached the host");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), host_service.accept())
+            .await
+            .is_err(),
+        "no connection arrived"
+    );
 }
