@@ -161,6 +161,8 @@ mod tests {
             runtime: sless_api::Runtime::Python311,
             entrypoint: "handler.handle".into(),
             memory_mb: 128,
+            cpu_millis: sless_api::DEFAULT_CPU_MILLIS,
+            disk_mb: sless_api::DEFAULT_DISK_MB,
             timeout_sec: 0,
             env: BTreeMap::new(),
             s3_key: None,
