@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::runtimes::{Toolchain, Wrappers};
 use crate::egress::{self, Egress, ProxyLimits, RefusalLog};
+use crate::runtimes::{Toolchain, Wrappers};
 use crate::sandbox::{Confinement, Sandbox};
 use sless_core::logs::last_bytes;
 use sless_core::model::{DEFAULT_CPU_MILLIS, Runtime};

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::Shared;
-use crate::process::die_with_parent;
 use crate::egress::{self, Egress, ProxyLimits};
+use crate::process::die_with_parent;
 use crate::sandbox::Confinement;
 use sless_core::logs::last_bytes;
 use sless_core::model::{

@@ -74,7 +74,6 @@ const DEVICES: &[&str] = &[
     "/dev/urandom",
 ];
 
-
 /// Why a process was not started.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -145,15 +144,18 @@ pub struct Confinement<'a> {
 #[derive(Debug)]
 pub struct Guard {
     cgroup: Option<Arc<Cgroup>>,
-    egress: Option<Egress>,
+    egress: Option<ProxyState>,
 }
 
 /// A process's egress proxy: its listener still to be received after the spawn, then
 /// served for as long as the guard lives.
 #[derive(Debug)]
-enum Egress {
+enum ProxyState {
     Pending(egress::ParentEnd, egress::Policy),
-    Serving(egress::EgressProxy),
+    /// Held, not read: dropping it stops the proxy.
+    Serving {
+        _proxy: egress::EgressProxy,
+    },
 }
 
 impl Guard {
@@ -161,9 +163,9 @@ impl Guard {
     /// namespace and serves the proxy on it.
     pub fn spawned(&mut self) -> std::io::Result<()> {
         self.egress = match self.egress.take() {
-            Some(Egress::Pending(end, policy)) => {
-                Some(Egress::Serving(egress::serve(end.receive()?, policy)?))
-            }
+            Some(ProxyState::Pending(end, policy)) => Some(ProxyState::Serving {
+                _proxy: egress::serve(end.receive()?, policy)?,
+            }),
             other => other,
         };
         Ok(())
@@ -375,7 +377,7 @@ impl Sandbox {
         }
         Ok(Guard {
             cgroup: cgroup.map(Arc::new),
-            egress: parent_end.map(|end| Egress::Pending(end, policy.clone())),
+            egress: parent_end.map(|end| ProxyState::Pending(end, policy.clone())),
         })
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
+use crate::egress::Egress;
 use crate::process::{Instance, Launch};
 use crate::{Endpoint, Shared};
 use sless_core::logs::Stream;

@@ -394,6 +394,7 @@ async fn an_instance_listens_on_its_own_unix_socket_only() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
 
 /// Runs `function` once as job `job` with `event`; its final status.
 async fn run_job(tenant: &Api<'_>, job: &str, function: &str, event: Value) -> Value {

@@ -11,8 +11,8 @@ use sless_api::validation::{
 };
 pub use sless_api::{
     DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY,
-    DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, Egress, JobPhase, Kind, Phase, Runtime,
-    TriggerType, WorkloadKind,
+    DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, Egress, JobPhase, Kind, Phase,
+    Runtime, TriggerType, WorkloadKind,
 };
 
 pub const API_GROUP: &str = "sless.kube5s.ru";
