@@ -168,14 +168,21 @@ async fn a_hostile_function_reaches_nothing_outside_its_sandbox() {
     assert_eq!(outcome["its own scratch"], "pwned", "{outcome}");
     assert_eq!(outcome["TMPDIR is HOME"], true, "{outcome}");
     assert_eq!(outcome["scratch MB"], 512, "a tmpfs of disk_mb: {outcome}");
+    // The proxy variables point at its own egress proxy.
     let allowed = [
         "HOME",
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
         "LANG",
+        "NO_PROXY",
         "OWN_SETTING",
         "PATH",
         "SLESS_ENTRYPOINT",
         "SLESS_FUNCTION_DIR",
         "TMPDIR",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
     ];
     let env: Vec<&str> = outcome["env"]
         .as_array()
@@ -349,9 +356,10 @@ fn tcp_listeners(pid: u32) -> HashSet<String> {
     inodes
 }
 
-/// Inode → path of the bound Unix sockets in the network namespace of `pid`.
-fn unix_sockets(pid: u32) -> HashMap<String, PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap();
+/// Inode → path of the bound Unix sockets of the host's network namespace, where sless
+/// binds the instances' sockets.
+fn unix_sockets() -> HashMap<String, PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/net/unix").unwrap();
     text.lines()
         .skip(1)
         .filter_map(|line| {
@@ -373,7 +381,7 @@ async fn an_instance_listens_on_its_own_unix_socket_only() {
     assert!(!held.is_empty(), "it holds its listening socket");
     let listening: Vec<_> = held.intersection(&tcp_listeners(pid)).cloned().collect();
     assert!(listening.is_empty(), "TCP listeners {listening:?}");
-    let unix = unix_sockets(pid);
+    let unix = unix_sockets();
     let paths: HashSet<&PathBuf> = held.iter().filter_map(|inode| unix.get(inode)).collect();
     let run = server.data_dir().join("run");
     assert_eq!(paths.len(), 1, "{paths:?}");
@@ -430,9 +438,15 @@ def connect(port, timeout):
             return errno.ECONNREFUSED
         return code
 
+held = []
+
 def handle(event):
     if not event.get("scan"):
-        return os.environ["PORT"]
+        # The victim listens on a TCP port of its own (in its own namespace).
+        if not held:
+            held.append(socket.socket())
+            held[0].listen()
+        return str(held[0].getsockname()[1])
     found = [p for p in range(1, 65536) if connect(p, 0.2) == 0]
     tried = {str(p): errno.errorcode.get(connect(p, 2), "connected") for p in event["ports"]}
     return {"open": found, "tried": tried}
@@ -465,7 +479,12 @@ async fn a_job_scanning_loopback_finds_no_instance_and_none_of_sless_ports() {
     )
     .await;
     let outcome = job_result(&job);
-    assert_eq!(outcome["open"], json!([]), "open ports seen: {outcome}");
+    // The one port open in its namespace is its own egress proxy.
+    assert_eq!(
+        outcome["open"],
+        json!([sless_embedded::egress::PROXY_PORT]),
+        "open ports seen: {outcome}"
+    );
     for port in ports {
         assert_eq!(
             outcome["tried"][port.to_string()],
