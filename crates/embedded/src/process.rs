@@ -36,8 +36,6 @@ pub struct Launch<'a> {
     pub scratch: &'a Path,
     pub memory_mb: u32,
     pub cpu_millis: u32,
-    /// The scratch quota (applied by the scratch mount).
-    pub disk_mb: u32,
     /// Where its code may connect, through its egress proxy.
     pub egress: Egress,
     pub env: BTreeMap<String, String>,
@@ -145,7 +143,10 @@ impl Instance {
                     write: &[launch.scratch],
                     memory_mb: Some(launch.memory_mb),
                     cpu_millis: Some(launch.cpu_millis),
-                    disk_mb: Some(launch.disk_mb),
+                    // An instance's scratch stays the function's directory on disk, kept
+                    // across restarts (event handlers keep state there); a size-limited
+                    // scratch is a job run's.
+                    disk_mb: None,
                     egress: egress::Policy {
                         owner: format!("{}/{}", launch.namespace, launch.name),
                         egress: launch.egress.clone(),
@@ -182,7 +183,6 @@ impl Instance {
             name = launch.name,
             memory_mb = launch.memory_mb,
             cpu_millis = launch.cpu_millis,
-            disk_mb = launch.disk_mb,
             "starting an instance"
         );
         let mut child = command

@@ -37,7 +37,6 @@ struct LaunchConfig {
     entrypoint: String,
     memory_mb: u32,
     cpu_millis: u32,
-    disk_mb: u32,
     egress: Egress,
     env: BTreeMap<String, String>,
 }
@@ -49,7 +48,6 @@ impl LaunchConfig {
             entrypoint: spec.entrypoint.clone(),
             memory_mb: spec.memory_mb,
             cpu_millis: spec.cpu_millis,
-            disk_mb: spec.disk_mb,
             egress: spec.egress.clone(),
             env: spec.env.clone(),
         }
@@ -484,7 +482,6 @@ impl Actor {
             scratch: &scratch,
             memory_mb: config.memory_mb,
             cpu_millis: config.cpu_millis,
-            disk_mb: config.disk_mb,
             egress: config.egress.clone(),
             env,
             namespace: &self.ns,
