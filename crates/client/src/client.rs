@@ -36,6 +36,24 @@ impl ClientError {
 
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
+/// How long an upload waits for a free place among its namespace's uploads in flight.
+pub const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The wait a 429 asks for (`Retry-After` in seconds, at least 1 s); `None` for any other
+/// answer.
+fn retry_after(response: &reqwest::Response) -> Option<std::time::Duration> {
+    if response.status() != reqwest::StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    let seconds = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    Some(std::time::Duration::from_secs(seconds.clamp(1, 60)))
+}
+
 /// How waiting for a job's run ended.
 #[derive(Clone, Debug)]
 pub enum RunWait {
@@ -136,12 +154,24 @@ impl Client {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, url: &str) -> Result<reqwest::Response> {
-        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
-            ClientError::Unreachable {
+        let response = self.answer(request).await?;
+        Self::checked(response, url).await
+    }
+
+    /// The answer, whatever its status.
+    async fn answer(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+        request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable {
                 endpoint: self.endpoint.clone(),
                 message: e.to_string(),
-            }
-        })?;
+            })
+    }
+
+    /// A success answer, or the API's error message.
+    async fn checked(response: reqwest::Response, url: &str) -> Result<reqwest::Response> {
         if response.status().is_success() {
             return Ok(response);
         }
@@ -164,14 +194,14 @@ impl Client {
         request: reqwest::RequestBuilder,
         url: &str,
     ) -> Result<T> {
-        self.send(request, url)
-            .await?
-            .json()
-            .await
-            .map_err(|e| ClientError::Decode {
-                url: url.to_string(),
-                message: e.to_string(),
-            })
+        Self::decode(self.send(request, url).await?, url).await
+    }
+
+    async fn decode<T: DeserializeOwned>(response: reqwest::Response, url: &str) -> Result<T> {
+        response.json().await.map_err(|e| ClientError::Decode {
+            url: url.to_string(),
+            message: e.to_string(),
+        })
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
@@ -232,13 +262,26 @@ impl Client {
     }
 
     /// Uploads a zip (functions, services, self-contained jobs); answers the resource's JSON.
+    /// Uploads a zip. A namespace's uploads in flight are limited (429 + Retry-After):
+    /// parallel uploads (Terraform applies resources concurrently) wait their turn, up to
+    /// [`UPLOAD_WAIT`].
     pub async fn upload(&self, kind: Kind, name: &str, zip: Vec<u8>) -> Result<serde_json::Value> {
         let url = self.url(&format!("{}/{name}/upload", kind.path()));
-        let form = reqwest::multipart::Form::new().part(
-            "code",
-            reqwest::multipart::Part::bytes(zip).file_name(format!("{name}.zip")),
-        );
-        self.json(self.http.post(&url).multipart(form), &url).await
+        let zip = bytes::Bytes::from(zip);
+        let deadline = tokio::time::Instant::now() + UPLOAD_WAIT;
+        loop {
+            let form = reqwest::multipart::Form::new().part(
+                "code",
+                reqwest::multipart::Part::stream(zip.clone()).file_name(format!("{name}.zip")),
+            );
+            let response = self.answer(self.http.post(&url).multipart(form)).await?;
+            match retry_after(&response) {
+                Some(wait) if tokio::time::Instant::now() + wait < deadline => {
+                    tokio::time::sleep(wait).await;
+                }
+                _ => return Self::decode(Self::checked(response, &url).await?, &url).await,
+            }
+        }
     }
 
     pub async fn source(&self, kind: Kind, name: &str) -> Result<Vec<SourceFileResponse>> {

@@ -152,7 +152,9 @@ impl WorkloadResource {
                 // built version did not start (then with the instance's output).
                 let message = workload.message.unwrap_or_default();
                 let log = client.build_log(self.kind, name).await.unwrap_or_default();
-                let (summary, detail) = if log.contains(message.trim()) {
+                // The message's last line is the build's own when the build failed.
+                let cause = last_lines(&message, 1).join("\n");
+                let (summary, detail) = if !cause.trim().is_empty() && log.contains(cause.trim()) {
                     (
                         format!(
                             "{noun} {name} failed to build: {}",
