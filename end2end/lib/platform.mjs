@@ -84,10 +84,19 @@ export class User {
       headers['content-type'] = 'application/json';
       payload = JSON.stringify(body);
     }
-    const response = await fetch(`${this.platform.url}${route}`, { method, headers, body: payload });
-    const text = await response.text();
-    if (!response.ok) throw new Error(`${method} ${route} → ${response.status}: ${text}`);
-    return text ? JSON.parse(text) : null;
+    const deadline = Date.now() + 120_000;
+    for (;;) {
+      const response = await fetch(`${this.platform.url}${route}`, { method, headers, body: payload });
+      const text = await response.text();
+      // Uploads in flight per namespace are limited: wait the turn the 429 asks for.
+      const wait = Number(response.headers.get('retry-after') || 1) * 1000;
+      if (response.status === 429 && Date.now() + wait < deadline) {
+        await new Promise((done) => setTimeout(done, wait));
+        continue;
+      }
+      if (!response.ok) throw new Error(`${method} ${route} → ${response.status}: ${text}`);
+      return text ? JSON.parse(text) : null;
+    }
   }
 
   /**
