@@ -84,19 +84,10 @@ export class User {
       headers['content-type'] = 'application/json';
       payload = JSON.stringify(body);
     }
-    const deadline = Date.now() + 120_000;
-    for (;;) {
-      const response = await fetch(`${this.platform.url}${route}`, { method, headers, body: payload });
-      const text = await response.text();
-      // Uploads in flight per namespace are limited: wait the turn the 429 asks for.
-      const wait = Number(response.headers.get('retry-after') || 1) * 1000;
-      if (response.status === 429 && Date.now() + wait < deadline) {
-        await new Promise((done) => setTimeout(done, wait));
-        continue;
-      }
-      if (!response.ok) throw new Error(`${method} ${route} → ${response.status}: ${text}`);
-      return text ? JSON.parse(text) : null;
-    }
+    const response = await fetch(`${this.platform.url}${route}`, { method, headers, body: payload });
+    const text = await response.text();
+    if (!response.ok) throw new Error(`${method} ${route} → ${response.status}: ${text}`);
+    return text ? JSON.parse(text) : null;
   }
 
   /**
@@ -108,7 +99,11 @@ export class User {
     await this.api('POST', base, spec);
     const form = new FormData();
     form.append('code', new Blob([await zipOf(files)]), 'code.zip');
-    await this.api('POST', `${base}/${spec.name}/upload`, form);
+    // One upload at a time per user: a namespace's uploads in flight are limited.
+    const upload = (this.uploading ?? Promise.resolve()).then(() =>
+      this.api('POST', `${base}/${spec.name}/upload`, form));
+    this.uploading = upload.catch(() => {});
+    await upload;
     const deadline = Date.now() + 120_000;
     for (;;) {
       const current = await this.api('GET', `${base}/${spec.name}`);
