@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::chown;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -58,17 +57,7 @@ fn start_unprivileged(data_dir: &Path) -> Unprivileged {
         .stderr(Stdio::null())
         .spawn()
         .expect("start sless through setpriv");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("sless exited before it was up")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("sless is up on ") {
-            break rest.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let base = common::base_once_up(&mut child);
     Unprivileged { child, base }
 }
 

@@ -41,6 +41,13 @@ pub fn start_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Sless {
         .stderr(Stdio::null())
         .spawn()
         .expect("start sless");
+    let base = base_once_up(&mut child);
+    Sless { child, base }
+}
+
+/// The base URL `sless up` prints once it listens; its stdout is drained from then on
+/// so the child never blocks on a full pipe.
+pub fn base_once_up(child: &mut Child) -> String {
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let base = loop {
@@ -52,9 +59,8 @@ pub fn start_with_env(data_dir: &Path, env: &[(&str, &str)]) -> Sless {
             break rest.trim().to_string();
         }
     };
-    // Keep draining stdout so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Sless { child, base }
+    base
 }
 
 /// A token signed with the data dir's key.
