@@ -12,6 +12,7 @@ use tokio::process::Command;
 use crate::egress::{self, Egress, ProxyLimits, RefusalLog};
 use crate::runtimes::{Toolchain, Wrappers};
 use crate::sandbox::{Confinement, Sandbox};
+use crate::scratch;
 use sless_core::logs::last_bytes;
 use sless_core::model::{DEFAULT_CPU_MILLIS, Runtime};
 use sless_core::s3::ObjectStore;
@@ -26,6 +27,10 @@ pub struct BuildError(pub String);
 
 /// Dependency installs (pip, npm, go) get this long before they are killed.
 const STEP_TIMEOUT: Duration = Duration::from_secs(600);
+/// What a dependency install may use: room for the heaviest usual packages (a Go
+/// build, numpy from source), not for a hostile `setup.py` to take the machine.
+const INSTALL_MEMORY_MB: u32 = 2048;
+const INSTALL_DISK_MB: u32 = 4096;
 /// How much of the log a failure message carries.
 const TAIL_BYTES: usize = 2000;
 
@@ -221,6 +226,7 @@ impl<'a> Log<'a> {
         let err = out.try_clone().map_err(|e| BuildError(e.to_string()))?;
         let mut command = Command::new(program);
         crate::process::die_with_parent(&mut command);
+        crate::process::limit_file_size(&mut command, INSTALL_DISK_MB);
         let mut guard = self
             .sandbox
             .confine(
@@ -228,7 +234,7 @@ impl<'a> Log<'a> {
                 &Confinement {
                     read: &[],
                     write: &[&self.home, self.staging],
-                    memory_mb: None,
+                    memory_mb: Some(INSTALL_MEMORY_MB),
                     // One core: a hostile setup.py cannot take the machine's CPU.
                     cpu_millis: Some(DEFAULT_CPU_MILLIS),
                     disk_mb: None,
@@ -256,6 +262,12 @@ impl<'a> Log<'a> {
         guard
             .spawned()
             .map_err(|e| BuildError(format!("cannot start the install's egress proxy: {e}")))?;
+        let disk = scratch::Watch::start(
+            self.staging.to_path_buf(),
+            INSTALL_DISK_MB,
+            "the install's disk limit",
+            guard.killer(child.id().unwrap_or_default()),
+        );
         let status = match tokio::time::timeout(STEP_TIMEOUT, child.wait()).await {
             Ok(status) => status.map_err(|e| BuildError(e.to_string()))?,
             Err(_) => {
@@ -266,7 +278,11 @@ impl<'a> Log<'a> {
                 )));
             }
         };
-        match (status.success(), guard.pids_limit()) {
+        let limit = disk
+            .over()
+            .or_else(|| guard.out_of_memory())
+            .or_else(|| guard.pids_limit());
+        match (status.success(), limit) {
             (true, _) => Ok(()),
             (false, Some(reason)) => Err(BuildError(format!(
                 "{program} exited with {status}: {reason}"

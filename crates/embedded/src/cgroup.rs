@@ -307,6 +307,13 @@ impl Cgroup {
         (kills > 0).then(|| oom_message(limit_mb))
     }
 
+    /// SIGKILL to every process in it (one directory holds them all).
+    pub fn kill_all(&self) {
+        if let Some((_, dir)) = self.dirs.first() {
+            kill_members(dir);
+        }
+    }
+
     /// How many forks and clones the pids limit refused so far (`pids.events`, the
     /// same file and key on v1 and v2).
     pub fn pids_refused(&self) -> u64 {
@@ -339,6 +346,17 @@ pub fn pids_message(max: u32) -> String {
     format!("pids limit {max} reached: fork/thread creation failed")
 }
 
+/// SIGKILL to every process in the cgroup directory `dir`.
+fn kill_members(dir: &Path) {
+    let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+        // SAFETY: kill(2) touches no memory of ours.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
 impl Drop for Cgroup {
     fn drop(&mut self) {
         let dirs: Vec<PathBuf> = std::mem::take(&mut self.dirs)
@@ -352,13 +370,7 @@ impl Drop for Cgroup {
             left.dedup();
             for _ in 0..50 {
                 left.retain(|dir| {
-                    let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-                    for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
-                        // SAFETY: kill(2) touches no memory of ours.
-                        unsafe {
-                            libc::kill(pid, libc::SIGKILL);
-                        }
-                    }
+                    kill_members(dir);
                     matches!(fs::remove_dir(dir), Err(e) if e.kind() != io::ErrorKind::NotFound)
                 });
                 if left.is_empty() {

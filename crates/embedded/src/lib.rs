@@ -14,6 +14,7 @@ mod process;
 mod runtimes;
 pub mod s3;
 mod sandbox;
+mod scratch;
 mod socket;
 pub mod sqlite;
 mod workload;

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -24,6 +24,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use crate::cgroup::Cgroup;
 use crate::egress::{self, Egress, ProxyLimits};
 use crate::sandbox::{Confinement, Guard, Sandbox};
+use crate::scratch;
 use crate::socket::{SocketDir, SocketFile};
 use sless_core::logs::{LogBook, Stream};
 
@@ -34,6 +35,8 @@ pub struct Launch<'a> {
     pub dir: &'a Path,
     /// Its HOME and TMPDIR, the one place it may write.
     pub scratch: &'a Path,
+    /// The size limit of `scratch` ([`crate::scratch`]).
+    pub disk_mb: u32,
     pub memory_mb: u32,
     pub cpu_millis: u32,
     /// Where its code may connect, through its egress proxy.
@@ -59,6 +62,8 @@ pub struct Instance {
     stdin: Option<ChildStdin>,
     /// The version its output is logged under (a standby learns it at bind).
     version: Arc<Mutex<String>>,
+    scratch: PathBuf,
+    scratch_watch: scratch::Watch,
 }
 
 /// The descriptor the runtime finds its end of the ready pipe on (`SLESS_READY_FD`).
@@ -135,6 +140,7 @@ impl Instance {
         let version = Arc::new(Mutex::new(launch.version.to_string()));
         let mut command = Command::new(launch.program);
         die_with_parent(&mut command);
+        limit_file_size(&mut command, launch.disk_mb);
         let mut guard = sandbox
             .confine(
                 &mut command,
@@ -144,8 +150,8 @@ impl Instance {
                     memory_mb: Some(launch.memory_mb),
                     cpu_millis: Some(launch.cpu_millis),
                     // An instance's scratch stays the function's directory on disk, kept
-                    // across restarts (event handlers keep state there); a size-limited
-                    // scratch is a job run's.
+                    // across restarts (event handlers keep state there): it is measured
+                    // ([`scratch::Watch`]), a tmpfs is a job run's.
                     disk_mb: None,
                     egress: egress::Policy {
                         owner: format!("{}/{}", launch.namespace, launch.name),
@@ -241,6 +247,12 @@ impl Instance {
                 version.clone(),
             );
         }
+        let scratch_watch = scratch::Watch::start(
+            launch.scratch.to_path_buf(),
+            launch.disk_mb,
+            "disk_mb",
+            guard.killer(child.id().unwrap_or_default()),
+        );
         Ok(Self {
             socket,
             child,
@@ -248,6 +260,8 @@ impl Instance {
             ready,
             stdin: child_stdin,
             version,
+            scratch: launch.scratch.to_path_buf(),
+            scratch_watch,
         })
     }
 
@@ -299,18 +313,30 @@ impl Instance {
     }
 
     /// Resolves when the process exits, with why when it is known (out of memory, the
-    /// pids limit).
+    /// pids limit, its scratch over `disk_mb`: then the scratch is emptied, as Kubernetes
+    /// gives an evicted pod a new `emptyDir`).
     pub async fn exited(&mut self) -> String {
-        match self.child.wait().await {
-            Ok(status) => match self
-                .guard
-                .out_of_memory()
-                .or_else(|| self.guard.pids_limit())
-            {
-                Some(reason) => format!("{reason} ({status})"),
-                None => status.to_string(),
-            },
-            Err(e) => e.to_string(),
+        let status = match self.child.wait().await {
+            Ok(status) => status,
+            Err(e) => return e.to_string(),
+        };
+        if let Some(reason) = self.scratch_watch.over() {
+            self.guard.kill_all();
+            let dir = self.scratch.clone();
+            let cleared = tokio::task::spawn_blocking(move || scratch::clear(&dir)).await;
+            let emptied = match cleared {
+                Ok(Ok(())) => "it was killed and its scratch emptied",
+                _ => "it was killed; its scratch could not be emptied",
+            };
+            return format!("{reason}; {emptied} ({status})");
+        }
+        match self
+            .guard
+            .out_of_memory()
+            .or_else(|| self.guard.pids_limit())
+        {
+            Some(reason) => format!("{reason} ({status})"),
+            None => status.to_string(),
         }
     }
 
@@ -401,6 +427,26 @@ async fn ready_or_closed(ready: Option<&mut pipe::Receiver>) {
 
 /// Children must not outlive a `sless` that was killed (SIGKILL runs no cleanup): the
 /// kernel sends them SIGKILL when their parent dies.
+/// No file it writes may grow past `limit_mb` (a write fails with EFBIG rather than the
+/// process being killed by SIGXFSZ): one file alone cannot pass the scratch limit.
+pub(crate) fn limit_file_size(command: &mut Command, limit_mb: u32) {
+    let bytes = u64::from(limit_mb) << 20;
+    // SAFETY: setrlimit and signal are async-signal-safe and affect only the child.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+}
+
 pub fn die_with_parent(command: &mut Command) {
     #[cfg(target_os = "linux")]
     {

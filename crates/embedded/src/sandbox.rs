@@ -9,7 +9,7 @@
 //! own.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
@@ -179,6 +179,42 @@ impl Guard {
     /// Said once the pids limit refused a fork or a thread.
     pub fn pids_limit(&self) -> Option<String> {
         self.cgroup.as_deref().and_then(Cgroup::pids_reason)
+    }
+
+    /// SIGKILL to whatever the process forked that is still alive.
+    pub fn kill_all(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill_all();
+        }
+    }
+
+    /// Kills the process `pid` (through a pidfd: never another that reused its number)
+    /// and whatever it forked (its cgroup), from any thread, once called.
+    pub fn killer(&self, pid: u32) -> impl FnOnce() + Send + 'static {
+        let cgroup = self.cgroup.as_ref().map(Arc::downgrade);
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let pidfd = (pidfd >= 0).then(|| {
+            // SAFETY: a descriptor just returned to us, owned from here on.
+            unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) }
+        });
+        move || {
+            if let Some(pidfd) = pidfd {
+                // SAFETY: signals through a descriptor we own; no memory is passed.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        pidfd.as_raw_fd(),
+                        libc::SIGKILL,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    );
+                }
+            }
+            if let Some(cgroup) = cgroup.and_then(|c| c.upgrade()) {
+                cgroup.kill_all();
+            }
+        }
     }
 
     /// The cgroup to watch for refused forks while the process runs, if it has a

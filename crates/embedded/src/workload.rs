@@ -37,6 +37,7 @@ struct LaunchConfig {
     entrypoint: String,
     memory_mb: u32,
     cpu_millis: u32,
+    disk_mb: u32,
     egress: Egress,
     env: BTreeMap<String, String>,
 }
@@ -48,6 +49,7 @@ impl LaunchConfig {
             entrypoint: spec.entrypoint.clone(),
             memory_mb: spec.memory_mb,
             cpu_millis: spec.cpu_millis,
+            disk_mb: spec.disk_mb,
             egress: spec.egress.clone(),
             env: spec.env.clone(),
         }
@@ -480,6 +482,7 @@ impl Actor {
             args: &args,
             dir,
             scratch: &scratch,
+            disk_mb: config.disk_mb,
             memory_mb: config.memory_mb,
             cpu_millis: config.cpu_millis,
             egress: config.egress.clone(),

@@ -275,3 +275,112 @@ async fn cpu_millis_and_disk_mb_are_checked_and_defaulted() {
         (json!(500), Value::Null)
     );
 }
+
+/// Fills its scratch (HOME): `one` grows a single file, `many` writes 4 MB files, up to
+/// 2 GB in all; answers how far it got and what stopped it.
+const FILLER: &[u8] = br#"
+import os
+
+def handle(event):
+    what = event.get("what")
+    if what is None:
+        return sorted(os.listdir(os.environ["HOME"]))
+    chunk = b"x" * (1 << 20)
+    written, error = 0, None
+    try:
+        if what == "one":
+            with open(os.path.join(os.environ["HOME"], "big"), "wb") as f:
+                while written < 2048:
+                    f.write(chunk)
+                    f.flush()
+                    written += 1
+        else:
+            while written < 2048:
+                with open(os.path.join(os.environ["HOME"], f"part-{written}"), "wb") as f:
+                    for _ in range(4):
+                        f.write(chunk)
+                written += 4
+    except OSError as e:
+        error = e.strerror
+    return {"written_mb": written, "error": error}
+"#;
+
+#[tokio::test]
+async fn scratch_stops_at_disk_mb() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let tenant = Api::new(&server, "filler");
+    deploy(
+        &tenant,
+        "filler",
+        json!({"disk_mb": 64, "memory_mb": 256}),
+        FILLER,
+    )
+    .await;
+    let scratch = server
+        .data_dir()
+        .join("builds")
+        .join(&tenant.user.ns)
+        .join("function-filler/.scratch");
+
+    // One file cannot grow past the limit: the write fails, the instance lives on.
+    let (status, body) = tenant.invoke("filler", json!({"what": "one"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["error"], "File too large", "{body}");
+    assert!(body["written_mb"].as_u64().unwrap() <= 64, "{body}");
+    assert!(std::fs::metadata(scratch.join("big")).unwrap().len() <= 64 << 20);
+    std::fs::remove_file(scratch.join("big")).unwrap();
+
+    // Many files: the instance is stopped soon past the limit, long before 2 GB, and
+    // restarts with an empty scratch.
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = {
+        let (scratch, peak) = (scratch.clone(), peak.clone());
+        tokio::spawn(async move {
+            loop {
+                let used = du(&scratch);
+                peak.fetch_max(used, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let (status, body) = tenant.invoke("filler", json!({"what": "many"})).await;
+    sampler.abort();
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let peak_mb = peak.load(std::sync::atomic::Ordering::Relaxed) >> 20;
+    assert!(
+        (64..512).contains(&peak_mb),
+        "the scratch peaked at {peak_mb} MB"
+    );
+    let logs = tenant
+        .wait_until(
+            "functions/filler/logs?tail=50",
+            Duration::from_secs(30),
+            |logs| logs.to_string().contains("its scratch emptied"),
+        )
+        .await;
+    let text = logs.to_string();
+    assert!(
+        text.contains("instance exited with scratch full: ")
+            && text.contains("over disk_mb (64 MB)"),
+        "{logs}"
+    );
+    assert_eq!(
+        tenant.invoke("filler", json!({})).await,
+        (StatusCode::OK, json!([])),
+        "the restarted instance serves with an empty scratch"
+    );
+}
+
+/// Bytes allocated under `dir`, as `du` counts them.
+fn du(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}
