@@ -52,7 +52,15 @@ enum Command {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
+    // One `error:` line a person can act on, as every CLI command prints; no debug dump.
+    if let Err(e) = run().await {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     // Chosen before any TLS client exists (kube, reqwest and the S3 SDK all use ring);
     // rustls refuses to guess when more than one provider is compiled in.
     rustls::crypto::ring::default_provider()
@@ -75,25 +83,33 @@ async fn main() -> anyhow::Result<()> {
             data_dir,
             ttl,
             admin,
-        } => {
-            let key = sless_core::auth::load_signing_key(&data_dir)?;
-            let sub = match sub {
-                Some(sub) if !admin => sub,
-                _ => settings::EMBEDDED_ADMIN_SUBJECT.to_string(),
-            };
-            let token = sless_core::auth::issue_hs256(&key, &sub, ttl)?;
-            if admin {
-                eprintln!("admin token (any namespace), valid {ttl} s");
-            } else {
-                eprintln!(
-                    "token for namespace {}, valid {ttl} s",
-                    sless_core::model::namespace_for_sub(&sub)
-                );
-            }
-            println!("{token}");
-            Ok(())
-        }
+        } => token(sub, &data_dir, ttl, admin),
     }
+}
+
+/// `sless token`: a JWT signed with the data dir's key.
+fn token(
+    sub: Option<String>,
+    data_dir: &std::path::Path,
+    ttl: u64,
+    admin: bool,
+) -> anyhow::Result<()> {
+    let key = sless_core::auth::load_signing_key(data_dir)?;
+    let sub = match sub {
+        Some(sub) if !admin => sub,
+        _ => settings::EMBEDDED_ADMIN_SUBJECT.to_string(),
+    };
+    let token = sless_core::auth::issue_hs256(&key, &sub, ttl)?;
+    if admin {
+        eprintln!("admin token (any namespace), valid {ttl} s");
+    } else {
+        eprintln!(
+            "token for namespace {}, valid {ttl} s",
+            sless_core::model::namespace_for_sub(&sub)
+        );
+    }
+    println!("{token}");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -216,6 +216,26 @@ fn everyday_developer_loop() {
         "cron:*/5 * * * *",
     ])
     .ok("deploy node");
+    // A function meant to run as a job gets no URL.
+    let quiet = user
+        .sless(&[
+            "deploy",
+            &py_path,
+            "--name",
+            "py-quiet",
+            "--runtime",
+            "python3.11",
+            "--no-trigger",
+        ])
+        .ok("deploy with no trigger");
+    assert_eq!(quiet.stdout.trim(), "", "{}", quiet.stderr);
+    assert!(
+        quiet.stderr.contains(
+            "function py-quiet has no trigger: run it with sless job run JOB --function py-quiet"
+        ),
+        "{}",
+        quiet.stderr
+    );
 
     let ls = user.sless(&["ls"]).ok("ls");
     assert_eq!(
@@ -227,6 +247,8 @@ fn everyday_developer_loop() {
         py_row[..5],
         ["py-hello", "function", "python3.11", "Ready", "http"]
     );
+    let job_row = table_row(&ls.stdout, "py-quiet").expect("py-quiet listed");
+    assert_eq!(job_row[4], "-", "{}", ls.stdout);
     let node_row = table_row(&ls.stdout, "node-hello").expect("node-hello listed");
     assert_eq!(
         node_row[..5],
@@ -329,6 +351,23 @@ fn everyday_developer_loop() {
         .ok("job run again")
         .json();
     assert_eq!(result["greeting"], "hello, second run");
+    // A job of a function that does not exist is refused, and nothing is created: the
+    // next run of that job name is its first.
+    user.sless(&["job", "run", "orphan", "--function", "no-such-function"])
+        .fails_with(
+            "job of a missing function",
+            &["function \"no-such-function\" not found", "sless deploy"],
+        );
+    let first = user
+        .sless(&["job", "run", "orphan", "--function", "py-hello"])
+        .ok("job run after the refusal");
+    assert!(
+        first
+            .stderr
+            .contains("job orphan: run 1 of function py-hello"),
+        "{}",
+        first.stderr
+    );
 
     // A redeploy updates the function in place and keeps its trigger.
     std::fs::write(
@@ -523,8 +562,10 @@ fn token_never_creates_a_key_the_server_would_not_know() {
     assert!(output.stdout.is_empty(), "a token was printed");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("no signing key at") && stderr.contains("--data-dir"),
-        "{stderr}"
+        stderr.starts_with("error: no signing key at")
+            && stderr.contains("--data-dir")
+            && stderr.lines().count() == 1,
+        "one error line: {stderr}"
     );
     assert!(!data.exists(), "a data dir was created");
 }

@@ -421,11 +421,8 @@ async fn calls_wait_for_a_starting_function_then_give_up() {
 
 #[tokio::test]
 async fn slow_functions_time_out() {
-    let h = Harness::start_with(ProxyConfig {
-        timeout_margin: Duration::from_millis(100),
-        ..ProxyConfig::default()
-    })
-    .await;
+    // The default margin: a caller waits the function's timeout_sec, not much more.
+    let h = Harness::start_with(ProxyConfig::default()).await;
     h.routes.set(
         "ns",
         "slow",
@@ -446,8 +443,8 @@ async fn slow_functions_time_out() {
     );
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(1100) && took < Duration::from_secs(4),
-        "{took:?}"
+        took >= Duration::from_secs(1) && took < Duration::from_millis(1750),
+        "the 504 came {took:?} after the call, its timeout_sec being 1 s"
     );
 
     // Still answers fast calls within the limit.
@@ -744,8 +741,8 @@ async fn timeout_sec_bounds_the_body_too() {
     let took = started.elapsed();
     assert!(body.is_err(), "a cut body must not look complete: {body:?}");
     assert!(
-        took >= Duration::from_millis(1100) && took < Duration::from_secs(4),
-        "{took:?}"
+        took >= Duration::from_secs(1) && took < Duration::from_millis(1750),
+        "the 504 came {took:?} after the call, its timeout_sec being 1 s"
     );
     let call = last_call(&h, "stall").await;
     assert_eq!((call.status, call.error), (504, Some(CallError::Timeout)));

@@ -70,6 +70,10 @@ pub struct DeployArgs {
     /// repeat for more (default: http).
     #[arg(long = "trigger", value_name = "http|cron:SCHEDULE|event:QUEUE", value_parser = parse_trigger)]
     pub triggers: Vec<WantedTrigger>,
+    /// Create no trigger (the function runs as a job, or gets triggers later); existing
+    /// triggers are kept.
+    #[arg(long, conflicts_with = "triggers")]
+    pub no_trigger: bool,
     /// Deploy an always-on service instead of a function.
     #[arg(long)]
     pub service: bool,
@@ -113,7 +117,7 @@ fn parse_trigger(text: &str) -> Result<WantedTrigger, String> {
 }
 
 pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
-    if args.service && !args.triggers.is_empty() {
+    if args.service && (!args.triggers.is_empty() || args.no_trigger) {
         bail!(
             "a service is always on and served at /fn/<namespace>/<name>; --trigger is for functions"
         );
@@ -233,7 +237,9 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
         println!("{}", url_of(&client, &workload, None));
         return Ok(());
     }
-    let wanted = if args.triggers.is_empty() {
+    let wanted = if args.no_trigger {
+        Vec::new()
+    } else if args.triggers.is_empty() {
         vec![WantedTrigger::Http]
     } else {
         args.triggers.clone()
@@ -257,6 +263,9 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
         .find(|t| t.function_ref == name && t.trigger_type == "http");
     match http {
         Some(trigger) => println!("{}", url_of(&client, &workload, Some(trigger))),
+        None if triggers.is_empty() => eprintln!(
+            "{kind} {name} has no trigger: run it with sless job run JOB --function {name}, or add one with --trigger"
+        ),
         None => eprintln!(
             "{kind} {name} has no http trigger: it runs on its schedule or queue only (add --trigger http to call it)"
         ),

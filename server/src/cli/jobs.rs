@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse};
-use sless_client::client::RunWait;
+use sless_client::client::{Kind, RunWait};
 
 use super::{Connection, POLL_INTERVAL, is_not_found};
 
@@ -51,6 +51,16 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
             .with_context(|| format!("reading the event from {path}"))?,
         None => args.event.clone(),
     };
+    // A job of a function that does not exist could only fail: nothing is created.
+    match client.get_workload(Kind::Function, &args.function).await {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => bail!(
+            "function {:?} not found; deploy it first with sless deploy DIR --name {}",
+            args.function,
+            args.function
+        ),
+        Err(e) => return Err(e.into()),
+    }
     let existing = match client.get_job(name).await {
         Ok(job) => Some(job),
         Err(e) if is_not_found(&e) => None,

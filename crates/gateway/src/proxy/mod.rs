@@ -41,7 +41,8 @@ pub const TRIGGER_HEADER: &str = "x-sless-amqp";
 pub struct ProxyConfig {
     /// Larger request bodies are refused with 413.
     pub max_body_bytes: u64,
-    /// Added to a function's timeout for the network in between.
+    /// Added to a function's timeout for the network in between; small, so a caller
+    /// gets its 504 at the time the function's `timeout_sec` says.
     pub timeout_margin: Duration,
     /// How long a call waits for a [`Route::Starting`] function before it gets 503.
     pub start_wait: Duration,
@@ -56,7 +57,7 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
             max_body_bytes: 256 * 1024 * 1024,
-            timeout_margin: Duration::from_secs(2),
+            timeout_margin: Duration::from_millis(250),
             start_wait: Duration::from_secs(10),
             upload_wait: Duration::from_secs(2),
             console_cookie: None,
