@@ -12,6 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use crate::egress::Egress;
 use crate::process::{Instance, Launch};
 use crate::{Endpoint, Shared};
+use sless_api::text::first_line;
 use sless_core::logs::Stream;
 use sless_core::model::{
     ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
@@ -26,7 +27,7 @@ use sless_core::workload::{demand, no_code};
 /// How long the old instance keeps serving calls already sent to it after a switch.
 const DRAIN: Duration = Duration::from_secs(1);
 const STOP_GRACE: Duration = Duration::from_secs(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// An instance up this long has recovered: its crash count starts over.
 const HEALTHY_RESET: Duration = Duration::from_secs(60);
 
@@ -141,8 +142,8 @@ async fn exited(running: &mut Option<Running>) -> String {
 
 impl Actor {
     fn backoff(&self) -> Duration {
-        let exponent = self.failures.saturating_sub(1).min(6);
-        (Duration::from_millis(500) * 2u32.pow(exponent)).min(MAX_BACKOFF)
+        let exponent = self.failures.saturating_sub(1).min(9);
+        (Duration::from_secs(1) * 2u32.pow(exponent)).min(MAX_BACKOFF)
     }
 
     fn log(&self, line: &str) {
@@ -350,7 +351,12 @@ impl Actor {
                 }
                 Err(message) => {
                     self.failures += 1;
-                    self.log(&message);
+                    // One line per attempt: what the process printed is in the log already.
+                    self.log(&format!(
+                        "version {version} did not start: {}; trying again in {} s",
+                        first_line(&message),
+                        self.backoff().as_secs()
+                    ));
                     if self.running.is_none() {
                         self.unavailable(format!(
                             "{noun} {name:?} did not start: {}",

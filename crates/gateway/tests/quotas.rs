@@ -434,6 +434,38 @@ async fn a_function_that_cannot_start_answers_503_with_its_cause_and_no_server_p
             .any(|l| l.contains(&data_dir) && l.contains("handler.py")),
         "{lines:?}"
     );
+
+    // It is tried again after 1 s, then 2 s, then 4 s: one line of sless's per attempt.
+    let logs = api
+        .wait_until(
+            "functions/broken/logs?tail=200",
+            Duration::from_secs(30),
+            |logs| retry_delays(logs).len() >= 3,
+        )
+        .await;
+    assert_eq!(retry_delays(&logs)[..3], [1, 2, 4], "{logs}");
+    for entry in logs.as_array().unwrap() {
+        let line = entry["line"].as_str().unwrap();
+        assert!(!line.contains('\n'), "one line per entry: {line:?}");
+    }
+}
+
+/// The delays announced by the `[sless] version ... did not start: ...; trying again in
+/// N s` lines, in order.
+fn retry_delays(logs: &Value) -> Vec<u64> {
+    logs.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["line"].as_str())
+        .filter(|l| l.starts_with("[sless] version ") && l.contains(" did not start: "))
+        .filter_map(|l| {
+            l.rsplit_once("trying again in ")?
+                .1
+                .strip_suffix(" s")?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 #[tokio::test]
