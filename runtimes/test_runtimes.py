@@ -399,9 +399,11 @@ def test_http(rt):
         def echo():
             body = json.dumps({"k": "v", "n": [1, 2], "_http": "overwritten"})
             resp, ev = request_json(port, "POST", "/a/b?x=1&y=two+words&x=3&e=%C3%A9", body,
-                                    {"Content-Type": "application/json", "X-Custom": "abc"})
+                                    {"Content-Type": "application/json", "X-Custom": "abc",
+                                     "X-Request-Id": "call-42"})
             expect(resp.status == 200, f"status {resp.status}")
             expect(ev["k"] == "v" and ev["n"] == [1, 2], ev)
+            expect(ev.get("_request_id") == "call-42", ev)
             h = ev["_http"]
             expect(h["method"] == "POST", h)
             expect(h["path"] == "/a/b", h["path"])

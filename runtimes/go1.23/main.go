@@ -342,6 +342,9 @@ func buildEvent(r *http.Request, body []byte, path, rawQuery string) map[string]
 	if amqp := triggerProperties(r.Header.Get("X-Sless-Amqp")); amqp != nil {
 		event["_amqp"] = amqp
 	}
+	if requestID := r.Header.Get("X-Request-Id"); requestID != "" {
+		event["_request_id"] = requestID
+	}
 	return event
 }
 

@@ -228,6 +228,7 @@ function buildEvent(req, body, reqPath, rawQuery) {
   event._http = { method: req.method, path: reqPath || '/', query, raw_query: rawQuery, headers };
   const amqp = triggerProperties(headers['x-sless-amqp']);
   if (amqp) event._amqp = amqp;
+  if (headers['x-request-id']) event._request_id = headers['x-request-id'];
   return event;
 }
 

@@ -353,6 +353,9 @@ def build_event(head, body):
     amqp = trigger_properties(head.headers.get("x-sless-amqp"))
     if amqp is not None:
         event["_amqp"] = amqp
+    request_id = head.headers.get("x-request-id")
+    if request_id:
+        event["_request_id"] = request_id
     return event
 
 

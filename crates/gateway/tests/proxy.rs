@@ -83,6 +83,7 @@ async fn upstream(request: Request) -> Response {
             "cookies",
         )
             .into_response(),
+        "/own-id" => ([("x-request-id", "the function's own")], "own").into_response(),
         "/hop" => (
             [
                 ("keep-alive", "timeout=5"),
@@ -341,6 +342,84 @@ async fn forwarding_headers_are_added() {
     assert_eq!(headers["x-forwarded-proto"], "http");
     assert!(headers.get("x-real-ip").is_none(), "{headers}");
     assert!(headers.get("forwarded").is_none(), "{headers}");
+}
+
+const CALLER_TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// The `X-Request-Id` of an answer.
+fn request_id(response: &reqwest::Response) -> String {
+    response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn every_call_has_a_request_id_and_a_trace() {
+    let h = Harness::start().await;
+    // A plain GET takes the fast path, a chunked POST the full one: both alike.
+    let fast = || h.client.get(h.url("/fn/ns/f/"));
+    let full = || {
+        let chunks = futures::stream::once(async {
+            Ok::<_, std::io::Error>(Bytes::from_static(b"chunked"))
+        });
+        h.client
+            .post(h.url("/fn/ns/f/"))
+            .body(reqwest::Body::wrap_stream(chunks))
+    };
+    let paths: [&dyn Fn() -> reqwest::RequestBuilder; 2] = [&fast, &full];
+    for call in paths {
+        let response = call()
+            .header("x-request-id", "order-7")
+            .header("traceparent", CALLER_TRACE)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(request_id(&response), "order-7");
+        let seen: Value = response.json().await.unwrap();
+        assert_eq!(seen["headers"]["x-request-id"], "order-7", "{seen}");
+        let traceparent = seen["headers"]["traceparent"].as_str().unwrap();
+        assert!(
+            traceparent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+                && traceparent.ends_with("-01")
+                && !traceparent.contains("00f067aa0ba902b7"),
+            "the caller's trace, continued with a span of ours: {traceparent}"
+        );
+
+        for sent in [None, Some("not a valid id!")] {
+            let mut request = call();
+            if let Some(sent) = sent {
+                request = request.header("x-request-id", sent);
+            }
+            let response = request.send().await.unwrap();
+            let made = request_id(&response);
+            assert!(
+                made.len() == 32 && made.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{sent:?}: {made}"
+            );
+            let seen: Value = response.json().await.unwrap();
+            assert_eq!(seen["headers"]["x-request-id"], made.as_str());
+            let traceparent = seen["headers"]["traceparent"].as_str().unwrap();
+            assert_eq!(traceparent.len(), 55, "a new trace: {traceparent}");
+        }
+    }
+    let first = request_id(&h.client.get(h.url("/fn/ns/f/")).send().await.unwrap());
+    let second = request_id(&h.client.get(h.url("/fn/ns/f/")).send().await.unwrap());
+    assert_ne!(first, second);
+
+    // The function cannot answer with another id; the proxy's own errors carry one.
+    let response = h.client.get(h.url("/fn/ns/f/own-id")).send().await.unwrap();
+    assert_eq!(response.headers().get_all("x-request-id").iter().count(), 1);
+    assert_ne!(request_id(&response), "the function's own");
+    let response = h
+        .client
+        .get(h.url("/fn/ns/nope/"))
+        .header("x-request-id", "lost-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(request_id(&response), "lost-1");
 }
 
 #[tokio::test]

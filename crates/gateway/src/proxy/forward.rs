@@ -23,6 +23,7 @@ use tokio::time::Sleep;
 use sless_core::metrics::InFlight;
 
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
+use super::headers::call_id::CallIds;
 use super::headers::map;
 use super::log::{CallError, Calls};
 use super::{Caller, Invocation, InvokeError, Proxy, unix};
@@ -84,7 +85,20 @@ impl Proxy {
     }
 }
 
+/// Every answer, the function's or the proxy's, carries the call's request id.
 async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response {
+    let ids = map::call_ids(request.headers());
+    let mut response = route_and_forward(proxy, request, caller, &ids).await;
+    map::add_request_id(response.headers_mut(), &ids);
+    response
+}
+
+async fn route_and_forward(
+    proxy: &Arc<Proxy>,
+    request: Request,
+    caller: Caller,
+    ids: &CallIds,
+) -> Response {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();
     // The router only sends `/fn/{ns}/{name}...` here, so the URI can leave `parts`
@@ -159,6 +173,7 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
             Instance {
                 address: &address,
                 timeout,
+                ids,
             },
         )
         .await
@@ -190,10 +205,11 @@ async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response 
     response
 }
 
-/// Where a ready route sends a call, and for how long it may take.
+/// Where a ready route sends a call, for how long it may take, and the call's ids.
 struct Instance<'a> {
     address: &'a Address,
     timeout: Option<Duration>,
+    ids: &'a CallIds,
 }
 
 /// A function's answer as far as the proxy waited for it.
@@ -273,7 +289,11 @@ impl Proxy {
         caller: Caller,
         target: &Target<'_>,
         incoming_authority: Option<&str>,
-        Instance { address, timeout }: Instance<'_>,
+        Instance {
+            address,
+            timeout,
+            ids,
+        }: Instance<'_>,
     ) -> Result<Answer, InvokeError> {
         // The whole call, body included, must end by then.
         let deadline = timeout.map(|timeout| {
@@ -310,6 +330,7 @@ impl Proxy {
             host,
             client_ip,
             incoming_authority,
+            ids,
         );
         parts.uri = upstream_uri;
         // The upstream client speaks HTTP/1.1 whatever the caller used.

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 
 use super::decimal;
+use crate::proxy::headers::call_id::CallIds;
 use crate::proxy::headers::connection_tokens;
 use crate::proxy::headers::wire::{self, is};
 
@@ -45,6 +46,7 @@ pub(super) fn parse_answer(
     out: &mut Vec<u8>,
     console_cookie: Option<&str>,
     close: bool,
+    ids: &CallIds,
 ) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
@@ -116,7 +118,7 @@ pub(super) fn parse_answer(
             wire::write_header(out, TRANSFER_ENCODING.as_str().as_bytes(), b"chunked")
         }
     }
-    wire::write_added(out);
+    wire::write_added(out, ids);
     if close {
         wire::write_header(out, CONNECTION.as_str().as_bytes(), b"close");
     }
@@ -152,7 +154,14 @@ mod tests {
     /// (status, framing, reusable, the caller's head) of an answer head.
     fn answer(head: &str, close: bool) -> (u16, Framing, bool, String) {
         let mut out = Vec::new();
-        match parse_answer(head.as_bytes(), &mut out, Some("sless_session"), close) {
+        let ids = CallIds::new(Some(b"call-1"), None);
+        match parse_answer(
+            head.as_bytes(),
+            &mut out,
+            Some("sless_session"),
+            close,
+            &ids,
+        ) {
             Parsed::Head {
                 status,
                 framing,
@@ -180,7 +189,7 @@ mod tests {
         assert_eq!(
             head,
             format!(
-                "HTTP/1.1 201 Created\r\nset-cookie: theme=dark\r\ncontent-length: 3\r\ncontent-security-policy: {SANDBOX_POLICY}\r\n\r\n"
+                "HTTP/1.1 201 Created\r\nset-cookie: theme=dark\r\ncontent-length: 3\r\ncontent-security-policy: {SANDBOX_POLICY}\r\nx-request-id: call-1\r\n\r\n"
             )
             .replace("set-cookie", "Set-Cookie")
         );
@@ -223,7 +232,13 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    parse_answer(bad.as_bytes(), &mut out, None, false),
+                    parse_answer(
+                        bad.as_bytes(),
+                        &mut out,
+                        None,
+                        false,
+                        &CallIds::new(None, None)
+                    ),
                     Parsed::Invalid(_)
                 ),
                 "{bad:?}"

@@ -236,6 +236,7 @@ impl Connection<'_> {
                 &mut self.out,
                 self.proxy.config.console_cookie.as_deref(),
                 call.close,
+                &call.ids,
             );
             match parsed {
                 Parsed::Interim(len) => {
@@ -368,7 +369,7 @@ impl Connection<'_> {
             CONTENT_LENGTH.as_str().as_bytes(),
             body.len().to_string().as_bytes(),
         );
-        wire::write_added(&mut self.out);
+        wire::write_added(&mut self.out, &call.ids);
         if !keep {
             wire::write_header(&mut self.out, CONNECTION.as_str().as_bytes(), b"close");
         }

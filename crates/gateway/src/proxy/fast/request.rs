@@ -11,6 +11,7 @@ use sless_core::routes::{Address, Route};
 use super::decimal;
 use crate::proxy::Proxy;
 use crate::proxy::forward::Target;
+use crate::proxy::headers::call_id::CallIds;
 use crate::proxy::headers::connection_tokens;
 use crate::proxy::headers::wire::{self, is};
 use crate::proxy::log::Calls;
@@ -21,6 +22,10 @@ const MAX_REQUEST_HEADERS: usize = 64;
 const MAX_REQUEST_HEAD: usize = 16 * 1024;
 
 /// What `prepare` learnt of a request head.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a call is moved a few times, never stored: a box would cost an allocation per call"
+)]
 pub(super) enum Step {
     Partial,
     HandOver,
@@ -40,6 +45,8 @@ pub(super) struct Call {
     pub(super) rest: String,
     pub(super) address: Address,
     pub(super) timeout: Option<Duration>,
+    /// Its request id (given to the caller) and trace context.
+    pub(super) ids: CallIds,
 }
 
 /// The function a connection called last, kept for its next call: a caller usually
@@ -142,12 +149,14 @@ pub(super) fn prepare(
         out.extend_from_slice(query.as_bytes());
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let ids = wire::call_ids(headers);
     wire::request(
         out,
         headers,
         address.host(),
         caller_ip,
         proxy.config.console_cookie.as_deref(),
+        &ids,
     );
     out.extend_from_slice(b"\r\n");
 
@@ -177,6 +186,7 @@ pub(super) fn prepare(
         rest: target.rest.to_owned(),
         address,
         timeout,
+        ids,
     })
 }
 
@@ -223,9 +233,13 @@ mod tests {
 
     /// The upstream head `prepare` writes for `request`, if it takes it.
     fn prepared(request: &str) -> Option<Vec<u8>> {
+        prepared_call(request).map(|(head, _)| head)
+    }
+
+    fn prepared_call(request: &str) -> Option<(Vec<u8>, CallIds)> {
         let mut out = Vec::new();
         match prepare(&proxy(), request.as_bytes(), CALLER_IP, &mut None, &mut out) {
-            Step::Call(_) => Some(out),
+            Step::Call(call) => Some((out, call.ids)),
             Step::Partial | Step::HandOver => None,
         }
     }
@@ -253,6 +267,7 @@ mod tests {
             ("X-Sless-Amqp", "e30="),
             ("Content-Length", "5"),
             ("X-Ordinary", "kept"),
+            ("X-Request-Id", "order-7"),
             ("Accept", "*/*"),
         ];
         let mut request = String::from("POST /fn/ns/f/a/b?x=1 HTTP/1.1\r\n");
@@ -260,7 +275,8 @@ mod tests {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
         request.push_str("\r\nhello");
-        let fast = prepared(&request).expect("taken by the fast path");
+        let (fast, ids) = prepared_call(&request).expect("taken by the fast path");
+        assert_eq!(ids.request_id(), b"order-7");
         let mut parsed = [httparse::EMPTY_HEADER; 32];
         let mut upstream = httparse::Request::new(&mut parsed);
         assert!(upstream.parse(&fast).unwrap().is_complete());
@@ -288,6 +304,7 @@ mod tests {
             HeaderValue::from_static("127.0.0.1:9000"),
             Some(REMOTE.parse::<SocketAddr>().unwrap().ip()),
             None,
+            &ids,
         );
         let full = sorted(
             full.iter()

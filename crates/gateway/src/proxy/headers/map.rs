@@ -5,12 +5,28 @@ use std::net::IpAddr;
 use axum::http::header::{CONNECTION, COOKIE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
+use super::call_id::{CallIds, TRACEPARENT, X_REQUEST_ID};
 use super::{
     ADDED_TO_ANSWERS, Answer, FORWARDED_PROTO, RULES, Request, X_FORWARDED_FOR, X_FORWARDED_HOST,
     connection_tokens, cookie_without, has_cookie, names_extra_header, sets_cookie,
     write_forwarded_for,
 };
 use crate::proxy::Caller;
+
+/// The ids of the call with these headers.
+pub(crate) fn call_ids(headers: &HeaderMap) -> CallIds {
+    CallIds::new(
+        headers.get(X_REQUEST_ID).map(HeaderValue::as_bytes),
+        headers.get(TRACEPARENT).map(HeaderValue::as_bytes),
+    )
+}
+
+/// Gives an answer the call's request id (the function's own value was dropped).
+pub(crate) fn add_request_id(headers: &mut HeaderMap, ids: &CallIds) {
+    if let Ok(value) = HeaderValue::from_bytes(ids.request_id()) {
+        headers.insert(X_REQUEST_ID, value);
+    }
+}
 
 /// Rewrites a caller's request for the function at `upstream` (a valid header value:
 /// it already parsed as part of the upstream URI). `uri_authority` stands in for Host
@@ -22,6 +38,7 @@ pub(crate) fn request(
     upstream: HeaderValue,
     client_ip: Option<IpAddr>,
     uri_authority: Option<&str>,
+    ids: &CallIds,
 ) {
     strip_connection_named(headers);
     let mut upstream = Some(upstream);
@@ -65,6 +82,16 @@ pub(crate) fn request(
                     append_forwarded_for(headers, ip);
                 }
             }
+            Request::CallId => {
+                let value = if *name == X_REQUEST_ID {
+                    ids.request_id()
+                } else {
+                    ids.traceparent()
+                };
+                if let Ok(value) = HeaderValue::from_bytes(value) {
+                    headers.insert(name, value);
+                }
+            }
         }
     }
 }
@@ -75,7 +102,7 @@ pub(crate) fn answer(headers: &mut HeaderMap, console_cookie: Option<&str>) {
     for rule in &RULES {
         match rule.answer {
             Answer::Pass => {}
-            Answer::Hop => {
+            Answer::Hop | Answer::CallId => {
                 headers.remove(&rule.name);
             }
             Answer::SetCookie => {
@@ -290,6 +317,7 @@ mod tests {
             HeaderValue::from_static("127.0.0.1:9000"),
             Some("::ffff:192.168.1.2".parse().unwrap()),
             None,
+            &CallIds::new(None, None),
         );
         assert_eq!(headers["host"], "127.0.0.1:9000");
         assert_eq!(headers["x-forwarded-host"], "public:8080");
@@ -304,6 +332,7 @@ mod tests {
             HeaderValue::from_static("u:1"),
             None,
             Some("h2-authority"),
+            &CallIds::new(None, None),
         );
         assert_eq!(headers["x-forwarded-proto"], "http", "overwritten");
         assert_eq!(headers["x-forwarded-host"], "h2-authority");
@@ -322,6 +351,7 @@ mod tests {
                 HeaderValue::from_static("u:1"),
                 None,
                 None,
+                &CallIds::new(None, None),
             );
             assert_eq!(headers.contains_key("x-sless-amqp"), kept, "{caller:?}");
         }

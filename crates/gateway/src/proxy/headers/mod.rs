@@ -4,6 +4,7 @@
 //! by a function, and function pages run sandboxed. [`map`] applies the table to a
 //! `HeaderMap` (calls hyper serves), [`wire`] to a head parsed in place (the fast path).
 
+pub(crate) mod call_id;
 pub(crate) mod map;
 pub(crate) mod wire;
 
@@ -36,6 +37,9 @@ pub(crate) enum Request {
     Forged,
     /// The caller's address is appended.
     ForwardedFor,
+    /// The call's own ([`call_id::CallIds`]): a caller's valid value is kept, any other
+    /// replaced.
+    CallId,
 }
 
 /// What a function's answer header becomes on its way to the caller.
@@ -46,6 +50,8 @@ pub(crate) enum Answer {
     Hop,
     /// Refused when it sets the console's cookie: a function must not plant a session.
     SetCookie,
+    /// Written by sless (the call's request id), whatever the function sent.
+    CallId,
 }
 
 pub(crate) struct Rule {
@@ -77,7 +83,7 @@ pub(crate) const FORWARDED_PROTO: &str = "http";
 /// Every header not passed on as sent, both ways. Beyond these, a Connection header
 /// can name more headers to keep on their hop. Applied in this order (the map keeps the
 /// header order it had before the table).
-pub(crate) static RULES: [Rule; 18] = [
+pub(crate) static RULES: [Rule; 20] = [
     hop(CONNECTION),
     hop(HeaderName::from_static("keep-alive")),
     hop(PROXY_AUTHENTICATE),
@@ -104,6 +110,8 @@ pub(crate) static RULES: [Rule; 18] = [
     ),
     rule(FORWARDED, Request::Forged, Answer::Pass),
     rule(SET_COOKIE, Request::Pass, Answer::SetCookie),
+    rule(call_id::X_REQUEST_ID, Request::CallId, Answer::CallId),
+    rule(call_id::TRACEPARENT, Request::CallId, Answer::Pass),
 ];
 
 /// The rule for a header name in any case; None for a header passed on as sent.
@@ -244,7 +252,7 @@ mod tests {
     }
 
     /// A sample of every rule, in the cases that differ.
-    const REQUEST: [(&str, &str); 19] = [
+    const REQUEST: [(&str, &str); 21] = [
         ("Host", "public.example:8080"),
         ("Connection", "keep-alive, X-Custom-Hop"),
         ("connection", "X-Forwarded-Proto, x-other"),
@@ -263,10 +271,20 @@ mod tests {
         ("X-Sless-Amqp", "e30="),
         ("X-Real-IP", "203.0.113.66"),
         ("Forwarded", "for=203.0.113.66;proto=https"),
+        ("X-Request-Id", "the caller's own"),
+        (
+            "traceparent",
+            "00-00000000000000000000000000000001-0000000000000001-01",
+        ),
         ("Accept", "*/*"),
     ];
 
+    const CALLER_TRACE: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    /// Both paths' headers for the call `call-1` continuing [`CALLER_TRACE`]; the
+    /// traceparent (its span id is random) is checked and left out.
     fn both_request_paths(headers: &[(&str, &str)]) -> (Vec<(String, Vec<u8>)>, HeaderMap) {
+        let ids = call_id::CallIds::new(Some(b"call-1"), Some(CALLER_TRACE));
         let mut out = Vec::new();
         wire::request(
             &mut out,
@@ -274,6 +292,7 @@ mod tests {
             "127.0.0.1:9000",
             "10.1.2.3",
             CONSOLE,
+            &ids,
         );
         let mut map = header_map(headers);
         let ip: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
@@ -284,8 +303,19 @@ mod tests {
             HeaderValue::from_static("127.0.0.1:9000"),
             Some(ip),
             None,
+            &ids,
         );
-        (written(&out), map)
+        let mut wire = written(&out);
+        wire.retain(|(name, value)| {
+            name != "traceparent" || {
+                assert_eq!(value, ids.traceparent());
+                false
+            }
+        });
+        let traceparent = map.remove(call_id::TRACEPARENT).unwrap();
+        assert_eq!(traceparent.as_bytes(), ids.traceparent());
+        assert!(traceparent.as_bytes().starts_with(&CALLER_TRACE[..36]));
+        (wire, map)
     }
 
     fn map_pairs(map: &HeaderMap) -> Vec<(String, Vec<u8>)> {
@@ -319,6 +349,7 @@ mod tests {
             ("host", b"127.0.0.1:9000"),
             ("x-forwarded-for", b"10.1.2.3"),
             ("x-forwarded-proto", b"http"),
+            ("x-request-id", b"call-1"),
         ];
         assert_eq!(wire, sorted(expected));
         let (wire, _) = both_request_paths(&REQUEST);
@@ -330,6 +361,7 @@ mod tests {
             ("x-forwarded-for", b"192.0.2.1, 192.0.2.2, 10.1.2.3"),
             ("x-forwarded-host", b"public.example:8080"),
             ("x-forwarded-proto", b"http"),
+            ("x-request-id", b"call-1"),
         ];
         assert_eq!(wire, sorted(expected));
     }
@@ -346,21 +378,25 @@ mod tests {
             ("Set-Cookie", "theme=dark; Path=/"),
             ("set-cookie", " sless_session =again"),
             ("Content-Security-Policy", "default-src 'self'"),
+            ("X-Request-Id", "the function's own"),
         ];
+        let ids = call_id::CallIds::new(Some(b"call-1"), None);
         let mut out = Vec::new();
         for header in wire::answer(&parsed(&headers), CONSOLE) {
             wire::write_header(&mut out, header.name.as_bytes(), header.value);
         }
-        wire::write_added(&mut out);
+        wire::write_added(&mut out, &ids);
         let mut map = header_map(&headers);
         map::answer(&mut map, CONSOLE);
         map::sandbox(&mut map);
+        map::add_request_id(&mut map, &ids);
         assert_eq!(written(&out), map_pairs(&map));
         let expected: Vec<(&str, &[u8])> = vec![
             ("content-security-policy", b"default-src 'self'"),
             ("content-security-policy", SANDBOX_POLICY.as_bytes()),
             ("content-type", b"text/html"),
             ("set-cookie", b"theme=dark; Path=/"),
+            ("x-request-id", b"call-1"),
         ];
         assert_eq!(written(&out), sorted(expected));
     }

@@ -6,11 +6,18 @@ use axum::http::HeaderName;
 use axum::http::header::{CONNECTION, HOST};
 use httparse::Header;
 
+use super::call_id::{CallIds, TRACEPARENT, X_REQUEST_ID};
 use super::{
     ADDED_TO_ANSWERS, Answer, FORWARDED_PROTO, Request, X_FORWARDED_FOR, X_FORWARDED_HOST,
     X_FORWARDED_PROTO, connection_tokens, cookie_without, has_cookie, names_extra_header, rule_for,
     sets_cookie, write_forwarded_for,
 };
+
+/// The ids of the call whose head this is.
+pub(crate) fn call_ids(headers: &[Header<'_>]) -> CallIds {
+    let first = |name: &HeaderName| headers.iter().find(|h| is(h.name, name)).map(|h| h.value);
+    CallIds::new(first(&X_REQUEST_ID), first(&TRACEPARENT))
+}
 
 /// Writes the header lines of a public call to the function at `upstream`, from the
 /// caller's `headers`.
@@ -20,6 +27,7 @@ pub(crate) fn request(
     upstream: &str,
     caller_ip: &str,
     console_cookie: Option<&str>,
+    ids: &CallIds,
 ) {
     let named = ConnectionNamed::new(headers);
     let mut host = None;
@@ -37,7 +45,8 @@ pub(crate) fn request(
             | Request::ForwardedHost
             | Request::ForwardedProto
             | Request::ForwardedFor
-            | Request::Forged => {
+            | Request::Forged
+            | Request::CallId => {
                 continue;
             }
             Request::Host => {
@@ -59,6 +68,8 @@ pub(crate) fn request(
         write_header(out, name, header.value);
     }
     write_header(out, HOST.as_str().as_bytes(), upstream.as_bytes());
+    write_header(out, X_REQUEST_ID.as_str().as_bytes(), ids.request_id());
+    write_header(out, TRACEPARENT.as_str().as_bytes(), ids.traceparent());
     if let Some(host) = host {
         write_header(out, X_FORWARDED_HOST.as_str().as_bytes(), host);
     }
@@ -92,17 +103,18 @@ pub(crate) fn answer<'h, 'b>(
         }
         match rule_for(header.name.as_bytes()).map_or(Answer::Pass, |rule| rule.answer) {
             Answer::Pass => true,
-            Answer::Hop => false,
+            Answer::Hop | Answer::CallId => false,
             Answer::SetCookie => !console_cookie.is_some_and(|c| sets_cookie(header.value, c)),
         }
     })
 }
 
-/// Writes what every public answer carries.
-pub(crate) fn write_added(out: &mut Vec<u8>) {
+/// Writes what every public answer carries: the sandbox policy and the request id.
+pub(crate) fn write_added(out: &mut Vec<u8>, ids: &CallIds) {
     for (name, value) in &ADDED_TO_ANSWERS {
         write_header(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    write_header(out, X_REQUEST_ID.as_str().as_bytes(), ids.request_id());
 }
 
 pub(crate) fn write_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
