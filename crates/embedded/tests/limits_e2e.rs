@@ -180,11 +180,12 @@ async fn a_spinning_function_gets_its_cpu_millis() {
         "cpu_millis 200 should get about 20% of a core, got {:.0}%",
         share * 100.0
     );
-    // The default, one core, is not throttled to that.
+    // The default, one core, is not throttled to that (on a busy machine it may get
+    // less than a core, but well above the capped share).
     let (status, share) = tenant.invoke("fast", json!({"seconds": 1})).await;
     assert_eq!(status, StatusCode::OK, "{share}");
     let share = share.as_f64().unwrap();
-    assert!(share > 0.5, "one core gets most of a core, got {share}");
+    assert!(share > 0.35, "one core is not capped at 20%, got {share}");
 }
 
 #[tokio::test]
