@@ -19,8 +19,8 @@ use sless_core::error_text::error_chain;
 const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// A caller's id longer than this, or with other characters than `[A-Za-z0-9._-]`, is
-/// replaced (it ends up in logs).
-const MAX_LEN: usize = 64;
+/// replaced (it ends up in logs, records and URLs).
+pub(crate) const MAX_LEN: usize = 64;
 
 #[derive(Clone)]
 struct Current {
@@ -72,7 +72,8 @@ pub fn hide(error: &dyn StdError) -> String {
     format!("internal error (id {id})")
 }
 
-fn is_valid(id: &str) -> bool {
+/// The one rule for a caller's request id, on the API, the console and `/fn`.
+pub(crate) fn is_valid(id: &str) -> bool {
     (1..=MAX_LEN).contains(&id.len())
         && id
             .bytes()

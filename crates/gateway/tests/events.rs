@@ -58,6 +58,7 @@ async fn a_thousand_messages_are_each_delivered_once_and_acked() {
     let invocations = api.get("functions/bulk/invocations?tail=1").await;
     assert_eq!(invocations["stats"]["count"], 1000, "{invocations}");
     assert_eq!(invocations["invocations"][0]["method"], "POST");
+    assert_eq!(invocations["invocations"][0]["trigger"], "event");
     // An event-only function is not public: `/fn` refuses it, and nobody outside can
     // forge the trigger's header.
     let response = server

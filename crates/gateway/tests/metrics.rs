@@ -143,3 +143,124 @@ async fn metrics_count_calls_and_builds_and_are_for_admins() {
     );
     assert_eq!(builds, Some(1.0), "{text}");
 }
+
+/// One `/fn` call with a request id; its status.
+async fn call_with_id(
+    api: &common::api::Api<'_>,
+    request_id: &str,
+    body: serde_json::Value,
+) -> u16 {
+    api.server
+        .client
+        .post(api.fn_url("rec"))
+        .header("x-request-id", request_id)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn every_call_is_recorded_under_its_request_id() {
+    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let api = common::api::Api::new(&server, "records");
+    api.deploy_spec(
+        json!({"name": "rec", "runtime": "python3.11"}),
+        &[("handler.py", HANDLER)],
+    )
+    .await;
+    api.invoke("rec", json!({})).await;
+    assert_eq!(call_with_id(&api, "rec-ok", json!({})).await, 200);
+    assert_eq!(
+        call_with_id(&api, "rec-fail", json!({"fail": true})).await,
+        500
+    );
+
+    let record = api.get("functions/rec/invocations/rec-ok").await;
+    assert_eq!(
+        (&record["request_id"], &record["trigger"], &record["status"]),
+        (&json!("rec-ok"), &json!("http"), &json!(200)),
+        "{record}"
+    );
+    let failed = api.get("functions/rec/invocations?status=5xx").await;
+    let ids: Vec<&str> = failed["invocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["request_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["rec-fail"]);
+    assert!(
+        api.get("functions/rec/invocations?trigger=event").await["invocations"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // A stopped trigger's refusal is recorded as sless's, not as the function's error.
+    api.send(
+        reqwest::Method::PATCH,
+        "triggers/rec-http",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    let refused = api
+        .call_until("rec", &json!({}), std::time::Duration::from_secs(10), |s| {
+            s == StatusCode::SERVICE_UNAVAILABLE
+        })
+        .await;
+    assert_eq!(refused.0, StatusCode::SERVICE_UNAVAILABLE);
+    let listing = api.get("functions/rec/invocations").await;
+    let all = listing["invocations"].as_array().unwrap();
+    assert_eq!(all[0]["refused"], true, "{listing}");
+    // (A call racing the stop may meet the instance going away: a 502 of its own.)
+    let errors = all
+        .iter()
+        .filter(|i| i["status"].as_u64() >= Some(500) && i.get("refused").is_none())
+        .count();
+    let refused = all.iter().filter(|i| i["refused"] == true).count();
+    assert!(errors >= 1 && refused >= 1, "{listing}");
+    assert_eq!(listing["stats"]["errors"], errors, "{listing}");
+    assert_eq!(listing["stats"]["refused"], refused, "{listing}");
+
+    let (status, body) = api
+        .send(
+            reqwest::Method::GET,
+            "functions/rec/invocations/nobody",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no call \"nobody\""),
+        "{body}"
+    );
+    let (status, body) = api
+        .send(
+            reqwest::Method::GET,
+            "functions/rec/invocations?status=abc",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // Another tenant cannot read them.
+    let other = common::api::Api::new(&server, "records-other");
+    let (status, _) = other
+        .server
+        .client
+        .get(server.url(&format!(
+            "/v1/namespaces/{}/functions/rec/invocations/rec-ok",
+            api.user.ns
+        )))
+        .bearer_auth(&other.user.token)
+        .send()
+        .await
+        .map(|r| (r.status(), ()))
+        .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}

@@ -656,7 +656,7 @@ async fn invocations_are_logged() {
     h.client.get(h.url("/fn/ns/off/x")).send().await.unwrap();
 
     let log = h.proxy.invocations();
-    let recent = log.recent("ns", "f", 10);
+    let recent = log.recent("ns", "f", &gateway::proxy::Filter::default(), 10);
     assert_eq!(recent.len(), 2);
     assert_eq!(
         (
@@ -682,14 +682,24 @@ async fn invocations_are_logged() {
     let total = (recent[0].duration + recent[1].duration).as_secs_f64() * 1000.0;
     assert!(stats.total_duration_ms >= total - 1e-6);
 
+    // A disabled function's 503 is sless's refusal, not the function's error.
     let off = log.stats("ns", "off");
-    assert_eq!((off.count, off.errors), (1, 1));
-    assert_eq!(log.recent("ns", "off", 10)[0].status, 503);
-    assert!(log.recent("ns", "nope", 10).is_empty());
+    assert_eq!((off.count, off.errors, off.refused), (1, 0, 1));
+    assert_eq!(
+        log.recent("ns", "off", &gateway::proxy::Filter::default(), 10)[0].status,
+        503
+    );
+    assert!(
+        log.recent("ns", "nope", &gateway::proxy::Filter::default(), 10)
+            .is_empty()
+    );
     assert_eq!(log.stats("ns", "nope").count, 0);
 
     log.forget("ns", "f");
-    assert!(log.recent("ns", "f", 10).is_empty());
+    assert!(
+        log.recent("ns", "f", &gateway::proxy::Filter::default(), 10)
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -788,7 +798,12 @@ async fn function_answers_are_sandboxed() {
 /// The newest recorded call of `ns/name`, waiting briefly for a body still ending.
 async fn last_call(h: &Harness, name: &str) -> gateway::proxy::Invocation {
     for _ in 0..50 {
-        if let Some(call) = h.proxy.invocations().recent("ns", name, 1).pop() {
+        if let Some(call) = h
+            .proxy
+            .invocations()
+            .recent("ns", name, &gateway::proxy::Filter::default(), 1)
+            .pop()
+        {
             return call;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1008,7 +1023,7 @@ async fn pipelined_calls_of_both_paths_share_a_connection() {
     let paths: Vec<String> = h
         .proxy
         .invocations()
-        .recent("ns", "f", 10)
+        .recent("ns", "f", &gateway::proxy::Filter::default(), 10)
         .into_iter()
         .map(|call| call.path)
         .collect();
@@ -1034,7 +1049,10 @@ async fn ambiguous_request_framing_never_reaches_a_function() {
         assert_eq!(answers[0].0, 400, "{framing}");
     }
     assert!(
-        h.proxy.invocations().recent("ns", "f", 10).is_empty(),
+        h.proxy
+            .invocations()
+            .recent("ns", "f", &gateway::proxy::Filter::default(), 10)
+            .is_empty(),
         "a request reached the function"
     );
 }

@@ -187,6 +187,10 @@ fn workload_routes<R: WorkloadResource>() -> Router<Arc<AppState>> {
             &format!("{base}/{{name}}/invocations"),
             get(workloads::invocations::<R>),
         )
+        .route(
+            &format!("{base}/{{name}}/invocations/{{request_id}}"),
+            get(workloads::invocation::<R>),
+        )
 }
 
 /// Prometheus metrics (OpenMetrics text) of every tenant: admin tokens only.

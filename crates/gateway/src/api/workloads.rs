@@ -12,6 +12,7 @@ use super::convert::{workload_response, workload_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::{ApiError, AppState, load};
+use crate::proxy::{Filter, Invocation, RECENT_INVOCATIONS, Via};
 use sless_api::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
 use sless_core::model::{Phase, WorkloadSpec, validate_name};
 use sless_core::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
@@ -279,18 +280,56 @@ pub async fn build_log<R: WorkloadResource>(
     })
 }
 
-/// Recent calls through `/fn` (newest first) and their totals.
+#[derive(serde::Deserialize)]
+pub struct InvocationsQuery {
+    /// How many of the newest matching calls; a non-negative integer.
+    tail: Option<usize>,
+    trigger: Option<Via>,
+    status: Option<String>,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Recent calls through `/fn` and event triggers (newest first, filtered by `trigger`,
+/// `status` and `since`) and their totals.
 pub async fn invocations<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
-    ApiQuery(query): ApiQuery<TailQuery>,
+    ApiQuery(query): ApiQuery<InvocationsQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let filter = Filter {
+        trigger: query.trigger,
+        status: query.status,
+        since: query.since,
+    };
+    if let Some(problem) = filter.problem() {
+        return Err(ApiError::BadRequest(problem));
+    }
     load::<R>(&state, &auth.namespace, &name).await?;
     let log = state.proxy.invocations();
     let limit = query.tail.unwrap_or(100);
     Ok(Json(serde_json::json!({
         "stats": log.stats(&auth.namespace, &name),
-        "invocations": log.recent(&auth.namespace, &name, limit),
+        "invocations": log.recent(&auth.namespace, &name, &filter, limit),
     })))
+}
+
+/// One recent call, by its request id.
+pub async fn invocation<R: WorkloadResource>(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name, request_id)): Path<(String, String, String)>,
+) -> Result<Json<Invocation>, ApiError> {
+    load::<R>(&state, &auth.namespace, &name).await?;
+    state
+        .proxy
+        .invocations()
+        .by_request_id(&auth.namespace, &name, &request_id)
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no call {request_id:?} among the last {RECENT_INVOCATIONS} calls of {} {name:?}",
+                R::KIND.noun()
+            ))
+        })
 }

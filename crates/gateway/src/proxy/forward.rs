@@ -25,7 +25,7 @@ use sless_core::metrics::InFlight;
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
 use super::headers::call_id::CallIds;
 use super::headers::map;
-use super::log::{CallError, Calls};
+use super::log::{CallError, Calls, Via};
 use super::{Caller, Invocation, InvokeError, Proxy, unix};
 use sless_core::routes::{Address, Route};
 
@@ -143,13 +143,17 @@ async fn route_and_forward(
         Route::Unavailable { reason } | Route::Starting { reason } | Route::NoCode { reason } => {
             let response = InvokeError::Unavailable(reason).into_response();
             let calls = proxy.invocations.calls(target.namespace, target.name);
-            calls.record(invocation(
+            let mut record = invocation(
                 parts.method,
                 target.rest.to_owned(),
                 response.status(),
                 started,
                 None,
-            ));
+                ids,
+                caller.into(),
+            );
+            record.refused = true;
+            calls.record(record);
             return response;
         }
         Route::Ready {
@@ -185,7 +189,15 @@ async fn route_and_forward(
             rest,
             deadline,
         }) => {
-            let record = record_later(calls, &target, method, parts.status, started, in_flight);
+            let record = record_later(
+                calls,
+                &target,
+                method,
+                parts.status,
+                started,
+                in_flight,
+                (ids, caller),
+            );
             let body = ResponseBody::new(first, rest, deadline, record);
             return Response::from_parts(parts, Body::new(body));
         }
@@ -201,6 +213,8 @@ async fn route_and_forward(
         response.status(),
         started,
         None,
+        ids,
+        caller.into(),
     ));
     response
 }
@@ -385,8 +399,10 @@ fn record_later(
     status: StatusCode,
     started: Instant,
     in_flight: InFlight,
+    (ids, caller): (&CallIds, Caller),
 ) -> impl FnOnce(Option<CallError>) + Send + 'static {
     let path = target.rest.to_owned();
+    let ids = *ids;
     move |error| {
         let status = match error {
             Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
@@ -394,7 +410,15 @@ fn record_later(
             None => status,
         };
         drop(in_flight);
-        calls.record(invocation(method, path, status, started, error));
+        calls.record(invocation(
+            method,
+            path,
+            status,
+            started,
+            error,
+            &ids,
+            caller.into(),
+        ));
     }
 }
 
@@ -404,9 +428,14 @@ pub(super) fn invocation(
     status: StatusCode,
     started: Instant,
     error: Option<CallError>,
+    ids: &CallIds,
+    trigger: Via,
 ) -> Invocation {
     let duration = started.elapsed();
     Invocation {
+        request_id: String::from_utf8_lossy(ids.request_id()).into(),
+        trigger,
+        refused: false,
         time: Utc::now() - duration,
         method,
         path,

@@ -8,15 +8,38 @@ use std::time::Duration;
 
 use axum::http::Method;
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use sless_core::metrics::{CallMetrics, InFlight, metrics};
+
+use super::Caller;
 
 /// Calls kept per function.
 pub const RECENT_INVOCATIONS: usize = 100;
 
+/// How a call came: the public `/fn` route, or an event trigger's delivery.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    Http,
+    Event,
+}
+
+impl From<Caller> for Via {
+    /// sless calls through the proxy only for event deliveries.
+    fn from(caller: Caller) -> Self {
+        match caller {
+            Caller::Public => Via::Http,
+            Caller::Trigger => Via::Event,
+        }
+    }
+}
+
 /// Kept as taken and formatted only when read: most calls are never looked at.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Invocation {
+    /// The call's `X-Request-Id` (the caller's, or made by sless).
+    pub request_id: Box<str>,
+    pub trigger: Via,
     /// When the call arrived; RFC 3339 with milliseconds.
     #[serde(serialize_with = "rfc3339_millis")]
     pub time: DateTime<Utc>,
@@ -34,6 +57,10 @@ pub struct Invocation {
     /// close.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<CallError>,
+    /// sless refused the call without reaching the function (stopped, not started,
+    /// no code): not counted as the function's error.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
 }
 
 fn rfc3339_millis<S: Serializer>(time: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -65,8 +92,10 @@ pub enum CallError {
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct InvocationStats {
     pub count: u64,
-    /// Calls answered with a status >= 500.
+    /// Calls the function answered with a status >= 500 (or ran out of time on).
     pub errors: u64,
+    /// Calls sless refused (stopped, not started, no code).
+    pub refused: u64,
     pub total_duration_ms: f64,
 }
 
@@ -94,7 +123,9 @@ impl Calls {
         // fine to read and update.
         let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
         history.stats.count += 1;
-        if invocation.status >= 500 {
+        if invocation.refused {
+            history.stats.refused += 1;
+        } else if invocation.status >= 500 {
             history.stats.errors += 1;
         }
         history.stats.total_duration_ms += millis(invocation.duration);
@@ -106,6 +137,45 @@ impl Calls {
 
     fn history(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Which recent calls a listing shows.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub trigger: Option<Via>,
+    /// An exact status, or a class: `2xx`, `4xx`, `5xx`.
+    pub status: Option<String>,
+    /// Calls from this time on (RFC 3339).
+    pub since: Option<DateTime<Utc>>,
+}
+
+impl Filter {
+    /// Why the filter cannot be applied, if it cannot.
+    pub fn problem(&self) -> Option<String> {
+        let status = self.status.as_deref()?;
+        let valid = matches!(status.as_bytes(), [b'1'..=b'5', b'x' | b'X', b'x' | b'X'])
+            || status.parse::<u16>().is_ok_and(|s| (100..600).contains(&s));
+        (!valid).then(|| {
+            format!("status: {status:?} is not a status; use a code like 503 or a class like 5xx")
+        })
+    }
+
+    fn keeps(&self, invocation: &Invocation) -> bool {
+        self.trigger.is_none_or(|t| t == invocation.trigger)
+            && self.since.is_none_or(|since| invocation.time >= since)
+            && self
+                .status
+                .as_deref()
+                .is_none_or(|s| status_matches(s, invocation.status))
+    }
+}
+
+/// Whether `status` is `wanted`: `503`, or a class such as `5xx`.
+fn status_matches(wanted: &str, status: u16) -> bool {
+    match wanted.as_bytes() {
+        [class @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] => u16::from(class - b'0') == status / 100,
+        _ => wanted.parse() == Ok(status),
     }
 }
 
@@ -144,11 +214,41 @@ impl InvocationLog {
             .clone()
     }
 
-    /// Up to `limit` calls, newest first.
-    pub fn recent(&self, namespace: &str, name: &str, limit: usize) -> Vec<Invocation> {
+    /// Up to `limit` calls that `filter` keeps, newest first.
+    pub fn recent(
+        &self,
+        namespace: &str,
+        name: &str,
+        filter: &Filter,
+        limit: usize,
+    ) -> Vec<Invocation> {
         self.find(namespace, name)
-            .map(|c| c.history().recent.iter().take(limit).cloned().collect())
+            .map(|c| {
+                c.history()
+                    .recent
+                    .iter()
+                    .filter(|i| filter.keeps(i))
+                    .take(limit)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
+    }
+
+    /// The call with this request id, if it is still among the recent ones.
+    pub fn by_request_id(
+        &self,
+        namespace: &str,
+        name: &str,
+        request_id: &str,
+    ) -> Option<Invocation> {
+        let calls = self.find(namespace, name)?;
+        let history = calls.history();
+        history
+            .recent
+            .iter()
+            .find(|i| &*i.request_id == request_id)
+            .cloned()
     }
 
     pub fn stats(&self, namespace: &str, name: &str) -> InvocationStats {
@@ -184,6 +284,9 @@ mod tests {
 
     fn call(path: &str, status: u16, ms: f64) -> Invocation {
         Invocation {
+            request_id: format!("id{path}").into(),
+            trigger: Via::Http,
+            refused: false,
             time: DateTime::UNIX_EPOCH,
             method: Method::GET,
             path: path.into(),
@@ -206,6 +309,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&invocation).unwrap(),
             serde_json::json!({
+                "request_id": "id/a",
+                "trigger": "http",
                 "time": "2025-01-02T03:04:05.678Z",
                 "method": "GET",
                 "path": "/a",
@@ -221,29 +326,75 @@ mod tests {
         for i in 0..250 {
             log.record("ns", "f", call(&format!("/{i}"), 200, 1.0));
         }
-        let recent = log.recent("ns", "f", usize::MAX);
+        let all = Filter::default();
+        let recent = log.recent("ns", "f", &all, usize::MAX);
         assert_eq!(recent.len(), RECENT_INVOCATIONS);
         assert_eq!(recent[0].path, "/249");
         assert_eq!(recent[99].path, "/150");
-        assert_eq!(log.recent("ns", "f", 3).len(), 3);
+        assert_eq!(log.recent("ns", "f", &all, 3).len(), 3);
+        assert_eq!(log.by_request_id("ns", "f", "id/200").unwrap().path, "/200");
+        assert!(log.by_request_id("ns", "f", "id/10").is_none(), "dropped");
         assert_eq!(log.stats("ns", "f").count, 250);
     }
 
     #[test]
-    fn stats_count_server_errors_only() {
+    fn stats_count_the_functions_errors_apart_from_refusals() {
         let log = InvocationLog::new();
         log.record("ns", "f", call("/", 200, 1.5));
         log.record("ns", "f", call("/", 404, 2.0));
         log.record("ns", "f", call("/", 502, 0.5));
         log.record("ns", "f", call("/", 504, 1.0));
+        let mut stopped = call("/", 503, 0.0);
+        stopped.refused = true;
+        log.record("ns", "f", stopped);
         assert_eq!(
             log.stats("ns", "f"),
             InvocationStats {
-                count: 4,
+                count: 5,
                 errors: 2,
+                refused: 1,
                 total_duration_ms: 5.0
             }
         );
+    }
+
+    #[test]
+    fn filters_by_trigger_status_and_time() {
+        let log = InvocationLog::new();
+        let mut event = call("/event", 500, 1.0);
+        event.trigger = Via::Event;
+        event.time = "2025-01-02T00:00:00Z".parse().unwrap();
+        log.record("ns", "f", event);
+        log.record("ns", "f", call("/ok", 200, 1.0));
+        log.record("ns", "f", call("/missing", 404, 1.0));
+        let paths = |filter: Filter| -> Vec<String> {
+            log.recent("ns", "f", &filter, 10)
+                .into_iter()
+                .map(|i| i.path)
+                .collect()
+        };
+        let status = |s: &str| Filter {
+            status: Some(s.into()),
+            ..Filter::default()
+        };
+        assert_eq!(paths(status("4xx")), ["/missing"]);
+        assert_eq!(paths(status("200")), ["/ok"]);
+        assert_eq!(paths(status("5XX")), ["/event"]);
+        let events = Filter {
+            trigger: Some(Via::Event),
+            ..Filter::default()
+        };
+        assert_eq!(paths(events), ["/event"]);
+        let since = Filter {
+            since: Some("2025-01-01T00:00:00Z".parse().unwrap()),
+            ..Filter::default()
+        };
+        assert_eq!(paths(since), ["/event"], "the others are at the epoch");
+        assert!(status("5xx").problem().is_none());
+        assert!(status("503").problem().is_none());
+        for bad in ["abc", "6xx", "99", "50x"] {
+            assert!(status(bad).problem().unwrap().contains("like 5xx"), "{bad}");
+        }
     }
 
     #[test]
@@ -252,11 +403,12 @@ mod tests {
         log.record("ns", "f", call("/a", 200, 1.0));
         log.record("ns", "g", call("/b", 200, 1.0));
         log.record("other", "f", call("/c", 200, 1.0));
-        assert_eq!(log.recent("ns", "f", 10)[0].path, "/a");
-        assert_eq!(log.recent("other", "f", 10)[0].path, "/c");
+        let all = Filter::default();
+        assert_eq!(log.recent("ns", "f", &all, 10)[0].path, "/a");
+        assert_eq!(log.recent("other", "f", &all, 10)[0].path, "/c");
 
         log.forget("ns", "f");
-        assert!(log.recent("ns", "f", 10).is_empty());
+        assert!(log.recent("ns", "f", &all, 10).is_empty());
         assert_eq!(log.stats("ns", "f"), InvocationStats::default());
         assert_eq!(log.stats("ns", "g").count, 1);
         log.forget("ns", "g");

@@ -23,7 +23,9 @@ use sless_core::routes::{Route, RouteTable};
 use unix::UnixConnector;
 
 pub use error::InvokeError;
-pub use log::{CallError, Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS};
+pub use log::{
+    CallError, Filter, Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS, Via,
+};
 
 /// Who calls through the proxy: the public `/fn` route, or sless itself on behalf of
 /// a trigger (which may reach a [`Route::Hidden`] function and set [`TRIGGER_HEADER`]).

@@ -20,7 +20,7 @@ use super::{Connection, READ_SIZE};
 use crate::proxy::InvokeError;
 use crate::proxy::forward::{invocation, upstream_uri};
 use crate::proxy::headers::wire;
-use crate::proxy::log::CallError;
+use crate::proxy::log::{CallError, Via};
 use crate::serve::Linger;
 use sless_core::routes::Address;
 
@@ -117,6 +117,8 @@ impl Connection<'_> {
             recorded,
             call.started,
             error,
+            &call.ids,
+            Via::Http,
         ));
         cut.is_none()
     }
@@ -384,6 +386,8 @@ impl Connection<'_> {
             status,
             call.started,
             None,
+            &call.ids,
+            Via::Http,
         ));
         if written && !keep {
             Linger::close(self.client).await;
