@@ -49,36 +49,18 @@ async fn state_survives_sigkill() {
     // SIGKILL: no chance to flush anything on the way out.
     drop(first);
     let second = start(&data);
-    let function: Value = client
-        .get(api(&second.base, "functions/keeper"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let function: Value =
+        common::get_json(&client, &api(&second.base, "functions/keeper"), &token).await;
     assert_eq!(function["name"], "keeper");
     assert!(function["s3_key"].as_str().is_some(), "{function}");
-    let triggers: Value = client
-        .get(api(&second.base, "triggers"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let triggers: Value = common::get_json(&client, &api(&second.base, "triggers"), &token).await;
     assert_eq!(triggers[0]["schedule"], "* * * * *");
-    let source: Value = client
-        .get(api(&second.base, "functions/keeper/source"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let source: Value = common::get_json(
+        &client,
+        &api(&second.base, "functions/keeper/source"),
+        &token,
+    )
+    .await;
     assert_eq!(source[0]["content"], "def handle(e):\n    return 'kept'\n");
 }
 
@@ -172,15 +154,8 @@ async fn functions_come_back_after_sigkill_without_a_new_upload() {
         json!("always on")
     );
     let s3_key = {
-        let f: Value = client
-            .get(api(&first.base, "functions/survivor"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let f: Value =
+            common::get_json(&client, &api(&first.base, "functions/survivor"), &token).await;
         f["s3_key"].clone()
     };
 
@@ -194,15 +169,8 @@ async fn functions_come_back_after_sigkill_without_a_new_upload() {
         wait_for_answer(&client, &service_url(&second.base), limit).await,
         json!("always on")
     );
-    let after: Value = client
-        .get(api(&second.base, "functions/survivor"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let after: Value =
+        common::get_json(&client, &api(&second.base, "functions/survivor"), &token).await;
     assert_eq!(after["s3_key"], s3_key, "served from the same upload");
     assert_eq!(after["phase"], "Ready");
 }
@@ -290,15 +258,7 @@ async fn demo_deploys_the_examples() {
     assert!(output.status.success(), "{command}: {output:?}");
     let token = String::from_utf8(output.stdout).unwrap().trim().to_string();
     let jobs = funcs.replace("/funcs/", "/v1/namespaces/") + "/jobs/report-job";
-    let job: Value = client
-        .get(&jobs)
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let job: Value = common::get_json(&client, &jobs, &token).await;
     assert_eq!(job["phase"], "Succeeded", "{job}");
     let _ = child.kill();
     let _ = child.wait();

@@ -83,15 +83,8 @@ async fn sigkill_mid_stream_loses_no_message() {
     .await;
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let trigger: Value = client
-            .get(api(&first.base, "triggers/sturdy"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let trigger: Value =
+            common::get_json(&client, &api(&first.base, "triggers/sturdy"), &token).await;
         if trigger["active"] == true {
             break;
         }

@@ -121,15 +121,7 @@ async fn sless_up_as_an_ordinary_user_serves_functions_in_their_namespaces() {
         if response.status() == 200 {
             break response.json().await.unwrap();
         }
-        let function: Value = client
-            .get(api("functions/plain"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let function: Value = common::get_json(&client, &api("functions/plain"), &token).await;
         assert!(
             Instant::now() < deadline && function["phase"] != "Failed",
             "the function never served: {function}"
@@ -156,15 +148,7 @@ async fn sless_up_as_an_ordinary_user_serves_functions_in_their_namespaces() {
         201
     );
     let job = loop {
-        let job: Value = client
-            .get(api("jobs/probe"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let job: Value = common::get_json(&client, &api("jobs/probe"), &token).await;
         if job["phase"] == "Succeeded" || job["phase"] == "Failed" {
             break job;
         }

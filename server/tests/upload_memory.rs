@@ -111,15 +111,7 @@ async fn five_concurrent_50_mb_uploads_keep_rss_bounded() {
     for (token, ns) in &tenants {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let function: Value = client
-                .get(api(ns, "functions/big"))
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let function: Value = common::get_json(&client, &api(ns, "functions/big"), token).await;
             if function["phase"] == "Ready" {
                 break;
             }

@@ -74,6 +74,19 @@ pub fn token(data_dir: &Path, sub: &str) -> String {
     String::from_utf8(output.stdout).unwrap().trim().to_string()
 }
 
+/// `GET url` with the token; the answer's JSON.
+pub async fn get_json(client: &reqwest::Client, url: &str, token: &str) -> serde_json::Value {
+    client
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Uploads `handler.py` (zipped) as the code at `upload_url`, as `sless deploy` would.
 pub async fn upload_handler(
     client: &reqwest::Client,
