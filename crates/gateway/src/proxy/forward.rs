@@ -404,11 +404,6 @@ fn record_later(
     let path = target.rest.to_owned();
     let ids = *ids;
     move |error| {
-        let status = match error {
-            Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
-            Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
-            None => status,
-        };
         drop(in_flight);
         calls.record(invocation(
             method,
@@ -432,6 +427,12 @@ pub(super) fn invocation(
     trigger: Via,
 ) -> Invocation {
     let duration = started.elapsed();
+    // An answer cut after its head went out is recorded as what the caller got.
+    let status = match error {
+        Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
+        Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
+        None => status,
+    };
     Invocation {
         request_id: String::from_utf8_lossy(ids.request_id()).into(),
         trigger,

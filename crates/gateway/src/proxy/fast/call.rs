@@ -106,15 +106,10 @@ impl Connection<'_> {
             Some(Cut::BadAnswer) => Some(CallError::BadAnswer),
             Some(Cut::CallerGone) | None => None,
         };
-        let recorded = match error {
-            Some(CallError::Timeout) => StatusCode::GATEWAY_TIMEOUT,
-            Some(CallError::BadAnswer) => StatusCode::BAD_GATEWAY,
-            None => status,
-        };
         call.function.calls.record(invocation(
             call.method,
             call.rest,
-            recorded,
+            status,
             call.started,
             error,
             &call.ids,
