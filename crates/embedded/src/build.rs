@@ -31,6 +31,8 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(600);
 /// build, numpy from source), not for a hostile `setup.py` to take the machine.
 const INSTALL_MEMORY_MB: u32 = 2048;
 const INSTALL_DISK_MB: u32 = 4096;
+/// A large `node_modules` holds some 100,000 files.
+const INSTALL_MAX_FILES: u64 = 1_000_000;
 /// How much of the log a failure message carries.
 const TAIL_BYTES: usize = 2000;
 
@@ -264,8 +266,11 @@ impl<'a> Log<'a> {
             .map_err(|e| BuildError(format!("cannot start the install's egress proxy: {e}")))?;
         let disk = scratch::Watch::start(
             self.staging.to_path_buf(),
-            INSTALL_DISK_MB,
-            "the install's disk limit",
+            scratch::Bound {
+                mb: INSTALL_DISK_MB,
+                name: "the install's disk limit",
+                max_files: INSTALL_MAX_FILES,
+            },
             guard.killer(child.id().unwrap_or_default()),
         );
         let status = match tokio::time::timeout(STEP_TIMEOUT, child.wait()).await {

@@ -66,6 +66,9 @@ pub struct Instance {
     scratch_watch: scratch::Watch,
 }
 
+/// Files an instance's scratch may hold ([`scratch::Bound`]).
+const INSTANCE_MAX_FILES: u64 = 20_000;
+
 /// The descriptor the runtime finds its end of the ready pipe on (`SLESS_READY_FD`).
 const READY_FD: RawFd = 3;
 /// The descriptor the runtime finds its listening socket on (`SLESS_LISTEN_FD`).
@@ -249,8 +252,11 @@ impl Instance {
         }
         let scratch_watch = scratch::Watch::start(
             launch.scratch.to_path_buf(),
-            launch.disk_mb,
-            "disk_mb",
+            scratch::Bound {
+                mb: launch.disk_mb,
+                name: "disk_mb",
+                max_files: INSTANCE_MAX_FILES,
+            },
             guard.killer(child.id().unwrap_or_default()),
         );
         Ok(Self {

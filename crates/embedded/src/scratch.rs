@@ -14,9 +14,19 @@ use std::time::Duration;
 /// How often usage is measured. At the write speed of a memory-limited instance this
 /// bounds the excess to tens of megabytes.
 const INTERVAL: Duration = Duration::from_millis(250);
-/// Past this many entries a directory counts as over its limit whatever their size:
-/// the walk stays short and the inodes bounded.
-const MAX_ENTRIES: u64 = 100_000;
+/// The next measure waits this many times as long as the last walk took besides
+/// [`INTERVAL`]: a tenant's many files cannot keep sless walking them.
+const WALK_BACKOFF: u32 = 4;
+
+/// What a watched directory may hold. Past `max_files` entries it counts as over
+/// whatever their size: the walk stays short and the inodes bounded.
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    pub mb: u32,
+    /// How the size limit is named in the reason (`disk_mb`).
+    pub name: &'static str,
+    pub max_files: u64,
+}
 
 /// Measures a scratch directory while it lives; dropping it stops the measures.
 pub struct Watch {
@@ -25,25 +35,24 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Measures `dir` every [`INTERVAL`]; past `limit_mb` (named `limit_name` in the
-    /// reason) it records why and calls `stop` once.
-    pub fn start(
-        dir: PathBuf,
-        limit_mb: u32,
-        limit_name: &'static str,
-        stop: impl FnOnce() + Send + 'static,
-    ) -> Self {
+    /// Measures `dir` every [`INTERVAL`] (or longer, [`WALK_BACKOFF`]); past `bound` it
+    /// records why and calls `stop` once.
+    pub fn start(dir: PathBuf, bound: Bound, stop: impl FnOnce() + Send + 'static) -> Self {
         let verdict = Arc::new(Mutex::new(None));
         let written = verdict.clone();
         let task = tokio::spawn(async move {
-            let limit = u64::from(limit_mb) << 20;
+            let mut walk = std::time::Duration::ZERO;
             loop {
-                tokio::time::sleep(INTERVAL).await;
+                tokio::time::sleep(INTERVAL + walk * WALK_BACKOFF).await;
                 let dir = dir.clone();
-                let Ok(usage) = tokio::task::spawn_blocking(move || usage(&dir)).await else {
+                let started = tokio::time::Instant::now();
+                let measured =
+                    tokio::task::spawn_blocking(move || usage(&dir, bound.max_files)).await;
+                walk = started.elapsed();
+                let Ok(usage) = measured else {
                     continue;
                 };
-                if let Some(reason) = usage.over(limit, limit_mb, limit_name) {
+                if let Some(reason) = usage.over(&bound) {
                     *written.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
                     stop();
                     return;
@@ -76,13 +85,15 @@ pub struct Usage {
 }
 
 impl Usage {
-    fn over(&self, limit: u64, limit_mb: u32, limit_name: &str) -> Option<String> {
-        if self.entries > MAX_ENTRIES {
-            Some(format!("scratch full: more than {MAX_ENTRIES} files"))
-        } else if self.bytes > limit {
+    fn over(&self, bound: &Bound) -> Option<String> {
+        if self.entries > bound.max_files {
+            Some(format!("scratch full: more than {} files", bound.max_files))
+        } else if self.bytes > u64::from(bound.mb) << 20 {
             Some(format!(
-                "scratch full: {} MB, over {limit_name} ({limit_mb} MB)",
-                self.bytes >> 20
+                "scratch full: {} MB, over {} ({} MB)",
+                self.bytes >> 20,
+                bound.name,
+                bound.mb
             ))
         } else {
             None
@@ -91,8 +102,8 @@ impl Usage {
 }
 
 /// The blocks allocated under `dir` (sparse files count what they use), stopping the
-/// walk past [`MAX_ENTRIES`]. Entries that vanish meanwhile are skipped.
-pub fn usage(dir: &Path) -> Usage {
+/// walk past `max_files` entries. Entries that vanish meanwhile are skipped.
+pub fn usage(dir: &Path, max_files: u64) -> Usage {
     use std::os::unix::fs::MetadataExt;
     let mut usage = Usage::default();
     let mut pending = vec![dir.to_path_buf()];
@@ -102,7 +113,7 @@ pub fn usage(dir: &Path) -> Usage {
         };
         for entry in entries.flatten() {
             usage.entries += 1;
-            if usage.entries > MAX_ENTRIES {
+            if usage.entries > max_files {
                 return usage;
             }
             // Not followed: a link counts as itself.
@@ -141,12 +152,22 @@ mod tests {
         std::fs::create_dir(dir.path().join("a")).unwrap();
         std::fs::write(dir.path().join("a/one"), vec![1u8; 3 << 20]).unwrap();
         std::fs::write(dir.path().join("two"), vec![2u8; 1 << 20]).unwrap();
-        let usage = usage(dir.path());
+        let usage = usage(dir.path(), 10);
         assert_eq!(usage.entries, 3);
         assert!(usage.bytes >= 4 << 20, "{usage:?}");
-        let over = usage.over(4 << 20, 4, "disk_mb").unwrap();
+        let bound = |mb| Bound {
+            mb,
+            name: "disk_mb",
+            max_files: 10,
+        };
+        let over = usage.over(&bound(4)).unwrap();
         assert!(over.contains("over disk_mb (4 MB)"), "{over}");
-        assert_eq!(usage.over(8 << 20, 8, "disk_mb"), None);
+        assert_eq!(usage.over(&bound(8)), None);
+        let few = Bound {
+            max_files: 2,
+            ..bound(8)
+        };
+        assert!(usage.over(&few).unwrap().contains("more than 2 files"));
     }
 
     #[test]
@@ -154,17 +175,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = std::fs::File::create(dir.path().join("sparse")).unwrap();
         file.set_len(1 << 30).unwrap();
-        assert!(usage(dir.path()).bytes < 1 << 20);
-    }
-
-    #[test]
-    fn too_many_files_are_over_whatever_their_size() {
-        let usage = Usage {
-            bytes: 0,
-            entries: MAX_ENTRIES + 1,
-        };
-        let over = usage.over(u64::MAX, u32::MAX, "disk_mb").unwrap();
-        assert!(over.contains("more than 100000 files"), "{over}");
+        assert!(usage(dir.path(), 10).bytes < 1 << 20);
     }
 
     #[test]
