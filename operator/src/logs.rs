@@ -11,7 +11,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::manifests::build::{BUILD_CONTAINER, COMPONENT as BUILD_COMPONENT};
 use super::names::{LABEL_COMPONENT, owner_selector};
-use sless_core::logs::{LogLine, Stream, WorkloadLogs};
+use sless_core::logs::{Following, LogLine, LogQuery, Stream, WorkloadLogs};
 use sless_core::model::{Kind, build_namespace, deploy_namespace};
 
 /// The largest log read from one pod.
@@ -80,16 +80,22 @@ impl KubeWorkloadLogs {
 
 #[async_trait::async_trait]
 impl WorkloadLogs for KubeWorkloadLogs {
-    fn tail(&self, namespace: &str, name: &str, _lines: usize) -> Vec<LogLine> {
+    fn lines(&self, namespace: &str, name: &str, _query: &LogQuery) -> Vec<LogLine> {
         vec![LogLine {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             stream: Stream::Stderr,
             version: "-".into(),
+            request_id: None,
             line: format!(
-                "[sless] instance logs are in the cluster: kubectl logs -n {} deploy/{name}",
+                "[sless] instance logs are in the cluster (each line starts with the \
+                 [request id] of the call that printed it): kubectl logs -n {} deploy/{name}",
                 deploy_namespace(namespace)
             ),
         }]
+    }
+
+    fn follow(&self, _namespace: &str, _name: &str, _query: &LogQuery) -> Option<Following> {
+        None
     }
 
     async fn build_log(&self, kind: Kind, namespace: &str, name: &str) -> Option<String> {

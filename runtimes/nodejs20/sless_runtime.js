@@ -4,6 +4,7 @@
 // job mode (SLESS_MODE=job). Stdlib only. The contract is in runtimes/README.md.
 
 const http = require('node:http');
+const { AsyncLocalStorage } = require('node:async_hooks');
 const fs = require('node:fs');
 const path = require('node:path');
 const { pathToFileURL } = require('node:url');
@@ -54,6 +55,57 @@ function announceReady() {
   } catch {
     // Not a pipe we were given: the runner polls instead.
   }
+}
+
+// ---------------------------------------------------------------- call logs
+// Each line a call prints goes out as "[<request id>] line", lines printed outside a
+// call as "[-] line": sless shows a call's lines with its record (runtimes/README.md).
+
+const OUTSIDE_CALL = '[-] ';
+const REQUEST_ID_RE = /^[A-Za-z0-9._-]{1,64}$/;
+// An unended line longer than this goes out as it is (sless cuts lines at 16 KiB).
+const MAX_PENDING_CHARS = 16384;
+// The tag of the call whose code is running.
+const currentCall = new AsyncLocalStorage();
+const callLogEnders = [];
+
+function callTag(requestId) {
+  return typeof requestId === 'string' && REQUEST_ID_RE.test(requestId) ? `[${requestId}] ` : OUTSIDE_CALL;
+}
+
+// Every line written to `stream` goes out whole behind the tag of the call that wrote it.
+function tagCallOutput(stream) {
+  const write = stream.write.bind(stream);
+  const pending = new Map(); // tag -> the start of a line not ended yet
+  stream.write = (chunk, encoding, callback) => {
+    if (typeof encoding === 'function') {
+      callback = encoding;
+      encoding = undefined;
+    }
+    const tag = currentCall.getStore() || OUTSIDE_CALL;
+    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString(encoding === 'buffer' || !encoding ? 'utf8' : encoding);
+    const lines = ((pending.get(tag) || '') + text).split('\n');
+    let rest = lines.pop();
+    pending.delete(tag);
+    if (rest.length > MAX_PENDING_CHARS) {
+      lines.push(rest);
+      rest = '';
+    }
+    if (rest) pending.set(tag, rest);
+    if (lines.length) return write(lines.map((line) => `${tag}${line}\n`).join(''), callback);
+    if (callback) process.nextTick(callback);
+    return true;
+  };
+  // The call is over: its unended line goes out.
+  callLogEnders.push((tag) => {
+    const rest = pending.get(tag);
+    pending.delete(tag);
+    if (rest) write(`${tag}${rest}\n`);
+  });
+}
+
+function endCallLogs(tag) {
+  for (const end of callLogEnders) end(tag);
 }
 
 // ------------------------------------------------------------- handler load
@@ -274,6 +326,7 @@ function serve(loaded) {
       return;
     }
     active++;
+    const tag = callTag(req.headers['x-request-id']);
     try {
       let body;
       try {
@@ -281,15 +334,16 @@ function serve(loaded) {
       } catch {
         return; // client went away
       }
-      let response;
-      try {
-        const result = await func(buildEvent(req, body, reqPath, rawQuery));
-        response = buildResponse(result);
-      } catch (err) {
-        // The server keeps serving.
-        console.error(err instanceof Error && err.stack ? err.stack : err);
-        response = { status: 500, headers: [['Content-Type', 'application/json']], body: Buffer.from(toJson({ error: errorMessage(err) })) };
-      }
+      const response = await currentCall.run(tag, async () => {
+        try {
+          return buildResponse(await func(buildEvent(req, body, reqPath, rawQuery)));
+        } catch (err) {
+          // The server keeps serving.
+          console.error(err instanceof Error && err.stack ? err.stack : err);
+          return { status: 500, headers: [['Content-Type', 'application/json']], body: Buffer.from(toJson({ error: errorMessage(err) })) };
+        }
+      });
+      endCallLogs(tag);
       if (!res.headersSent && !res.destroyed) send(req, res, response);
     } finally {
       active--;
@@ -386,6 +440,8 @@ function main() {
     runJob();
     return;
   }
+  tagCallOutput(process.stdout);
+  tagCallOutput(process.stderr);
   const loaded = readFunctionDir().then(loadHandler);
   loaded.catch((err) => {
     console.error(err instanceof Error && err.stack ? err.stack : err);

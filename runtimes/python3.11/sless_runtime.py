@@ -6,6 +6,7 @@ once in job mode (SLESS_MODE=job). Stdlib only. The contract is in runtimes/READ
 
 import asyncio
 import base64
+import contextvars
 import importlib
 import inspect
 import json
@@ -13,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +45,72 @@ def error_message(exc):
     msg = str(exc)
     name = type(exc).__name__
     return f"{name}: {msg}" if msg else name
+
+
+# ---------------------------------------------------------------- call logs
+# Each line a call prints goes out as "[<request id>] line", lines printed outside a
+# call as "[-] line": sless shows a call's lines with its record (runtimes/README.md).
+
+REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+OUTSIDE_CALL = "[-] "
+# An unended line longer than this goes out as it is (sless cuts lines at 16 KiB).
+MAX_PENDING_CHARS = 16384
+
+# The tag of the call running in this thread or task.
+current_call = contextvars.ContextVar("sless_call", default=OUTSIDE_CALL)
+
+
+def call_tag(request_id):
+    if request_id and len(request_id) <= 64 and set(request_id) <= REQUEST_ID_CHARS:
+        return f"[{request_id}] "
+    return OUTSIDE_CALL
+
+
+class CallTaggedStream:
+    """sys.stdout or sys.stderr in HTTP mode: every line goes out whole behind the tag
+    of the call that printed it, even when calls in threads and tasks print at once."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.pending = {}  # tag -> the start of a line not ended yet
+
+    def write(self, text):
+        tag = current_call.get()
+        with self.lock:
+            *lines, rest = (self.pending.pop(tag, "") + text).split("\n")
+            if len(rest) > MAX_PENDING_CHARS:
+                lines.append(rest)
+                rest = ""
+            if lines:
+                self.stream.write("".join(f"{tag}{line}\n" for line in lines))
+            if rest:
+                self.pending[tag] = rest
+        return len(text)
+
+    def end_call(self, tag):
+        """The call is over: its unended line goes out."""
+        with self.lock:
+            rest = self.pending.pop(tag, "")
+            if rest:
+                self.stream.write(f"{tag}{rest}\n")
+        self.stream.flush()
+
+    def drain(self):
+        with self.lock:
+            self.stream.write("".join(f"{tag}{rest}\n" for tag, rest in self.pending.items()))
+            self.pending.clear()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def end_call_logs(tag):
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, CallTaggedStream):
+            stream.end_call(tag)
+        else:
+            stream.flush()
 
 
 def to_json(value):
@@ -404,8 +472,11 @@ def result_response(result, method):
 
 
 def flush_logs():
-    sys.stdout.flush()
-    sys.stderr.flush()
+    """Before exiting: every unended line goes out."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, CallTaggedStream):
+            stream.drain()
+        stream.flush()
 
 
 class Server:
@@ -499,33 +570,38 @@ class Connection(asyncio.Protocol):
             self.send(*render(200, JSON_HEADERS, b'{"status":"ok"}', head.method))
             return
         server.active += 1
+        tag = call_tag(head.headers.get("x-request-id"))
         if server.is_async:
-            task = server.loop.create_task(self.call_async(head, body))
+            task = server.loop.create_task(self.call_async(tag, head, body))
             server.tasks.add(task)
             task.add_done_callback(server.tasks.discard)
         else:
-            server.pool.submit(self.call_sync, head, body)
+            server.pool.submit(self.call_sync, tag, head, body)
 
-    def call_sync(self, head, body):
+    def call_sync(self, tag, head, body):
         """In a pool thread: the handler, its response rendered, then back to the loop."""
+        token = current_call.set(tag)
         try:
             result = self.server.func(build_event(head, body))
         except BaseException as exc:  # incl. sys.exit(): the server keeps serving
             response = render(*error_response(exc), head.method)
         else:
             if inspect.isawaitable(result):  # a sync callable that returned a coroutine
-                self.server.loop.call_soon_threadsafe(self.await_result, result, head.method)
+                self.server.loop.call_soon_threadsafe(self.await_result, tag, result, head.method)
                 return
             response = result_response(result, head.method)
-        flush_logs()
+        finally:
+            current_call.reset(token)
+        end_call_logs(tag)
         self.server.loop.call_soon_threadsafe(self.finish, *response)
 
-    def await_result(self, awaitable, method):
-        task = self.server.loop.create_task(self.call_async(None, None, awaitable, method))
+    def await_result(self, tag, awaitable, method):
+        task = self.server.loop.create_task(self.call_async(tag, None, None, awaitable, method))
         self.server.tasks.add(task)
         task.add_done_callback(self.server.tasks.discard)
 
-    async def call_async(self, head, body, awaitable=None, method=None):
+    async def call_async(self, tag, head, body, awaitable=None, method=None):
+        current_call.set(tag)  # in this task's own context
         method = method or head.method
         try:
             result = await (awaitable if awaitable is not None else self.server.func(build_event(head, body)))
@@ -535,7 +611,7 @@ class Connection(asyncio.Protocol):
             response = render(*error_response(exc), method)
         else:
             response = result_response(result, method)
-        flush_logs()
+        end_call_logs(tag)
         self.finish(*response)
 
     def finish(self, head_bytes, data):
@@ -712,6 +788,8 @@ def main():
     if (os.environ.get("SLESS_MODE") or "http") == "job":
         run_job()
         return
+    sys.stdout = CallTaggedStream(sys.stdout)
+    sys.stderr = CallTaggedStream(sys.stderr)
     sock = listen_socket()
     await_function_dir()
     try:

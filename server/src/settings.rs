@@ -184,6 +184,11 @@ pub struct QuotaArgs {
     #[arg(long, env = "SLESS_MAX_UPLOADS_IN_FLIGHT", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_uploads_in_flight: u64,
+    /// Log streams (`sless logs --follow`, the console's live tail) one namespace may
+    /// have open; more are answered 429.
+    #[arg(long, env = "SLESS_MAX_LOG_FOLLOWERS", default_value_t = 8,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_log_followers: u64,
 }
 
 impl QuotaArgs {
@@ -193,6 +198,7 @@ impl QuotaArgs {
             max_triggers: self.max_triggers,
             max_jobs: self.max_jobs,
             max_uploads_in_flight: self.max_uploads_in_flight,
+            max_log_followers: self.max_log_followers,
         }
     }
 }

@@ -195,6 +195,7 @@ mod tests {
                 time: "t".into(),
                 stream: "stdout".into(),
                 version: "1".into(),
+                request_id: Some("call-7".into()),
                 line: "<script>alert(4)</script>".into(),
             }],
             build_log: Some("ERROR: no <b>pkg</b>".into()),

@@ -323,5 +323,8 @@ pub struct LogLineResponse {
     /// "stdout" or "stderr".
     pub stream: String,
     pub version: String,
+    /// The call that printed the line; None for lines printed outside any call.
+    #[serde(default)]
+    pub request_id: Option<String>,
     pub line: String,
 }

@@ -36,6 +36,47 @@ impl ClientError {
 
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
+/// Which lines of a workload's output to read.
+#[derive(Clone, Debug, Default)]
+pub struct LogFilter {
+    pub tail: usize,
+    /// Only the lines the call with this request id printed.
+    pub request_id: Option<String>,
+    /// Only lines containing this text (case-insensitive).
+    pub search: Option<String>,
+}
+
+impl LogFilter {
+    pub fn tail(tail: usize) -> Self {
+        Self {
+            tail,
+            ..Self::default()
+        }
+    }
+
+    fn query(&self, follow: bool) -> Vec<(&'static str, String)> {
+        let mut query = vec![("tail", self.tail.to_string())];
+        if let Some(id) = &self.request_id {
+            query.push(("request_id", id.clone()));
+        }
+        if let Some(text) = &self.search {
+            query.push(("q", text.clone()));
+        }
+        if follow {
+            query.push(("follow", "true".into()));
+        }
+        query
+    }
+}
+
+/// What a log stream brings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Followed {
+    Line(LogLineResponse),
+    /// The reader fell behind and this many lines went by unseen.
+    Missed(u64),
+}
+
 /// How long an upload waits for a free place among its namespace's uploads in flight.
 pub const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -289,8 +330,52 @@ impl Client {
     }
 
     pub async fn logs(&self, kind: Kind, name: &str, tail: usize) -> Result<Vec<LogLineResponse>> {
-        self.get(&format!("{}/{name}/logs?tail={tail}", kind.path()))
+        self.find_logs(kind, name, &LogFilter::tail(tail)).await
+    }
+
+    /// The last `filter.tail` lines `filter` keeps, oldest first.
+    pub async fn find_logs(
+        &self,
+        kind: Kind,
+        name: &str,
+        filter: &LogFilter,
+    ) -> Result<Vec<LogLineResponse>> {
+        let url = self.url(&format!("{}/{name}/logs", kind.path()));
+        self.json(self.http.get(&url).query(&filter.query(false)), &url)
             .await
+    }
+
+    /// The lines `filter` keeps, then each new one as it is printed, until the server
+    /// ends the stream (the workload deleted, sless stopping, or an hour passed).
+    pub async fn follow_logs(
+        &self,
+        kind: Kind,
+        name: &str,
+        filter: &LogFilter,
+    ) -> Result<impl futures::Stream<Item = Result<Followed>> + use<>> {
+        use eventsource_stream::Eventsource;
+        use futures::StreamExt;
+        let url = self.url(&format!("{}/{name}/logs", kind.path()));
+        let response = self
+            .send(self.http.get(&url).query(&filter.query(true)), &url)
+            .await?;
+        Ok(response.bytes_stream().eventsource().map(move |event| {
+            let decode = |message: String| ClientError::Decode {
+                url: url.clone(),
+                message,
+            };
+            let event = event.map_err(|e| decode(e.to_string()))?;
+            match event.event.as_str() {
+                "lagged" => {
+                    let lag: serde_json::Value =
+                        serde_json::from_str(&event.data).map_err(|e| decode(e.to_string()))?;
+                    Ok(Followed::Missed(lag["missed"].as_u64().unwrap_or(0)))
+                }
+                _ => serde_json::from_str(&event.data)
+                    .map(Followed::Line)
+                    .map_err(|e| decode(e.to_string())),
+            }
+        }))
     }
 
     pub async fn build_log(&self, kind: Kind, name: &str) -> Result<String> {

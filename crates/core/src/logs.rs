@@ -6,16 +6,61 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::broadcast;
+
+use sless_api::split_call_tag;
 
 use crate::model::Kind;
 
 /// Where the API reads captured output and build logs; each platform provides it.
 #[async_trait::async_trait]
 pub trait WorkloadLogs: Send + Sync + 'static {
-    /// The last `lines` lines of a workload's output, oldest first.
-    fn tail(&self, namespace: &str, name: &str, lines: usize) -> Vec<LogLine>;
+    /// The last `query.tail` lines of a workload's output that `query` keeps, oldest
+    /// first.
+    fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine>;
+    /// The lines `lines` gives and every later line as it is printed; None when this
+    /// platform keeps no output to follow.
+    fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Option<Following>;
     /// The whole log of the latest build, if there was one.
     async fn build_log(&self, kind: Kind, namespace: &str, name: &str) -> Option<String>;
+}
+
+/// Which lines of a workload's output to read.
+#[derive(Clone, Debug, Default)]
+pub struct LogQuery {
+    pub tail: usize,
+    /// Only the lines this call printed.
+    pub request_id: Option<String>,
+    /// Only lines containing this text (case-insensitive).
+    pub search: Option<String>,
+}
+
+impl LogQuery {
+    pub fn tail(tail: usize) -> Self {
+        Self {
+            tail,
+            ..Self::default()
+        }
+    }
+
+    pub fn keeps(&self, line: &LogLine) -> bool {
+        self.request_id
+            .as_deref()
+            .is_none_or(|id| line.request_id.as_deref() == Some(id))
+            && self
+                .search
+                .as_deref()
+                .is_none_or(|text| line.line.to_lowercase().contains(&text.to_lowercase()))
+    }
+}
+
+/// What a follower reads: the lines there were, then new ones as they come. A follower
+/// too slow for the lines printed is told how many it missed ([`RecvError::Lagged`]).
+///
+/// [`RecvError::Lagged`]: tokio::sync::broadcast::error::RecvError::Lagged
+pub struct Following {
+    pub lines: Vec<LogLine>,
+    pub new: broadcast::Receiver<LogLine>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -32,6 +77,9 @@ pub struct LogLine {
     pub stream: Stream,
     /// Which upload the printing instance runs (its version stamp).
     pub version: String,
+    /// The call that printed the line; None for lines printed outside any call and for
+    /// sless's own lines.
+    pub request_id: Option<String>,
     pub line: String,
 }
 
@@ -114,9 +162,19 @@ pub async fn read_lines(reader: impl AsyncRead + Unpin, max: usize, mut line: im
     }
 }
 
+/// Lines a follower may fall behind by before it is told it missed some.
+const FOLLOW_BACKLOG: usize = 1024;
+
+#[derive(Default)]
+struct Ring {
+    lines: VecDeque<LogLine>,
+    /// Made when somebody first follows this workload.
+    followers: Option<broadcast::Sender<LogLine>>,
+}
+
 pub struct LogBook {
     capacity: usize,
-    rings: Mutex<HashMap<(String, String), VecDeque<LogLine>>>,
+    rings: Mutex<HashMap<(String, String), Ring>>,
 }
 
 impl LogBook {
@@ -127,7 +185,33 @@ impl LogBook {
         }
     }
 
+    /// A line of sless's own about a workload (not printed by a call).
     pub fn push(&self, namespace: &str, name: &str, stream: Stream, version: &str, line: &str) {
+        self.keep(namespace, name, stream, version, None, line);
+    }
+
+    /// A line an instance printed, with its runtime's call tag ([`split_call_tag`]).
+    pub fn push_output(
+        &self,
+        namespace: &str,
+        name: &str,
+        stream: Stream,
+        version: &str,
+        line: &str,
+    ) {
+        let (request_id, text) = split_call_tag(line);
+        self.keep(namespace, name, stream, version, request_id, text);
+    }
+
+    fn keep(
+        &self,
+        namespace: &str,
+        name: &str,
+        stream: Stream,
+        version: &str,
+        request_id: Option<&str>,
+        line: &str,
+    ) {
         let line = cut_line(
             line.trim_end_matches(['\r', '\n']).as_bytes(),
             MAX_LINE_BYTES,
@@ -136,43 +220,85 @@ impl LogBook {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             stream,
             version: version.to_string(),
+            request_id: request_id.map(str::to_string),
             line,
         };
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let ring = rings
             .entry((namespace.to_string(), name.to_string()))
             .or_default();
-        if ring.len() == self.capacity {
-            ring.pop_front();
+        if let Some(followers) = &ring.followers
+            && followers.receiver_count() > 0
+        {
+            // Fails only when the last follower left in between.
+            let _ = followers.send(entry.clone());
         }
-        ring.push_back(entry);
+        if ring.lines.len() == self.capacity {
+            ring.lines.pop_front();
+        }
+        ring.lines.push_back(entry);
+    }
+
+    /// The last `query.tail` lines `query` keeps, oldest first.
+    pub fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine> {
+        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        rings
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|ring| matching(&ring.lines, query))
+            .unwrap_or_default()
     }
 
     /// The last `n` lines, oldest first.
     pub fn tail(&self, namespace: &str, name: &str, n: usize) -> Vec<LogLine> {
-        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
-        rings
-            .get(&(namespace.to_string(), name.to_string()))
-            .map(|ring| {
-                ring.iter()
-                    .skip(ring.len().saturating_sub(n))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.lines(namespace, name, &LogQuery::tail(n))
     }
 
+    /// The lines `query` keeps and a receiver of every later line (unfiltered), taken
+    /// together so that no line is missed or seen twice.
+    pub fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Following {
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let ring = rings
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default();
+        let new = ring
+            .followers
+            .get_or_insert_with(|| broadcast::channel(FOLLOW_BACKLOG).0)
+            .subscribe();
+        Following {
+            lines: matching(&ring.lines, query),
+            new,
+        }
+    }
+
+    /// Forgets a workload's lines; its followers' streams end.
     pub fn forget(&self, namespace: &str, name: &str) {
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         rings.remove(&(namespace.to_string(), name.to_string()));
     }
 }
 
+/// The last `query.tail` lines of `ring` that `query` keeps, oldest first.
+fn matching(ring: &VecDeque<LogLine>, query: &LogQuery) -> Vec<LogLine> {
+    let mut lines: Vec<LogLine> = ring
+        .iter()
+        .rev()
+        .filter(|line| query.keeps(line))
+        .take(query.tail)
+        .cloned()
+        .collect();
+    lines.reverse();
+    lines
+}
+
 /// Output only, no builds: for an API that runs no workloads itself.
 #[async_trait::async_trait]
 impl WorkloadLogs for LogBook {
-    fn tail(&self, namespace: &str, name: &str, lines: usize) -> Vec<LogLine> {
-        LogBook::tail(self, namespace, name, lines)
+    fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine> {
+        LogBook::lines(self, namespace, name, query)
+    }
+
+    fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Option<Following> {
+        Some(LogBook::follow(self, namespace, name, query))
     }
 
     async fn build_log(&self, _kind: Kind, _namespace: &str, _name: &str) -> Option<String> {
@@ -214,6 +340,61 @@ mod tests {
             .collect();
         assert_eq!(last, ["line 4"]);
         assert!(book.tail("ns", "other", 10).is_empty());
+    }
+
+    #[test]
+    fn output_lines_are_told_apart_by_call() {
+        let book = LogBook::new(10);
+        book.push_output("ns", "f", Stream::Stdout, "v1", "[-] loading");
+        book.push_output("ns", "f", Stream::Stdout, "v1", "[call-1] Hello from one");
+        book.push_output("ns", "f", Stream::Stderr, "v1", "[call-2] hello from two");
+        book.push_output("ns", "f", Stream::Stdout, "v1", "[call-1] bye");
+        book.push("ns", "f", Stream::Stderr, "-", "[sless] restarting");
+        let one = book.lines(
+            "ns",
+            "f",
+            &LogQuery {
+                tail: 10,
+                request_id: Some("call-1".into()),
+                search: None,
+            },
+        );
+        let texts: Vec<_> = one.iter().map(|l| l.line.as_str()).collect();
+        assert_eq!(texts, ["Hello from one", "bye"]);
+        let all = book.tail("ns", "f", 10);
+        assert_eq!(all[0].request_id, None);
+        assert_eq!(all[0].line, "loading");
+        assert_eq!(
+            all[4].request_id, None,
+            "sless's own lines are never a call's"
+        );
+        assert_eq!(all[4].line, "[sless] restarting");
+        let found = book.lines(
+            "ns",
+            "f",
+            &LogQuery {
+                tail: 1,
+                request_id: None,
+                search: Some("HELLO".into()),
+            },
+        );
+        assert_eq!(found.len(), 1, "tail applies after the search");
+        assert_eq!(found[0].line, "hello from two");
+    }
+
+    #[tokio::test]
+    async fn followers_get_the_lines_then_each_new_one_once() {
+        let book = LogBook::new(10);
+        book.push("ns", "f", Stream::Stdout, "v1", "before");
+        let mut following = book.follow("ns", "f", &LogQuery::tail(5));
+        assert_eq!(following.lines.len(), 1);
+        book.push("ns", "f", Stream::Stdout, "v1", "after");
+        assert_eq!(following.new.recv().await.unwrap().line, "after");
+        book.forget("ns", "f");
+        assert!(
+            following.new.recv().await.is_err(),
+            "forgetting ends the stream"
+        );
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub struct Quotas {
     pub max_jobs: u64,
     /// Uploads being received or checked at once; more answer 429.
     pub max_uploads_in_flight: u64,
+    /// Log streams (`logs?follow=true`) open at once; more answer 429.
+    pub max_log_followers: u64,
 }
 
 /// The default of the embedded runner's quota on the `memory_mb` a namespace's running
@@ -36,6 +38,7 @@ impl Default for Quotas {
             max_triggers: 500,
             max_jobs: 100,
             max_uploads_in_flight: 2,
+            max_log_followers: 8,
         }
     }
 }
@@ -47,7 +50,7 @@ impl Quotas {
             Quota::Workloads => self.max_workloads,
             Quota::Triggers => self.max_triggers,
             Quota::Jobs => self.max_jobs,
-            Quota::RunningMemory | Quota::UploadsInFlight => u64::MAX,
+            Quota::RunningMemory | Quota::UploadsInFlight | Quota::LogFollowers => u64::MAX,
         }
     }
 }
@@ -60,6 +63,7 @@ pub enum Quota {
     Jobs,
     RunningMemory,
     UploadsInFlight,
+    LogFollowers,
 }
 
 impl Quota {
@@ -71,6 +75,7 @@ impl Quota {
             Quota::Jobs => "--max-jobs",
             Quota::RunningMemory => "--max-running-memory-mb",
             Quota::UploadsInFlight => "--max-uploads-in-flight",
+            Quota::LogFollowers => "--max-log-followers",
         }
     }
 
@@ -82,6 +87,7 @@ impl Quota {
             Quota::Jobs => "SLESS_MAX_JOBS",
             Quota::RunningMemory => "SLESS_MAX_RUNNING_MEMORY_MB",
             Quota::UploadsInFlight => "SLESS_MAX_UPLOADS_IN_FLIGHT",
+            Quota::LogFollowers => "SLESS_MAX_LOG_FOLLOWERS",
         }
     }
 
@@ -100,7 +106,7 @@ impl Quota {
             Quota::Workloads => &[Kind::Function, Kind::Service],
             Quota::Triggers => &[Kind::Trigger],
             Quota::Jobs => &[Kind::FunctionJob],
-            Quota::RunningMemory | Quota::UploadsInFlight => &[],
+            Quota::RunningMemory | Quota::UploadsInFlight | Quota::LogFollowers => &[],
         }
     }
 }
@@ -149,7 +155,19 @@ impl std::fmt::Display for QuotaExceeded {
                 "quota: namespace {namespace} has {used} uploads in flight, the limit \
                  ({setting}); retry when one has finished"
             ),
+            Quota::LogFollowers => write!(
+                f,
+                "quota: namespace {namespace} follows {used} logs already, the limit \
+                 ({setting}); close one (or read without follow=true)"
+            ),
         }
+    }
+}
+
+impl Quota {
+    /// A limit on things in flight: refusals ask to retry later (429), not to delete.
+    pub fn is_in_flight(self) -> bool {
+        matches!(self, Quota::UploadsInFlight | Quota::LogFollowers)
     }
 }
 
@@ -258,50 +276,53 @@ impl Store for QuotaStore {
     }
 }
 
-/// Uploads in flight per namespace ([`Quotas::max_uploads_in_flight`]).
-pub struct UploadSlots {
+/// Things in flight per namespace: uploads ([`Quotas::max_uploads_in_flight`]) or log
+/// followers ([`Quotas::max_log_followers`]).
+pub struct Slots {
+    quota: Quota,
     limit: u64,
     in_flight: Mutex<HashMap<String, u64>>,
 }
 
-/// One upload's place; dropping it frees the place.
-pub struct UploadSlot {
-    slots: Arc<UploadSlots>,
+/// One place; dropping it frees the place.
+pub struct Slot {
+    slots: Arc<Slots>,
     namespace: String,
 }
 
-impl UploadSlots {
-    pub fn new(limit: u64) -> Arc<Self> {
+impl Slots {
+    pub fn new(quota: Quota, limit: u64) -> Arc<Self> {
         Arc::new(Self {
+            quota,
             limit,
             in_flight: Mutex::new(HashMap::new()),
         })
     }
 
-    /// A place for one more upload of `namespace`, or the refusal (answered with 429).
+    /// A place for one more of `namespace`, or the refusal (answered with 429).
     pub fn try_acquire(
         self: &Arc<Self>,
         namespace: &str,
-    ) -> std::result::Result<UploadSlot, QuotaExceeded> {
+    ) -> std::result::Result<Slot, QuotaExceeded> {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         let used = in_flight.entry(namespace.to_string()).or_insert(0);
         if *used >= self.limit {
             return Err(QuotaExceeded {
-                quota: Quota::UploadsInFlight,
+                quota: self.quota,
                 namespace: namespace.to_string(),
                 used: *used,
                 limit: self.limit,
             });
         }
         *used += 1;
-        Ok(UploadSlot {
+        Ok(Slot {
             slots: self.clone(),
             namespace: namespace.to_string(),
         })
     }
 }
 
-impl Drop for UploadSlot {
+impl Drop for Slot {
     fn drop(&mut self) {
         let mut in_flight = self
             .slots
@@ -399,7 +420,7 @@ mod tests {
 
     #[test]
     fn upload_slots_refuse_past_the_limit_and_free_on_drop() {
-        let slots = UploadSlots::new(2);
+        let slots = Slots::new(Quota::UploadsInFlight, 2);
         let a = slots.try_acquire("ns").unwrap();
         let _b = slots.try_acquire("ns").unwrap();
         let refused = slots.try_acquire("ns").err().unwrap();

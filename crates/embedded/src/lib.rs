@@ -32,7 +32,7 @@ use build::Builder;
 use runtimes::Wrappers;
 use sandbox::Sandbox;
 use sless_core::data_dir::own_private_dir;
-use sless_core::logs::{LogBook, LogLine, WorkloadLogs};
+use sless_core::logs::{Following, LogBook, LogLine, LogQuery, WorkloadLogs};
 use sless_core::model::{Function, Kind, Trigger, TriggerType};
 use sless_core::quota::MemoryLedger;
 use sless_core::routes::{Route, RouteTable};
@@ -199,8 +199,12 @@ impl LocalRunner {
 
 #[async_trait::async_trait]
 impl WorkloadLogs for LocalRunner {
-    fn tail(&self, namespace: &str, name: &str, lines: usize) -> Vec<LogLine> {
-        self.shared.logs.tail(namespace, name, lines)
+    fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine> {
+        self.shared.logs.lines(namespace, name, query)
+    }
+
+    fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Option<Following> {
+        Some(self.shared.logs.follow(namespace, name, query))
     }
 
     /// The whole log of the latest build of a workload or job, if there was one.

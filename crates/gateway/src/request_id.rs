@@ -18,9 +18,7 @@ use sless_core::error_text::error_chain;
 
 const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
-/// A caller's id longer than this, or with other characters than `[A-Za-z0-9._-]`, is
-/// replaced (it ends up in logs, records and URLs).
-pub(crate) const MAX_LEN: usize = 64;
+pub(crate) use sless_api::{MAX_REQUEST_ID_LEN as MAX_LEN, is_valid_request_id as is_valid};
 
 #[derive(Clone)]
 struct Current {
@@ -72,14 +70,6 @@ pub fn hide(error: &dyn StdError) -> String {
     format!("internal error (id {id})")
 }
 
-/// The one rule for a caller's request id, on the API, the console and `/fn`.
-pub(crate) fn is_valid(id: &str) -> bool {
-    (1..=MAX_LEN).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 fn fresh() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
@@ -87,17 +77,6 @@ fn fresh() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_short_plain_ids_are_taken() {
-        assert!(is_valid("3f9c-a.B_7"));
-        assert!(is_valid(&"a".repeat(MAX_LEN)));
-        assert!(!is_valid(""));
-        assert!(!is_valid(&"a".repeat(MAX_LEN + 1)));
-        assert!(!is_valid("a b"));
-        assert!(!is_valid("id\u{e9}"));
-        assert!(!is_valid("x\"y"));
-    }
 
     #[test]
     fn fresh_ids_are_16_hex_digits() {

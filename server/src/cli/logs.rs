@@ -1,17 +1,11 @@
-//! `sless logs NAME [--tail N] [--follow]`.
-
-use std::collections::HashMap;
-use std::time::Duration;
+//! `sless logs NAME [--tail N] [--follow] [--request-id ID] [--search TEXT]`.
 
 use clap::Args;
+use futures::StreamExt;
 use sless_api::LogLineResponse;
+use sless_client::client::{Followed, LogFilter};
 
 use super::{Connection, require_workload};
-
-/// How often `--follow` asks for new lines.
-const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
-/// The window `--follow` fetches each time; lines are told apart by (time, line).
-const FOLLOW_WINDOW: usize = 1000;
 
 #[derive(Args)]
 pub struct LogsArgs {
@@ -20,104 +14,78 @@ pub struct LogsArgs {
     /// How many of the last lines to print.
     #[arg(long, short = 'n', default_value_t = 100)]
     pub tail: usize,
-    /// Keep printing new lines until interrupted.
+    /// Keep printing new lines as they are printed, until interrupted.
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// Only the lines of one call (its X-Request-Id, as `sless invoke` prints it).
+    #[arg(long)]
+    pub request_id: Option<String>,
+    /// Only lines containing this text (case-insensitive).
+    #[arg(long, short = 'q')]
+    pub search: Option<String>,
     #[command(flatten)]
     pub connection: Connection,
 }
 
+/// `<time> <stream> [<request id>] <line>`; lines printed outside a call have no id.
 fn format(line: &LogLineResponse) -> String {
-    format!("{} {} {}", line.time, line.stream, line.line)
-}
-
-type Key = (String, String);
-
-fn key(line: &LogLineResponse) -> Key {
-    (line.time.clone(), line.line.clone())
-}
-
-fn counts(lines: &[LogLineResponse]) -> HashMap<Key, usize> {
-    let mut counts = HashMap::new();
-    for line in lines {
-        *counts.entry(key(line)).or_default() += 1;
+    let time = line.time.replacen('T', " ", 1);
+    let time = time.trim_end_matches('Z');
+    match &line.request_id {
+        Some(id) => format!("{time} {} [{id}] {}", line.stream, line.line),
+        None => format!("{time} {} {}", line.stream, line.line),
     }
-    counts
-}
-
-/// The lines of `window` not in the previous window (a multiset, so two equal lines in
-/// the same millisecond both print).
-fn fresh<'a>(
-    previous: &HashMap<Key, usize>,
-    window: &'a [LogLineResponse],
-) -> Vec<&'a LogLineResponse> {
-    let mut left = previous.clone();
-    window
-        .iter()
-        .filter(|line| match left.get_mut(&key(line)) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                false
-            }
-            _ => true,
-        })
-        .collect()
 }
 
 pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     let client = args.connection.client()?;
     let (collection, workload) = require_workload(&client, &args.name).await?;
-    let window = if args.follow {
-        FOLLOW_WINDOW.max(args.tail)
-    } else {
-        args.tail
+    let filter = LogFilter {
+        tail: args.tail,
+        request_id: args.request_id,
+        search: args.search,
     };
-    let lines = client.logs(collection, &workload.name, window).await?;
-    for line in &lines[lines.len().saturating_sub(args.tail)..] {
-        println!("{}", format(line));
-    }
     if !args.follow {
+        for line in client
+            .find_logs(collection, &workload.name, &filter)
+            .await?
+        {
+            println!("{}", format(&line));
+        }
         return Ok(());
     }
-    let mut previous = counts(&lines);
-    loop {
-        tokio::time::sleep(FOLLOW_INTERVAL).await;
-        let window = client
-            .logs(collection, &workload.name, FOLLOW_WINDOW)
-            .await?;
-        for line in fresh(&previous, &window) {
-            println!("{}", format(line));
+    let mut stream = std::pin::pin!(
+        client
+            .follow_logs(collection, &workload.name, &filter)
+            .await?
+    );
+    while let Some(followed) = stream.next().await {
+        match followed? {
+            Followed::Line(line) => println!("{}", format(&line)),
+            Followed::Missed(n) => eprintln!("sless: {n} lines went by too fast to show"),
         }
-        previous = counts(&window);
     }
+    anyhow::bail!(
+        "the log stream ended (the {} was deleted, sless stopped, or it was open an hour); run the command again to go on",
+        collection.noun()
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn line(time: &str, text: &str) -> LogLineResponse {
-        LogLineResponse {
-            time: time.into(),
-            stream: "stdout".into(),
-            version: "v1".into(),
-            line: text.into(),
-        }
-    }
-
     #[test]
-    fn follow_prints_each_line_once() {
-        let first = vec![line("t1", "a"), line("t2", "b"), line("t2", "b")];
-        let second = vec![
-            line("t2", "b"),
-            line("t2", "b"),
-            line("t3", "c"),
-            line("t3", "c"),
-        ];
-        let new: Vec<String> = fresh(&counts(&first), &second)
-            .into_iter()
-            .map(|l| l.line.clone())
-            .collect();
-        assert_eq!(new, ["c", "c"]);
+    fn lines_read_plainly() {
+        let mut line = LogLineResponse {
+            time: "2026-12-07T00:11:22.123Z".into(),
+            stream: "stdout".into(),
+            version: "20261207001100".into(),
+            request_id: Some("3f2a".into()),
+            line: "hello".into(),
+        };
+        assert_eq!(format(&line), "2026-12-07 00:11:22.123 stdout [3f2a] hello");
+        line.request_id = None;
+        assert_eq!(format(&line), "2026-12-07 00:11:22.123 stdout hello");
     }
 }

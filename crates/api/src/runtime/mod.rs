@@ -89,6 +89,9 @@ pub struct RuntimeDescriptor {
     /// Embedded: a process can start before its code is known (a standby that loads
     /// the code when bound), which takes the interpreter's start-up off a cold start.
     pub standby: bool,
+    /// Its wrapper tags each line a call prints with the call's request id
+    /// ([`crate::split_call_tag`]); other runtimes' lines are kept as printed.
+    pub tags_call_logs: bool,
     /// Embedded sandbox: entries of `/etc` the runtime's processes read.
     pub etc_paths: &'static [&'static str],
     /// Embedded builds: variables of sless's environment that reach the build (the

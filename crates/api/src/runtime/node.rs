@@ -40,6 +40,7 @@ pub static NODEJS20: RuntimeDescriptor = RuntimeDescriptor {
         args: &[Word::Wrapper("sless_runtime.js")],
     },
     standby: true,
+    tags_call_logs: true,
     etc_paths: &["npmrc"],
     build_variables: &["NPM_CONFIG_REGISTRY", "npm_config_registry"],
 };

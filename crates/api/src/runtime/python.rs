@@ -53,6 +53,7 @@ pub static PYTHON311: RuntimeDescriptor = RuntimeDescriptor {
         ],
     },
     standby: true,
+    tags_call_logs: true,
     etc_paths: &["pip.conf", "python3", "python3.11"],
     build_variables: &[
         "PIP_INDEX_URL",

@@ -18,7 +18,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use super::{ApiError, AppState};
 use sless_api::SourceFileResponse;
 use sless_core::model::Runtime;
-use sless_core::quota::UploadSlot;
+use sless_core::quota::Slot;
 use sless_core::review::{Outcome, Reviewer, Selection, select_files};
 use sless_core::upload::{
     SourceLimits, UploadError, build_context, check_zip, object_keys, review_note_key,
@@ -91,7 +91,7 @@ pub struct SpooledZip {
     /// Hex sha256 of the zip.
     pub sha256: String,
     /// The namespace's upload place, held until the zip is stored.
-    _slot: Option<UploadSlot>,
+    _slot: Option<Slot>,
 }
 
 impl SpooledZip {
@@ -135,7 +135,7 @@ impl Spooler {
             .map_err(|e| spool_error(&self.path, e))
     }
 
-    async fn finish(mut self, slot: Option<UploadSlot>) -> Result<SpooledZip, ApiError> {
+    async fn finish(mut self, slot: Option<Slot>) -> Result<SpooledZip, ApiError> {
         self.file
             .flush()
             .await

@@ -6,15 +6,15 @@ use sless_api::ErrorBody;
 use sless_core::auth::AuthError;
 use sless_core::error_text::BoxError;
 use sless_core::model::ValidationError;
-use sless_core::quota::{Quota, QuotaExceeded};
+use sless_core::quota::QuotaExceeded;
 use sless_core::s3::StorageError;
 use sless_core::store::StoreError;
 use sless_core::upload::UploadError;
 
 use crate::request_id;
 
-/// Seconds a client refused for uploads in flight waits: about one upload's time.
-const UPLOAD_RETRY_AFTER_SECS: &str = "5";
+/// Seconds a client refused for things in flight waits: about one upload's time.
+const RETRY_AFTER_SECS: &str = "5";
 
 /// The API layer's one error type: each variant is a status. The message of a 4xx is for
 /// the caller; a 5xx keeps its cause for the log and shows the caller an id only
@@ -36,7 +36,7 @@ pub enum ApiError {
     CodeReviewRefused(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
-    /// 403, or 429 with `Retry-After` for uploads in flight (they free up by themselves).
+    /// 403, or 429 with `Retry-After` for things in flight (they free up by themselves).
     #[error(transparent)]
     Quota(QuotaExceeded),
     /// The store's backend is down (503) or an object cannot be read (500); its 4xx
@@ -67,9 +67,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Quota(e) if e.quota == Quota::UploadsInFlight => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::Quota(e) if e.quota.is_in_flight() => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Quota(_) => StatusCode::FORBIDDEN,
             ApiError::Store(StoreError::Backend { .. }) | ApiError::Storage(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -128,7 +126,7 @@ impl IntoResponse for ApiError {
         if status == StatusCode::TOO_MANY_REQUESTS {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static(UPLOAD_RETRY_AFTER_SECS),
+                axum::http::HeaderValue::from_static(RETRY_AFTER_SECS),
             );
         }
         response

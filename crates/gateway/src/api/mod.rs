@@ -27,7 +27,7 @@ use sless_api::NamespaceResponse;
 use sless_core::auth::Authenticator;
 use sless_core::logs::WorkloadLogs;
 use sless_core::model::{Function, Kind, Service};
-use sless_core::quota::{QuotaStore, Quotas, UploadSlots};
+use sless_core::quota::{Quota, QuotaStore, Quotas, Slots};
 use sless_core::review::Reviewer;
 use sless_core::s3::ObjectStore;
 use sless_core::store::{Object, Resource, Store, StoreError, StoreExt, WorkloadResource};
@@ -79,7 +79,8 @@ pub struct AppState {
     pub proxy: Arc<Proxy>,
     pub config: ApiConfig,
     /// Uploads in flight per namespace.
-    pub uploads: Arc<UploadSlots>,
+    pub uploads: Arc<Slots>,
+    pub log_followers: Arc<Slots>,
 }
 
 impl AppState {
@@ -98,7 +99,8 @@ impl AppState {
             auth,
             logs,
             proxy,
-            uploads: UploadSlots::new(config.quotas.max_uploads_in_flight),
+            uploads: Slots::new(Quota::UploadsInFlight, config.quotas.max_uploads_in_flight),
+            log_followers: Slots::new(Quota::LogFollowers, config.quotas.max_log_followers),
             config,
         }
     }

@@ -2,10 +2,17 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use axum::Json;
+use axum::extract::Extension;
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio::sync::broadcast::error::RecvError;
 
 use super::code::{delete_code, list_source, read_code_field, review_note, store_code, stored_zip};
 use super::convert::{workload_response, workload_spec};
@@ -13,8 +20,11 @@ use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::{ApiError, AppState, load};
 use crate::proxy::{Filter, Invocation, RECENT_INVOCATIONS, Via};
+use crate::serve::Stopping;
 use sless_api::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
+use sless_core::logs::{Following, LogLine, LogQuery};
 use sless_core::model::{Phase, WorkloadSpec, validate_name};
+use sless_core::quota::Slot;
 use sless_core::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
 use sless_core::workload::no_code;
 
@@ -242,21 +252,126 @@ async fn mark_refused<R: WorkloadResource>(
 }
 
 #[derive(serde::Deserialize)]
-pub struct TailQuery {
-    /// How many of the newest entries; a non-negative integer.
+pub struct LogsQuery {
+    /// How many of the newest matching lines; a non-negative integer.
     tail: Option<usize>,
+    /// Only the lines the call with this request id printed.
+    request_id: Option<String>,
+    /// Only lines containing this text (case-insensitive).
+    q: Option<String>,
+    /// Keep the answer open and send each new line as it is printed (Server-Sent Events).
+    #[serde(default)]
+    follow: bool,
 }
 
-/// Captured stdout/stderr of the workload's instances, oldest first.
+/// The longest `q` a log search takes.
+const MAX_LOG_SEARCH_BYTES: usize = 256;
+
+impl LogsQuery {
+    fn log_query(self) -> Result<LogQuery, ApiError> {
+        if let Some(id) = &self.request_id
+            && !sless_api::is_valid_request_id(id)
+        {
+            return Err(ApiError::BadRequest(format!(
+                "request_id: {id:?} is not a request id (1 to {} of A-Z a-z 0-9 . _ -)",
+                sless_api::MAX_REQUEST_ID_LEN
+            )));
+        }
+        if let Some(q) = &self.q
+            && q.len() > MAX_LOG_SEARCH_BYTES
+        {
+            return Err(ApiError::BadRequest(format!(
+                "q: a search is at most {MAX_LOG_SEARCH_BYTES} bytes"
+            )));
+        }
+        Ok(LogQuery {
+            tail: self.tail.unwrap_or(100).min(10_000),
+            request_id: self.request_id,
+            search: self.q.filter(|q| !q.is_empty()),
+        })
+    }
+}
+
+/// Captured stdout/stderr of the workload's instances, oldest first; with
+/// `follow=true` a stream of them and of every new one.
 pub async fn logs<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name)): Path<(String, String)>,
-    ApiQuery(query): ApiQuery<TailQuery>,
-) -> Result<Json<Vec<sless_core::logs::LogLine>>, ApiError> {
+    ApiQuery(query): ApiQuery<LogsQuery>,
+    stopping: Option<Extension<Stopping>>,
+) -> Result<Response, ApiError> {
+    let follow = query.follow;
+    let query = query.log_query()?;
     load::<R>(&state, &auth.namespace, &name).await?;
-    let lines = query.tail.unwrap_or(100).min(10_000);
-    Ok(Json(state.logs.tail(&auth.namespace, &name, lines)))
+    if !follow {
+        return Ok(Json(state.logs.lines(&auth.namespace, &name, &query)).into_response());
+    }
+    let place = state.log_followers.try_acquire(&auth.namespace)?;
+    let following = state
+        .logs
+        .follow(&auth.namespace, &name, &query)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "this platform keeps no instance output to follow; {}",
+                state.logs.lines(&auth.namespace, &name, &query)[0].line
+            ))
+        })?;
+    let stopping = stopping.map(|Extension(s)| s);
+    Ok(log_stream(following, query, place, stopping).into_response())
+}
+
+/// A follower is closed after this long (clients reconnect), so none is held forever.
+const MAX_FOLLOW: Duration = Duration::from_secs(3600);
+
+/// The SSE answer of a follower: the lines there were, then each new line `query` keeps;
+/// a `lagged` event says how many lines a slow reader missed. Ends when the workload is
+/// deleted, the server stops, or after [`MAX_FOLLOW`]; the place is held until then.
+fn log_stream(
+    following: Following,
+    query: LogQuery,
+    place: Slot,
+    stopping: Option<Stopping>,
+) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
+    let line_event = |line: &LogLine| Event::default().json_data(line).ok();
+    let past = futures::stream::iter(
+        following
+            .lines
+            .iter()
+            .filter_map(line_event)
+            .collect::<Vec<_>>(),
+    );
+    let new = futures::stream::unfold(
+        (following.new, query, place),
+        move |(mut new, query, place)| async move {
+            loop {
+                match new.recv().await {
+                    Ok(line) if query.keeps(&line) => {
+                        let event = line_event(&line)?;
+                        return Some((event, (new, query, place)));
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(missed)) => {
+                        let event = Event::default()
+                            .event("lagged")
+                            .data(format!("{{\"missed\":{missed}}}"));
+                        return Some((event, (new, query, place)));
+                    }
+                    Err(RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    let end = async move {
+        match stopping {
+            Some(stopping) => {
+                let _ = tokio::time::timeout(MAX_FOLLOW, stopping.wait()).await;
+            }
+            None => tokio::time::sleep(MAX_FOLLOW).await,
+        }
+    };
+    let stream = past.chain(new).take_until(end).map(Ok);
+    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 /// The whole log of the latest build, as text.
@@ -314,18 +429,38 @@ pub async fn invocations<R: WorkloadResource>(
     })))
 }
 
-/// One recent call, by its request id.
+/// One recent call, by its request id, with the lines it printed that are still kept.
+#[derive(serde::Serialize)]
+pub struct CallRecord {
+    #[serde(flatten)]
+    invocation: Invocation,
+    logs: Vec<LogLine>,
+}
+
+/// The lines of one call shown with its record; a call printing more is read with
+/// `logs?request_id=`.
+const CALL_LOG_LINES: usize = 1000;
+
 pub async fn invocation<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
     Path((_, name, request_id)): Path<(String, String, String)>,
-) -> Result<Json<Invocation>, ApiError> {
+) -> Result<Json<CallRecord>, ApiError> {
     load::<R>(&state, &auth.namespace, &name).await?;
+    let logs = state.logs.lines(
+        &auth.namespace,
+        &name,
+        &LogQuery {
+            tail: CALL_LOG_LINES,
+            request_id: Some(request_id.clone()),
+            search: None,
+        },
+    );
     state
         .proxy
         .invocations()
         .by_request_id(&auth.namespace, &name, &request_id)
-        .map(Json)
+        .map(|invocation| Json(CallRecord { invocation, logs }))
         .ok_or_else(|| {
             ApiError::NotFound(format!(
                 "no call {request_id:?} among the last {RECENT_INVOCATIONS} calls of {} {name:?}",

@@ -41,6 +41,17 @@ mod limits;
 mod linger;
 
 pub use limits::Limits;
+
+/// In every request's extensions: resolves once the server stops, so that an endless
+/// answer (a log stream) ends and does not hold the shutdown.
+#[derive(Clone)]
+pub struct Stopping(watch::Receiver<bool>);
+
+impl Stopping {
+    pub async fn wait(mut self) {
+        stop_requested(&mut self.0).await;
+    }
+}
 pub(crate) use linger::Linger;
 
 /// What a server serves: its router and, when it has one, a fast path that reads each
@@ -232,8 +243,10 @@ async fn serve_connection(
     });
     let app = app.router;
     let calls = activity.clone();
+    let stopping = Stopping(stopped.clone());
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         request.extensions_mut().insert(ConnectInfo(remote));
+        request.extensions_mut().insert(stopping.clone());
         let call = Call::begin(calls.clone());
         // A Router is always ready: no poll_ready first.
         let response = app.clone().call(request);
