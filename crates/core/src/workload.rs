@@ -90,6 +90,21 @@ pub fn no_code(kind: Kind, name: &str) -> String {
     }
 }
 
+/// How a refused upload's status message starts.
+const REFUSED_UPLOAD: &str = "the last upload was refused: ";
+
+/// The status message of a workload whose last upload the code review refused
+/// (docs/spec.md §4); `refusal` is the API's error, reason included.
+pub fn refused_upload(refusal: &str) -> String {
+    format!("{REFUSED_UPLOAD}{refusal}; fix the code and upload again")
+}
+
+/// True for a [`refused_upload`] message: a runner keeps it on a workload with no code
+/// rather than replacing it with [`no_code`], so the reason stays visible in both modes.
+pub fn is_refused_upload(message: &str) -> bool {
+    message.starts_with(REFUSED_UPLOAD)
+}
+
 /// Why `/fn` cannot call a function whose http trigger is stopped. Callers are often
 /// anonymous: how to start it belongs to the console and the CLI, not this answer.
 fn trigger_stopped(trigger: &str, function: &str) -> String {

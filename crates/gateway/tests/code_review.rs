@@ -202,6 +202,39 @@ fn sent_files(request: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Reviews counted in `/metrics` by outcome; each outcome's duration histogram must
+/// have counted as many. The registry is the process's, shared by the tests running
+/// beside this one: callers compare before and after, never exact totals.
+async fn reviews_counted(server: &TestServer) -> std::collections::HashMap<String, f64> {
+    let scrape = server
+        .client
+        .get(server.url("/metrics"))
+        .bearer_auth(admin().token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sample = |name: &str, outcome: &str| {
+        let prefix = format!("{name}{{outcome=\"{outcome}\"}} ");
+        scrape
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(|value| value.trim().parse::<f64>().unwrap())
+    };
+    let mut counted = std::collections::HashMap::new();
+    for outcome in ["safe", "refused", "skipped", "failed"] {
+        let total = sample("sless_code_reviews_total", outcome);
+        let timed = sample("sless_code_review_duration_seconds_count", outcome);
+        assert_eq!(total, timed, "{outcome}: every review is timed\n{scrape}");
+        if let Some(total) = total {
+            counted.insert(outcome.to_string(), total);
+        }
+    }
+    counted
+}
+
 #[tokio::test]
 async fn a_flagged_upload_is_refused_and_the_previous_version_keeps_serving() {
     let model = Model::start(Answer::Safe).await;
@@ -247,29 +280,9 @@ async fn a_flagged_upload_is_refused_and_the_previous_version_keeps_serving() {
         "{log}"
     );
 
-    let scrape = server
-        .client
-        .get(server.url("/metrics"))
-        .bearer_auth(admin().token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let counted = reviews_counted(&server).await;
     for outcome in ["safe", "refused"] {
-        assert!(
-            scrape.contains(&format!(
-                "sless_code_reviews_total{{outcome=\"{outcome}\"}}"
-            )),
-            "{scrape}"
-        );
-        assert!(
-            scrape.contains(&format!(
-                "sless_code_review_duration_seconds_count{{outcome=\"{outcome}\"}}"
-            )),
-            "{scrape}"
-        );
+        assert!(counted.get(outcome).is_some_and(|&n| n >= 1.0), "{outcome}");
     }
 }
 
@@ -308,18 +321,38 @@ async fn a_review_that_fails_lets_the_upload_go_on_with_a_warning() {
     let model = Model::start(Answer::Safe).await;
     let server = api_server(model.reviewer(timeout)).await;
     let api = Api::new(&server, "review-failures");
+    let failed_before = reviews_counted(&server).await.get("failed").copied();
+    // Each with the cause its build log line names.
     let cases = [
         (
             "prose",
             Answer::Content("The code looks fine to me.".into()),
+            "did not answer the verdict JSON",
         ),
-        ("wrong-shape", Answer::Content(r#"{"safe": "yes"}"#.into())),
-        ("no-reason", Answer::Content(r#"{"safe": false}"#.into())),
-        ("huge", Answer::Huge(1024 * 1024)),
-        ("status-500", Answer::Status(500)),
-        ("slow", Answer::SleepThenSafe(timeout * 3)),
+        (
+            "wrong-shape",
+            Answer::Content(r#"{"safe": "yes"}"#.into()),
+            "did not answer the verdict JSON",
+        ),
+        (
+            "no-reason",
+            Answer::Content(r#"{"safe": false}"#.into()),
+            "refused without a reason",
+        ),
+        (
+            "huge",
+            Answer::Huge(1024 * 1024),
+            "the answer is larger than",
+        ),
+        ("status-500", Answer::Status(500), "answered 500"),
+        (
+            "slow",
+            Answer::SleepThenSafe(timeout * 3),
+            "no answer within 1 s",
+        ),
     ];
-    for (name, answer) in cases {
+    let expected = cases.len() as f64;
+    for (name, answer, cause) in cases {
         model.answer(answer);
         api.post("functions", json!({"name": name, "runtime": "python3.11"}))
             .await;
@@ -339,10 +372,15 @@ async fn a_review_that_fails_lets_the_upload_go_on_with_a_warning() {
         assert!(body["s3_key"].is_string(), "{name}: {body}");
         let log = build_log(&api, &format!("functions/{name}")).await;
         assert!(
-            log.contains("review: code review unavailable: "),
+            log.contains("review: code review unavailable: ") && log.contains(cause),
             "{name}: {log}"
         );
     }
+    let failed = reviews_counted(&server).await["failed"];
+    assert!(
+        failed >= failed_before.unwrap_or(0.0) + expected,
+        "{failed_before:?} -> {failed}"
+    );
 }
 
 #[tokio::test]
@@ -390,12 +428,15 @@ async fn only_text_sources_are_sent_and_too_much_text_is_skipped() {
     let paths: Vec<String> = sent_files(&requests[0]).into_iter().map(|f| f.0).collect();
     assert_eq!(paths, ["index.js", "package.json"]);
 
+    let skipped_before = reviews_counted(&server).await.get("skipped").copied();
     let big = vec![b'#'; 101 * 1024];
     let (status, body) = upload_zip(&api, "functions/f", zip_of(&[("index.js", &big)])).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(model.requests().len(), 1, "a skipped review asks nothing");
     let log = build_log(&api, "functions/f").await;
     assert!(log.contains("review: skipped: "), "{log}");
+    let skipped = reviews_counted(&server).await["skipped"];
+    assert!(skipped > skipped_before.unwrap_or(0.0), "{skipped}");
 }
 
 #[tokio::test]

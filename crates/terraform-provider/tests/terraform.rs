@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -29,6 +30,12 @@ impl Drop for Sless {
 /// `cargo build -p sless` resolves other features (no dev-dependencies) and rebuilds
 /// ~100 crates after the workspace's tests were built.
 fn sless_binary() -> PathBuf {
+    // Tests running side by side wait for one build rather than each running cargo.
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(build_sless).clone()
+}
+
+fn build_sless() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
     let mut build = Command::new(cargo);
@@ -77,10 +84,15 @@ fn sless_binary() -> PathBuf {
 }
 
 fn start_sless(binary: &Path, data_dir: &Path) -> Sless {
+    start_sless_with_env(binary, data_dir, &[])
+}
+
+fn start_sless_with_env(binary: &Path, data_dir: &Path, env: &[(&str, &str)]) -> Sless {
     let mut child = Command::new(binary)
         .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .env_remove("SLESS_S3_ENDPOINT")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -203,6 +215,40 @@ impl Terraform {
     }
 }
 
+/// The environment of `terraform` runs: the provider of this build through
+/// `dev_overrides` (its CLI config written under `work`), and the server to talk to.
+fn terraform_env(work: &Path, server: &Sless, token: &str) -> Vec<(&'static str, String)> {
+    let provider = PathBuf::from(env!("CARGO_BIN_EXE_terraform-provider-sless"));
+    let cli_config = work.join("terraform.rc");
+    std::fs::write(
+        &cli_config,
+        format!(
+            "provider_installation {{\n  dev_overrides {{\n    \"kube5s/sless\" = {:?}\n  }}\n  direct {{}}\n}}\n",
+            provider.parent().unwrap()
+        ),
+    )
+    .unwrap();
+    vec![
+        ("TF_CLI_CONFIG_FILE", cli_config.display().to_string()),
+        ("TF_IN_AUTOMATION", "1".into()),
+        ("CHECKPOINT_DISABLE", "1".into()),
+        // Diagnostics must stay free of backtraces even for a developer who sets this.
+        ("RUST_BACKTRACE", "1".into()),
+        ("SLESS_ENDPOINT", server.base.clone()),
+        ("SLESS_API_TOKEN", token.to_string()),
+    ]
+}
+
+fn require_terraform() {
+    assert!(
+        Command::new("terraform")
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "terraform is not installed: this test needs the terraform CLI (1.x) on PATH"
+    );
+}
+
 /// GET `url` through the public proxy: status and body.
 fn call(runtime: &tokio::runtime::Runtime, url: &str) -> (u16, String) {
     runtime.block_on(async {
@@ -222,13 +268,7 @@ fn url_of(outputs: &Value, name: &str) -> String {
 #[test]
 fn terraform_deploys_changes_and_destroys_the_example() {
     let started = Instant::now();
-    assert!(
-        Command::new("terraform")
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "terraform is not installed: this test needs the terraform CLI (1.x) on PATH"
-    );
+    require_terraform();
     let sless = sless_binary();
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("data");
@@ -237,25 +277,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let client = Client::new(&server.base, &token).unwrap();
 
-    let provider = PathBuf::from(env!("CARGO_BIN_EXE_terraform-provider-sless"));
-    let cli_config = work.path().join("terraform.rc");
-    std::fs::write(
-        &cli_config,
-        format!(
-            "provider_installation {{\n  dev_overrides {{\n    \"kube5s/sless\" = {:?}\n  }}\n  direct {{}}\n}}\n",
-            provider.parent().unwrap()
-        ),
-    )
-    .unwrap();
-    let env = vec![
-        ("TF_CLI_CONFIG_FILE", cli_config.display().to_string()),
-        ("TF_IN_AUTOMATION", "1".into()),
-        ("CHECKPOINT_DISABLE", "1".into()),
-        // Diagnostics must stay free of backtraces even for a developer who sets this.
-        ("RUST_BACKTRACE", "1".into()),
-        ("SLESS_ENDPOINT", server.base.clone()),
-        ("SLESS_API_TOKEN", token.clone()),
-    ];
+    let env = terraform_env(work.path(), &server, &token);
     let examples = work.path().join("examples");
     copy_dir(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples"),
@@ -735,4 +757,96 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         started.elapsed().as_secs_f64()
     );
     drop(server);
+}
+
+/// A chat-completions endpoint on a loopback port that refuses every upload with
+/// `reason`, one connection at a time; it stops with the test process.
+fn refusing_model(reason: &str) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://{}/v1/chat/completions",
+        listener.local_addr().unwrap()
+    );
+    let content = serde_json::json!({"safe": false, "reason": reason}).to_string();
+    let body = serde_json::json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+    })
+    .to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let mut reader = BufReader::new(stream);
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut request = vec![0; length];
+            let _ = std::io::Read::read_exact(&mut reader, &mut request);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = std::io::Write::write_all(reader.get_mut(), answer.as_bytes());
+        }
+    });
+    url
+}
+
+#[test]
+fn a_refused_upload_fails_the_apply_with_the_reviews_reason() {
+    require_terraform();
+    let reason = "handler.py starts the xmrig Monero miner";
+    let model = refusing_model(reason);
+    let sless = sless_binary();
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let server = start_sless_with_env(
+        &sless,
+        &data_dir,
+        &[
+            ("SLESS_LLM_ENABLED", "true"),
+            ("SLESS_LLM_ENDPOINT", &model),
+        ],
+    );
+    let token = mint_token(&sless, &data_dir, "terraform-review");
+    let dir = work.path().join("config");
+    std::fs::create_dir_all(dir.join("miner")).unwrap();
+    std::fs::write(
+        dir.join("miner/handler.py"),
+        "import subprocess\n\ndef handle(event):\n    subprocess.Popen(['xmrig'])\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("main.tf"),
+        "terraform {\n  required_providers {\n    sless = { source = \"kube5s/sless\" }\n  }\n}\n\n\
+         resource \"sless_function\" \"miner\" {\n  name       = \"miner\"\n  runtime    = \"python3.11\"\n  \
+         source_dir = \"miner\"\n}\n",
+    )
+    .unwrap();
+    let tf = Terraform {
+        dir,
+        env: terraform_env(work.path(), &server, &token),
+    };
+    let apply = tf.run(&["apply", "-input=false", "-no-color", "-auto-approve"]);
+    assert_eq!(apply.code, 1, "{}{}", apply.stdout, apply.stderr);
+    assert!(
+        apply
+            .stderr
+            .contains("uploading the code of function miner")
+            && apply
+                .stderr
+                .contains(&format!("code review refused this upload: {reason}"))
+            && !apply.stderr.contains("tf_provider::"),
+        "{}",
+        apply.stderr
+    );
 }

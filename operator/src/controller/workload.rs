@@ -26,7 +26,7 @@ use sless_core::model::{
 };
 use sless_core::store::WorkloadResource;
 use sless_core::upload::version_of;
-use sless_core::workload::{Demand, demand, no_code};
+use sless_core::workload::{Demand, demand, is_refused_upload, no_code};
 
 pub async fn reconcile_function(function: Arc<Function>, ctx: Arc<Context>) -> Result<Action> {
     reconcile(function, ctx).await
@@ -94,7 +94,10 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
 
     let Some(key) = spec.s3_key.as_deref() else {
         status.phase = Phase::Pending;
-        status.message = Some(no_code(K::KIND, &name));
+        // A refused first upload's reason stays until code is stored, as in embedded mode.
+        if !current.message.as_deref().is_some_and(is_refused_upload) {
+            status.message = Some(no_code(K::KIND, &name));
+        }
         status.url = url;
         if status != current {
             write_status(&api, object, &status).await?;

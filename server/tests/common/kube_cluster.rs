@@ -94,6 +94,16 @@ impl Cluster {
     /// Starts `sless operator` with `args` and the settings every component of these
     /// tests shares; `client` names its requests in the emulator's log.
     pub fn operator(&self, client: &str, args: &[&str]) -> Operator {
+        self.operator_with_env(client, args, &[])
+    }
+
+    /// [`Cluster::operator`] with more environment variables.
+    pub fn operator_with_env(
+        &self,
+        client: &str,
+        args: &[&str],
+        more: &[(&str, &str)],
+    ) -> Operator {
         let s3 = self.s3.config("sless");
         let env = [
             ("SLESS_REGISTRY", "registry.test/sless".to_string()),
@@ -105,7 +115,8 @@ impl Cluster {
             ("SLESS_S3_SECRET_ACCESS_KEY", s3.secret_access_key.unwrap()),
             ("SLESS_LOG", "info,kube=warn".to_string()),
         ];
-        self.spawn(client, args, env)
+        let more = more.iter().map(|(k, v)| (*k, v.to_string()));
+        self.spawn(client, args, env.into_iter().chain(more))
     }
 
     /// Starts `sless operator` with `args` and only `env` (and a kubeconfig), listening

@@ -194,6 +194,7 @@ impl Reviewer {
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
+        let describe = |e| describe(e, self.config.timeout);
         let exchange = async {
             let mut response = builder.send().await.map_err(describe)?;
             let status = response.status();
@@ -232,9 +233,10 @@ fn timed_out(timeout: Duration) -> String {
     format!("no answer within {} s", timeout.as_secs_f64())
 }
 
-fn describe(e: reqwest::Error) -> String {
+/// reqwest's timeout and ours are the same length: either one says the same.
+fn describe(e: reqwest::Error, timeout: Duration) -> String {
     if e.is_timeout() {
-        "the model endpoint timed out".into()
+        timed_out(timeout)
     } else if e.is_connect() {
         "cannot connect to the model endpoint".into()
     } else {

@@ -26,7 +26,7 @@ use sless_core::logs::{Following, LogLine, LogQuery};
 use sless_core::model::{Phase, WorkloadSpec, validate_name};
 use sless_core::quota::Slot;
 use sless_core::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
-use sless_core::workload::no_code;
+use sless_core::workload::{no_code, refused_upload};
 
 pub async fn list<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
@@ -237,7 +237,7 @@ async fn mark_refused<R: WorkloadResource>(
     reason: String,
 ) -> ApiError {
     let refused = ApiError::CodeReviewRefused(reason);
-    let message = format!("the last upload was refused: {refused}; fix the code and upload again");
+    let message = refused_upload(&refused.to_string());
     let marked = modify_status::<R, _>(&*state.store, namespace, name, |o| {
         if R::workload(&o.spec).s3_key.is_none() {
             o.status.phase = Phase::Failed;
