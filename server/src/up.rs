@@ -150,6 +150,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             ..ProxyConfig::default()
         },
     ));
+    runner.call_triggers_through(proxy.trigger_calls());
     // Event triggers consume while the server runs.
     let _dispatcher = Dispatcher::start(store.clone(), proxy.clone(), args.events.config());
     let state = Arc::new(AppState::new(

@@ -73,3 +73,29 @@ impl fmt::Display for Address {
 pub trait RouteTable: Send + Sync + 'static {
     fn route(&self, namespace: &str, name: &str) -> Route;
 }
+
+/// A call sless makes for a scheduled trigger (a cron fire).
+#[derive(Clone, Debug)]
+pub struct TriggerCall {
+    pub namespace: String,
+    pub function: String,
+    pub trigger: String,
+    /// The event, as JSON.
+    pub body: Vec<u8>,
+}
+
+/// What came of a [`TriggerCall`]: the status the caller got (the function's, or the
+/// proxy's refusal) and the call's request id, under which it is recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TriggerAnswer {
+    pub status: u16,
+    pub request_id: String,
+}
+
+/// The other way across the seam: a runner's scheduler asks the proxy to make its
+/// calls, so that they are routed, timed, limited and recorded like every other call.
+#[async_trait::async_trait]
+pub trait TriggerCalls: Send + Sync + 'static {
+    /// The answer, or why the call could not be made.
+    async fn call_for_trigger(&self, call: TriggerCall) -> Result<TriggerAnswer, String>;
+}

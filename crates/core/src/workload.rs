@@ -14,7 +14,8 @@ pub struct Demand {
     pub needed: bool,
     /// `/fn` may call it (a Service, or a Function with an enabled http trigger), or why not.
     pub exposed: Result<(), String>,
-    /// An enabled event trigger calls it through the proxy, whether `/fn` may or not.
+    /// An enabled event or cron trigger calls it through the proxy, whether `/fn` may or
+    /// not.
     pub dispatched: bool,
     /// It has a URL to show: a Service, or a Function with an http trigger, started or not.
     pub has_url: bool,
@@ -51,14 +52,14 @@ pub fn demand<'a>(
     Demand {
         needed: mine.iter().any(|(_, t)| t.enabled),
         exposed,
-        dispatched: enabled(TriggerType::Event),
+        dispatched: enabled(TriggerType::Event) || enabled(TriggerType::Cron),
         has_url: first_http.is_some(),
     }
 }
 
 impl Demand {
     /// The route of a workload whose instance is ready at `address`: callers of `/fn`
-    /// reach it only if it is exposed, its event triggers whenever they run.
+    /// reach it only if it is exposed, its event and cron triggers whenever they run.
     pub fn ready_route(&self, kind: Kind, address: Address, timeout: Option<Duration>) -> Route {
         match &self.exposed {
             Ok(()) => Route::Ready {
@@ -161,7 +162,7 @@ mod tests {
     #[test]
     fn any_enabled_trigger_runs_it_only_http_exposes_it() {
         let cron = of(&[("tick", trigger(TriggerType::Cron, "f", true))]);
-        assert!(cron.needed && cron.exposed.is_err() && !cron.dispatched);
+        assert!(cron.needed && cron.exposed.is_err() && cron.dispatched);
         let event = of(&[
             ("web", trigger(TriggerType::Http, "f", false)),
             ("queue", trigger(TriggerType::Event, "f", true)),

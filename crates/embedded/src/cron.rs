@@ -1,16 +1,16 @@
-//! The cron scheduler: 5-field schedules of enabled cron triggers, each fire a POST to
-//! the function's instance, recorded as the trigger's `last_schedule_time`.
+//! The cron scheduler: 5-field schedules of enabled cron triggers, each fire a POST
+//! through the proxy (routed, timed and recorded like every call), kept as the
+//! trigger's `last_schedule_time`.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::Shared;
 use sless_core::logs::Stream;
 use sless_core::model::{Trigger, TriggerType};
+use sless_core::routes::TriggerCall;
 use sless_core::store::{Object, StoreExt, modify_status};
 
 pub(super) async fn schedule(shared: Arc<Shared>) {
@@ -62,44 +62,34 @@ pub(super) async fn schedule(shared: Arc<Shared>) {
     }
 }
 
-/// The cron call to the instance on `socket`.
-async fn post(
-    socket: &Arc<Path>,
-    trigger: &str,
-    timeout: Duration,
-    body: &serde_json::Value,
-) -> reqwest::Result<reqwest::Response> {
-    reqwest::Client::builder()
-        .unix_socket(socket.clone())
-        .build()?
-        .post("http://localhost/")
-        .header("x-sless-trigger", trigger)
-        .timeout(timeout)
-        .json(body)
-        .send()
-        .await
-}
-
 async fn fire(shared: Arc<Shared>, trigger: Object<Trigger>, scheduled: DateTime<Utc>) {
     let ns = &trigger.meta.namespace;
     let function = &trigger.spec.function_ref;
     let name = &trigger.meta.name;
     sless_core::metrics::metrics().cron_fire(ns, name);
-    let outcome = match shared.endpoint(ns, function) {
-        None => "skipped: the function is not running".to_string(),
-        Some(endpoint) => {
-            let body = serde_json::json!({
-                "trigger": name,
-                "type": "cron",
-                "schedule": trigger.spec.schedule,
-                "scheduled_time": scheduled.to_rfc3339(),
-            });
-            let timeout = endpoint.timeout.unwrap_or(Duration::from_secs(900));
-            match post(&endpoint.socket, name, timeout, &body).await {
-                Ok(response) => format!("answered {}", response.status().as_u16()),
-                Err(e) => format!("failed: {e}"),
-            }
-        }
+    let body = serde_json::json!({
+        "trigger": name,
+        "type": "cron",
+        "schedule": trigger.spec.schedule,
+        "scheduled_time": scheduled.to_rfc3339(),
+    });
+    let outcome = match shared.trigger_calls.get() {
+        None => "skipped: sless does not take calls yet".to_string(),
+        Some(calls) => match calls
+            .call_for_trigger(TriggerCall {
+                namespace: ns.clone(),
+                function: function.clone(),
+                trigger: name.clone(),
+                body: body.to_string().into_bytes(),
+            })
+            .await
+        {
+            Ok(answer) => format!(
+                "answered {} (request id {})",
+                answer.status, answer.request_id
+            ),
+            Err(e) => format!("failed: {e}"),
+        },
     };
     shared.logs.push(
         ns,

@@ -20,8 +20,8 @@ pub mod sqlite;
 mod workload;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
@@ -35,7 +35,7 @@ use sless_core::data_dir::own_private_dir;
 use sless_core::logs::{Following, LogBook, LogLine, LogQuery, WorkloadLogs};
 use sless_core::model::{Function, Kind, Trigger, TriggerType};
 use sless_core::quota::MemoryLedger;
-use sless_core::routes::{Route, RouteTable};
+use sless_core::routes::{Route, RouteTable, TriggerCalls};
 use sless_core::s3::ObjectStore;
 use sless_core::store::{Store, StoreExt};
 use sless_core::upload::UploadLimits;
@@ -96,11 +96,9 @@ impl RunnerConfig {
     }
 }
 
-/// What a running instance of a workload answers on, for routes and cron calls.
+/// The running instance of a workload (tests look at its process).
 #[derive(Clone, Debug)]
 struct Endpoint {
-    socket: Arc<Path>,
-    timeout: Option<Duration>,
     pid: Option<u32>,
 }
 
@@ -123,6 +121,8 @@ struct Shared {
     standby_slots: Arc<tokio::sync::Semaphore>,
     /// Memory reserved by each namespace's running instances and job runs.
     memory: Arc<MemoryLedger>,
+    /// What cron fires go through, once the proxy is up ([`LocalRunner::call_triggers_through`]).
+    trigger_calls: OnceLock<Arc<dyn TriggerCalls>>,
 }
 
 /// Handle to the runner; also the embedded [`RouteTable`] of the proxy.
@@ -178,6 +178,7 @@ impl LocalRunner {
             trigger_functions: Mutex::new(HashMap::new()),
             standby_slots: Arc::new(tokio::sync::Semaphore::new(config.standby_pool)),
             memory: MemoryLedger::new(config.max_running_memory_mb),
+            trigger_calls: OnceLock::new(),
             store,
             config,
         });
@@ -185,6 +186,14 @@ impl LocalRunner {
         tokio::spawn(watch(shared.clone(), changes));
         tokio::spawn(cron::schedule(shared.clone()));
         Ok(Self { shared })
+    }
+
+    /// Cron fires go through `calls` (the proxy's) from now on; set once, when the proxy
+    /// that routes to this runner exists.
+    pub fn call_triggers_through(&self, calls: Arc<dyn TriggerCalls>) {
+        if self.shared.trigger_calls.set(calls).is_err() {
+            tracing::warn!("cron calls were already routed; the second route is ignored");
+        }
     }
 
     pub fn logs(&self) -> Arc<LogBook> {

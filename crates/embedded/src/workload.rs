@@ -383,8 +383,6 @@ impl Actor {
                 &self.ns,
                 name,
                 Some(Endpoint {
-                    socket: socket.clone(),
-                    timeout,
                     pid: running.instance.pid(),
                 }),
             );

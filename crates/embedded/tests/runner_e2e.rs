@@ -486,6 +486,25 @@ async fn cron_trigger_calls_the_function_until_disabled() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Each fire is a call like any other: recorded with its trigger, counted, and the
+    // lines it printed found from its record.
+    let listing = api.get("functions/ticker/invocations?trigger=cron").await;
+    let fired = listing["invocations"].as_array().unwrap();
+    let answered = fired
+        .iter()
+        .find(|c| c["status"] == 200)
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert_eq!(answered["trigger_name"], "every-minute", "{listing}");
+    assert!(listing["stats"]["count"].as_u64() >= Some(2), "{listing}");
+    let id = answered["request_id"].as_str().unwrap();
+    let record = api.get(&format!("functions/ticker/invocations/{id}")).await;
+    let printed: Vec<&str> = record["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["line"].as_str().unwrap())
+        .collect();
+    assert_eq!(printed, ["tick from every-minute"], "{record}");
 
     api.send(
         reqwest::Method::PATCH,

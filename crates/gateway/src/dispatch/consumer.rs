@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio::time::timeout;
 
 use super::{Counters, Target};
-use crate::proxy::{Caller, Proxy, TRIGGER_HEADER};
+use crate::proxy::{Caller, MAX_TRIGGER_ANSWER_READ, Proxy, TRIGGER_HEADER, TRIGGER_NAME_HEADER};
 use sless_core::metrics::metrics;
 
 /// Failed attempts of a message so far (absent: none), kept in the message.
@@ -34,8 +34,6 @@ pub const ERROR_HEADER: &str = "x-sless-error";
 const MAX_ERROR_LEN: usize = 1024;
 /// The broker's reply code to a declare that differs from the queue's.
 const PRECONDITION_FAILED: u16 = 406;
-/// Bytes of a failed answer kept as its error.
-const MAX_ANSWER_READ: usize = 64 * 1024;
 /// Above this, the `_amqp` header leaves the message headers out (HTTP servers cap
 /// header sizes; the runtimes' at 64 KB).
 const MAX_PROPERTIES_LEN: usize = 16 * 1024;
@@ -229,17 +227,17 @@ impl Consumer {
             .method(Method::POST)
             .uri(format!("/fn/{}/{}/", target.namespace, target.function))
             .header(TRIGGER_HEADER, encode_header(&properties))
-            .header("x-sless-trigger", target.trigger.as_str());
+            .header(TRIGGER_NAME_HEADER, target.trigger.as_str());
         if let Some(content_type) = delivery.properties.content_type() {
             request = request.header(header::CONTENT_TYPE, content_type.as_str());
         }
         let request = request
             .body(Body::from(delivery.data.clone()))
             .map_err(|e| format!("cannot build the call: {e}"))?;
-        let response = self.proxy.call(request, Caller::Trigger).await;
+        let response = self.proxy.call(request, Caller::Event).await;
         let status = response.status();
         // Read to the end either way: the proxy records a streamed answer when it ends.
-        let body = axum::body::to_bytes(response.into_body(), MAX_ANSWER_READ).await;
+        let body = axum::body::to_bytes(response.into_body(), MAX_TRIGGER_ANSWER_READ).await;
         if status.is_success() {
             return Ok(());
         }

@@ -5,12 +5,12 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header::CONTENT_LENGTH;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, Version, response};
 use axum::response::{IntoResponse, Response};
@@ -23,11 +23,11 @@ use tokio::time::Sleep;
 use sless_core::metrics::InFlight;
 
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
-use super::headers::call_id::CallIds;
+use super::headers::call_id::{CallIds, X_REQUEST_ID};
 use super::headers::map;
 use super::log::{CallError, Calls, Via};
-use super::{Caller, Invocation, InvokeError, Proxy, unix};
-use sless_core::routes::{Address, Route};
+use super::{Caller, Invocation, InvokeError, Proxy, TRIGGER_NAME_HEADER, unix};
+use sless_core::routes::{Address, Route, TriggerAnswer, TriggerCall, TriggerCalls};
 
 /// How often a call waiting for a starting function looks at its route again.
 const START_POLL: Duration = Duration::from_millis(10);
@@ -85,6 +85,44 @@ impl Proxy {
     }
 }
 
+/// What of a trigger call's answer is read (to its end: the proxy records a streamed
+/// answer when its body ends).
+pub(crate) const MAX_TRIGGER_ANSWER_READ: usize = 64 * 1024;
+
+impl Proxy {
+    /// What a runner's scheduler makes its calls through.
+    pub fn trigger_calls(self: &Arc<Self>) -> Arc<dyn TriggerCalls> {
+        Arc::new(TriggerCaller(Arc::downgrade(self)))
+    }
+}
+
+/// Held weakly: the proxy holds the runner that holds this.
+struct TriggerCaller(Weak<Proxy>);
+
+#[async_trait::async_trait]
+impl TriggerCalls for TriggerCaller {
+    async fn call_for_trigger(&self, call: TriggerCall) -> Result<TriggerAnswer, String> {
+        let proxy = self.0.upgrade().ok_or("sless is stopping")?;
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("/fn/{}/{}/", call.namespace, call.function))
+            .header(CONTENT_TYPE, "application/json")
+            .header(TRIGGER_NAME_HEADER, call.trigger.as_str())
+            .body(Body::from(call.body))
+            .map_err(|e| format!("cannot build the call: {e}"))?;
+        let response = proxy.call(request, Caller::Cron).await;
+        let request_id = response
+            .headers()
+            .get(X_REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let status = response.status().as_u16();
+        let _ = axum::body::to_bytes(response.into_body(), MAX_TRIGGER_ANSWER_READ).await;
+        Ok(TriggerAnswer { status, request_id })
+    }
+}
+
 /// Every answer, the function's or the proxy's, carries the call's request id.
 async fn call(proxy: &Arc<Proxy>, request: Request, caller: Caller) -> Response {
     let ids = map::call_ids(request.headers());
@@ -104,6 +142,7 @@ async fn route_and_forward(
     // The router only sends `/fn/{ns}/{name}...` here, so the URI can leave `parts`
     // (which travels on upstream) and the target borrow from it.
     let uri = std::mem::take(&mut parts.uri);
+    let trigger_name = trigger_name(&parts.headers, caller);
     let Some(target) = Target::parse(&uri) else {
         return InvokeError::Unknown {
             namespace: String::new(),
@@ -153,6 +192,7 @@ async fn route_and_forward(
                 caller.into(),
             );
             record.refused = true;
+            record.trigger_name = trigger_name;
             calls.record(record);
             return response;
         }
@@ -196,7 +236,7 @@ async fn route_and_forward(
                 parts.status,
                 started,
                 in_flight,
-                (ids, caller),
+                (ids, caller, trigger_name),
             );
             let body = ResponseBody::new(first, rest, deadline, record);
             return Response::from_parts(parts, Body::new(body));
@@ -207,7 +247,7 @@ async fn route_and_forward(
             .into_response(),
         Err(e) => e.into_response(),
     };
-    calls.record(invocation(
+    let mut record = invocation(
         method,
         target.rest.to_owned(),
         response.status(),
@@ -215,8 +255,22 @@ async fn route_and_forward(
         None,
         ids,
         caller.into(),
-    ));
+    );
+    record.trigger_name = trigger_name;
+    calls.record(record);
     response
+}
+
+/// The trigger a call of sless's own names in `x-sless-trigger`; a public caller's
+/// header is not believed.
+fn trigger_name(headers: &HeaderMap, caller: Caller) -> Option<Box<str>> {
+    match caller {
+        Caller::Public => None,
+        Caller::Event | Caller::Cron => headers
+            .get(TRIGGER_NAME_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(Into::into),
+    }
 }
 
 /// Where a ready route sends a call, for how long it may take, and the call's ids.
@@ -399,21 +453,15 @@ fn record_later(
     status: StatusCode,
     started: Instant,
     in_flight: InFlight,
-    (ids, caller): (&CallIds, Caller),
+    (ids, caller, trigger_name): (&CallIds, Caller, Option<Box<str>>),
 ) -> impl FnOnce(Option<CallError>) + Send + 'static {
     let path = target.rest.to_owned();
     let ids = *ids;
     move |error| {
         drop(in_flight);
-        calls.record(invocation(
-            method,
-            path,
-            status,
-            started,
-            error,
-            &ids,
-            caller.into(),
-        ));
+        let mut record = invocation(method, path, status, started, error, &ids, caller.into());
+        record.trigger_name = trigger_name;
+        calls.record(record);
     }
 }
 
@@ -436,6 +484,7 @@ pub(super) fn invocation(
     Invocation {
         request_id: String::from_utf8_lossy(ids.request_id()).into(),
         trigger,
+        trigger_name: None,
         refused: false,
         time: Utc::now() - duration,
         method,

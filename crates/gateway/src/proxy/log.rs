@@ -16,20 +16,22 @@ use super::Caller;
 /// Calls kept per function.
 pub const RECENT_INVOCATIONS: usize = 100;
 
-/// How a call came: the public `/fn` route, or an event trigger's delivery.
+/// How a call came: the public `/fn` route, an event trigger's delivery or a cron
+/// trigger's fire.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Via {
     Http,
     Event,
+    Cron,
 }
 
 impl From<Caller> for Via {
-    /// sless calls through the proxy only for event deliveries.
     fn from(caller: Caller) -> Self {
         match caller {
             Caller::Public => Via::Http,
-            Caller::Trigger => Via::Event,
+            Caller::Event => Via::Event,
+            Caller::Cron => Via::Cron,
         }
     }
 }
@@ -40,6 +42,9 @@ pub struct Invocation {
     /// The call's `X-Request-Id` (the caller's, or made by sless).
     pub request_id: Box<str>,
     pub trigger: Via,
+    /// The trigger that made the call, for calls sless makes (events, cron).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger_name: Option<Box<str>>,
     /// When the call arrived; RFC 3339 with milliseconds.
     #[serde(serialize_with = "rfc3339_millis")]
     pub time: DateTime<Utc>,
@@ -286,6 +291,7 @@ mod tests {
         Invocation {
             request_id: format!("id{path}").into(),
             trigger: Via::Http,
+            trigger_name: None,
             refused: false,
             time: DateTime::UNIX_EPOCH,
             method: Method::GET,

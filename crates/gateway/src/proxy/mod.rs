@@ -23,21 +23,29 @@ use sless_core::routes::{Route, RouteTable};
 use unix::UnixConnector;
 
 pub use error::InvokeError;
+pub(crate) use forward::MAX_TRIGGER_ANSWER_READ;
 pub use log::{
     CallError, Filter, Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS, Via,
 };
 
 /// Who calls through the proxy: the public `/fn` route, or sless itself on behalf of
-/// a trigger (which may reach a [`Route::Hidden`] function and set [`TRIGGER_HEADER`]).
+/// a trigger (which may reach a [`Route::Hidden`] function and set [`TRIGGER_HEADER`]
+/// and [`TRIGGER_NAME_HEADER`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
     Public,
-    Trigger,
+    /// An event trigger's delivery.
+    Event,
+    /// A cron trigger's fire.
+    Cron,
 }
 
 /// Request header with what a trigger knows about the call (base64 of a JSON object;
 /// the runtimes put it under `_amqp`). Removed from public calls: nobody may forge it.
 pub const TRIGGER_HEADER: &str = "x-sless-amqp";
+
+/// Request header naming the trigger a call of sless's own is made for.
+pub const TRIGGER_NAME_HEADER: &str = "x-sless-trigger";
 
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {

@@ -165,6 +165,9 @@ impl TestServer {
             routes,
             gateway::proxy::ProxyConfig::default(),
         ));
+        if let Some(runner) = &runner {
+            runner.call_triggers_through(proxy.trigger_calls());
+        }
         let state = Arc::new(AppState::new(
             store.clone(),
             objects.clone(),

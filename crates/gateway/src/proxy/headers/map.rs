@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn only_triggers_pass_the_trigger_header() {
         let sent = map(&[("x-sless-amqp", "e30=")]);
-        for (caller, kept) in [(Caller::Public, false), (Caller::Trigger, true)] {
+        for (caller, kept) in [(Caller::Public, false), (Caller::Event, true)] {
             let mut headers = sent.clone();
             request(
                 &mut headers,
