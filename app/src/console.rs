@@ -7,11 +7,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use percent_encoding::percent_decode_str;
 use sless_api::{JobPatch, JobResponse, WorkloadResponse};
-use sless_client::client::{Client, ClientError, Kind, RunWait, TriggerWait};
+use sless_client::client::{Client, ClientError, Kind, LogFilter, RunWait, TriggerWait};
 
 use crate::function::{
-    CallSummary, FETCHED_CALLS, FunctionView, INVOKE_BODY_LIMIT, InvokeOutcome, LOG_LINES,
-    TriggerRuns,
+    CallSummary, FETCHED_CALLS, FunctionView, INVOKE_BODY_LIMIT, InvokeOutcome, TriggerRuns,
 };
 use crate::highlight::render_file;
 use crate::listing::{Entry, Listing, TriggerView, WorkloadKind};
@@ -146,6 +145,7 @@ impl Console {
         client: &Client,
         kind: WorkloadKind,
         name: &str,
+        logs: &LogFilter,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<FunctionView> {
         let collection = Kind::from(kind);
@@ -153,7 +153,7 @@ impl Console {
             client.get_workload(collection, name),
             client.list_triggers(),
             client.invocations(collection, name, FETCHED_CALLS),
-            client.logs(collection, name, LOG_LINES),
+            client.find_logs(collection, name, logs),
             async {
                 match client.build_log(collection, name).await {
                     Ok(log) => Ok(Some(log)),

@@ -18,9 +18,15 @@ pub const LOG_LINES: usize = 200;
 /// The chart's and the percentiles' window, in minutes.
 const WINDOW_MINUTES: i64 = 60;
 
-/// One call through `/fn`, as `/invocations` reports it.
+/// One call, as `/invocations` reports it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Call {
+    /// Its `X-Request-Id`: the key of its lines in the logs.
+    #[serde(default)]
+    pub request_id: String,
+    /// How it came: http, event or cron.
+    #[serde(default)]
+    pub trigger: String,
     pub time: String,
     pub method: String,
     pub path: String,
@@ -263,22 +269,39 @@ pub fn render_text(view: &FunctionView) -> String {
     for call in &c.recent {
         let _ = writeln!(
             out,
-            "  {}  {:<6} {}  {}  {:.1} ms",
-            call.time, call.method, call.status, call.path, call.duration_ms
+            "  {}  {:<5} {:<6} {}  {}  {:.1} ms  {}",
+            call.time,
+            call.trigger,
+            call.method,
+            call.status,
+            call.path,
+            call.duration_ms,
+            call.request_id
         );
     }
     let _ = writeln!(out, "\nlogs (last {}):", view.logs.len());
     for line in &view.logs {
-        let _ = writeln!(
-            out,
-            "  {} {} [{}] {}",
-            line.time, line.stream, line.version, line.line
-        );
+        let _ = writeln!(out, "  {}", line.text());
     }
     if let Some(log) = &view.build_log {
         let _ = writeln!(out, "\nbuild log:\n{log}");
     }
     out
+}
+
+/// What a log line's version stamp (`20261207001122`, `-1` when two uploads share a
+/// second) says to a person: when that version was uploaded; sless's own lines have
+/// none.
+pub fn version_label(version: &str) -> String {
+    let (stamp, nth) = version.split_once('-').unwrap_or((version, ""));
+    match chrono::NaiveDateTime::parse_from_str(stamp, "%Y%m%d%H%M%S") {
+        Ok(at) if nth.is_empty() => format!("version uploaded {}", at.format("%Y-%m-%d %H:%M:%S")),
+        Ok(at) => format!(
+            "version uploaded {} (#{nth})",
+            at.format("%Y-%m-%d %H:%M:%S")
+        ),
+        Err(_) => "sless".to_string(),
+    }
 }
 
 pub fn render_json(view: &FunctionView) -> String {
@@ -302,6 +325,8 @@ mod tests {
 
     fn call(minutes_ago: i64, status: u16, ms: f64, now: DateTime<Utc>) -> Call {
         Call {
+            request_id: format!("call-{minutes_ago}"),
+            trigger: "http".into(),
             time: (now - chrono::Duration::minutes(minutes_ago)).to_rfc3339(),
             method: "POST".into(),
             path: "/".into(),

@@ -10,10 +10,14 @@ use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, cpu, l
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use crate::actions::Invoke;
-use crate::function::{CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines};
+use crate::function::{
+    CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines, version_label,
+};
 use crate::highlight::render_json_text;
 use crate::listing::{Phase, url_encode};
 use crate::routes::{function_href, source_href};
+use sless_api::LogLineResponse;
+use sless_client::client::LogFilter;
 
 pub struct FunctionPage<'a> {
     pub namespace: &'a str,
@@ -22,6 +26,8 @@ pub struct FunctionPage<'a> {
     pub follow: bool,
     /// The answer of the invoke form just posted.
     pub invocation: Option<&'a InvokeOutcome>,
+    /// Which log lines the page shows (`?request_id=`, `?q=`).
+    pub logs: &'a LogFilter,
 }
 
 fn millis(value: Option<f64>) -> String {
@@ -62,7 +68,7 @@ fn CallChart(per_minute: Vec<Minute>) -> impl IntoView {
 }
 
 #[component]
-fn Calls(calls: CallSummary) -> impl IntoView {
+fn Calls(calls: CallSummary, href: String) -> impl IntoView {
     let rate = calls
         .error_rate
         .map_or_else(|| "–".into(), |r| format!("{r:.1} %"));
@@ -75,9 +81,12 @@ fn Calls(calls: CallSummary) -> impl IntoView {
             } else {
                 "status"
             };
+            let lines = format!("{href}?request_id={}#logs", url_encode(&c.request_id));
             view! {
                 <tr>
                     <td><Time at=c.time.clone()/></td>
+                    <td><a href=lines title="This call's log lines">{c.request_id.clone()}</a></td>
+                    <td>{c.trigger.clone()}</td>
                     <td>{c.method.clone()}</td>
                     <td class="path">{c.path.clone()}</td>
                     <td class=class>{c.status.to_string()}</td>
@@ -92,7 +101,7 @@ fn Calls(calls: CallSummary) -> impl IntoView {
         view! {
             <div class="table-wrap">
                 <table class="calls">
-                    <thead><tr><th>"Time"</th><th>"Method"</th><th>"Path"</th><th>"Status"</th><th>"Duration"</th></tr></thead>
+                    <thead><tr><th>"Time"</th><th>"Call"</th><th>"Via"</th><th>"Method"</th><th>"Path"</th><th>"Status"</th><th>"Duration"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
             </div>
@@ -179,30 +188,74 @@ fn Invocation(outcome: InvokeOutcome) -> impl IntoView {
     }
 }
 
+/// The query of a function page showing `filter`'s lines (the page itself when none).
+fn logs_query(filter: &LogFilter) -> String {
+    let mut query = Vec::new();
+    if let Some(id) = &filter.request_id {
+        query.push(format!("request_id={}", url_encode(id)));
+    }
+    if let Some(text) = &filter.search {
+        query.push(format!("q={}", url_encode(text)));
+    }
+    if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", query.join("&"))
+    }
+}
+
 #[component]
-fn Logs(view: FunctionView, href: String, follow: bool) -> impl IntoView {
+fn LogLineView(line: LogLineResponse, href: String) -> impl IntoView {
+    let class = format!("log-line log-{}", line.stream);
+    let call = line.request_id.clone().map(|id| {
+        let only = format!("{href}?request_id={}#logs", url_encode(&id));
+        view! { <a class="log-call" href=only title="Only this call's lines">{format!("[{id}]")}</a>" " }
+    });
+    view! {
+        <span class=class>
+            <span class="log-meta" title=version_label(&line.version)>{format!("{} {} ", line.time, line.stream)}</span>
+            {call}
+            {line.line}
+            "\n"
+        </span>
+    }
+}
+
+#[component]
+fn Logs(view: FunctionView, href: String, follow: bool, filter: LogFilter) -> impl IntoView {
     let lines: Vec<_> = view
         .logs
         .iter()
-        .map(|l| {
-            let class = format!("log-line log-{}", l.stream);
-            view! {
-                <span class=class><span class="log-meta">{format!("{} {} v{} ", l.time, l.stream, l.version)}</span>{l.line.clone()}"\n"</span>
-            }
-        })
+        .map(|l| view! { <LogLineView line=l.clone() href=href.clone()/> })
         .collect();
+    let filtered = filter.request_id.is_some() || filter.search.is_some();
     let body = if lines.is_empty() {
-        view! { <p class="muted">"No output yet."</p> }.into_any()
+        let none = if filtered {
+            "No lines match."
+        } else {
+            "No output yet."
+        };
+        view! { <p class="muted">{none}</p> }.into_any()
     } else {
-        view! { <pre class="logs">{lines}</pre> }.into_any()
+        view! { <pre class="logs" id="log-lines">{lines}</pre> }.into_any()
     };
-    let refresh = format!("{href}#logs");
+    let query = logs_query(&filter);
+    let refresh = format!("{href}{query}#logs");
+    let live = format!("{href}/logs/live{query}");
     let follow_link = (view.workload.phase == Phase::Building && !follow)
         .then(|| view! { <a href=format!("{href}?follow=1#logs")>"Follow while it builds"</a> });
+    let all = filtered.then(|| view! { <a href=format!("{href}#logs")>"All lines"</a> });
     view! {
-        <section class="panel" id="logs" aria-labelledby="logs-title">
+        <section class="panel" id="logs" aria-labelledby="logs-title" data-live=live>
             <h2 id="logs-title">"Logs"</h2>
-            <p class="panel-links"><a href=refresh>"Refresh"</a> " " {follow_link}</p>
+            <form class="log-filter" method="get" action=format!("{href}#logs")>
+                <label>"Call "<input name="request_id" value=filter.request_id.clone().unwrap_or_default() placeholder="request id" maxlength="64" pattern="[A-Za-z0-9._-]{1,64}"/></label>
+                " "
+                <label>"Text "<input name="q" type="search" value=filter.search.clone().unwrap_or_default() maxlength="256"/></label>
+                " "
+                <button type="submit" class="button-quiet">"Filter"</button>
+            </form>
+            <p class="panel-links"><a href=refresh>"Refresh"</a> " " {all} " " {follow_link}</p>
             {body}
         </section>
     }
@@ -322,14 +375,14 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
             </div>
             {url}
             {message}
-            <Calls calls=view.calls.clone()/>
+            <Calls calls=view.calls.clone() href=href.clone()/>
             <section class="panel" id="invoke" aria-labelledby="invoke-title">
                 <h2 id="invoke-title">"Invoke"</h2>
                 <p class="muted">"Calls it through /fn like any caller; the call shows up above."</p>
                 <InvokeForm namespace=page.namespace.to_string() name=w.name.clone() kind=w.kind.as_str() csrf=ctx.csrf.clone()/>
                 {invocation}
             </section>
-            <Logs view=view.clone() href=href.clone() follow=page.follow/>
+            <Logs view=view.clone() href=href.clone() follow=page.follow filter=page.logs.clone()/>
             <BuildLog log=view.build_log.clone() failed=failed/>
             <Settings view=view.clone() namespace=page.namespace.to_string() csrf=ctx.csrf.clone()/>
             <p class="source-link"><a href=source_href(page.namespace, w.kind, &w.name)>"Source of the latest upload"</a></p>

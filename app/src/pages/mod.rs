@@ -200,11 +200,13 @@ mod tests {
             }],
             build_log: Some("ERROR: no <b>pkg</b>".into()),
         };
+        let logs = sless_client::client::LogFilter::tail(200);
         let page = |follow| FunctionPage {
             namespace: "sless-0123456789abcdef",
             view: &view,
             follow,
             invocation: None,
+            logs: &logs,
         };
         let html = render_function(&page(true), &ctx()).await.into_string();
         assert!(
@@ -232,6 +234,7 @@ mod tests {
             view: &view,
             follow: true,
             invocation: None,
+            logs: &logs,
         };
         let html = render_function(&page, &ctx()).await.into_string();
         let error = html.find("class=\"error-line\"").expect("the error line");

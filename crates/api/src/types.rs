@@ -328,3 +328,13 @@ pub struct LogLineResponse {
     pub request_id: Option<String>,
     pub line: String,
 }
+
+impl LogLineResponse {
+    /// `<time> <stream> [<request id>] <line>`, the id only on lines a call printed.
+    pub fn text(&self) -> String {
+        match &self.request_id {
+            Some(id) => format!("{} {} [{id}] {}", self.time, self.stream, self.line),
+            None => format!("{} {} {}", self.time, self.stream, self.line),
+        }
+    }
+}

@@ -2,7 +2,6 @@
 
 use clap::Args;
 use futures::StreamExt;
-use sless_api::LogLineResponse;
 use sless_client::client::{Followed, LogFilter};
 
 use super::{Connection, require_workload};
@@ -27,16 +26,6 @@ pub struct LogsArgs {
     pub connection: Connection,
 }
 
-/// `<time> <stream> [<request id>] <line>`; lines printed outside a call have no id.
-fn format(line: &LogLineResponse) -> String {
-    let time = line.time.replacen('T', " ", 1);
-    let time = time.trim_end_matches('Z');
-    match &line.request_id {
-        Some(id) => format!("{time} {} [{id}] {}", line.stream, line.line),
-        None => format!("{time} {} {}", line.stream, line.line),
-    }
-}
-
 pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     let client = args.connection.client()?;
     let (collection, workload) = require_workload(&client, &args.name).await?;
@@ -50,7 +39,7 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
             .find_logs(collection, &workload.name, &filter)
             .await?
         {
-            println!("{}", format(&line));
+            println!("{}", line.text());
         }
         return Ok(());
     }
@@ -61,7 +50,7 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
     );
     while let Some(followed) = stream.next().await {
         match followed? {
-            Followed::Line(line) => println!("{}", format(&line)),
+            Followed::Line(line) => println!("{}", line.text()),
             Followed::Missed(n) => eprintln!("sless: {n} lines went by too fast to show"),
         }
     }
@@ -69,23 +58,4 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
         "the log stream ended (the {} was deleted, sless stopped, or it was open an hour); run the command again to go on",
         collection.noun()
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_read_plainly() {
-        let mut line = LogLineResponse {
-            time: "2026-12-07T00:11:22.123Z".into(),
-            stream: "stdout".into(),
-            version: "20261207001100".into(),
-            request_id: Some("3f2a".into()),
-            line: "hello".into(),
-        };
-        assert_eq!(format(&line), "2026-12-07 00:11:22.123 stdout [3f2a] hello");
-        line.request_id = None;
-        assert_eq!(format(&line), "2026-12-07 00:11:22.123 stdout hello");
-    }
 }

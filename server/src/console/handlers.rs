@@ -12,9 +12,10 @@ use axum::extract::rejection::FormRejection;
 use axum::extract::{Extension, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use sless_client::client::Client;
+use sless_client::client::{Client, Followed, LogFilter};
 use tower_sessions::Session;
 
 use super::ConsoleState;
@@ -264,6 +265,21 @@ pub async fn list(
 pub struct FunctionQuery {
     format: Option<String>,
     follow: Option<String>,
+    /// Only this call's log lines.
+    request_id: Option<String>,
+    /// Only log lines with this text.
+    q: Option<String>,
+}
+
+impl FunctionQuery {
+    fn log_filter(&self) -> LogFilter {
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
+        LogFilter {
+            tail: app::function::LOG_LINES,
+            request_id: given(&self.request_id),
+            search: given(&self.q),
+        }
+    }
 }
 
 impl AsksFormat for FunctionQuery {
@@ -310,9 +326,10 @@ pub async fn function(
     })?;
     check_name("name", &name)?;
     let started = Instant::now();
+    let logs = function_query.log_filter();
     let view = state
         .console
-        .function(&client, kind, &name, chrono::Utc::now())
+        .function(&client, kind, &name, &logs, chrono::Utc::now())
         .await?;
     if format != Format::Html {
         return Ok(data_response(
@@ -327,9 +344,45 @@ pub async fn function(
         view: &view,
         follow: function_query.follow.is_some(),
         invocation: ctx.flash.as_ref().and_then(|f| f.invocation.as_ref()),
+        logs: &logs,
     };
     let fetch = started.elapsed();
     Ok(timed_page(fetch, app::pages::render_function(&page, &ctx)).await)
+}
+
+/// `/funcs/<ns>/<kind>/<name>/logs/live`: the function's new log lines as Server-Sent
+/// Events (`line` events of the API's JSON line, `lagged` when some went by), for the
+/// page's optional live tail; the filter of the page applies.
+pub async fn live_logs(
+    Path((_, kind, name)): Path<(String, String, String)>,
+    view: NamespaceView<FunctionQuery>,
+) -> Result<Response, ConsoleError> {
+    let kind = WorkloadKind::from_name(&kind).ok_or_else(|| {
+        ConsoleError::NotFound(format!(
+            "{kind:?} is not a kind: expected function or service"
+        ))
+    })?;
+    check_name("name", &name)?;
+    let mut filter = view.query.log_filter();
+    // The page already shows the lines there were.
+    filter.tail = 0;
+    let stream = view
+        .client
+        .follow_logs(kind.into(), &name, &filter)
+        .await
+        .map_err(app::console::ViewError::from)?;
+    let events = futures::StreamExt::map(stream, |followed| {
+        let event = match followed {
+            Ok(Followed::Line(line)) => Event::default().event("line").json_data(line),
+            Ok(Followed::Missed(n)) => Ok(Event::default().event("lagged").data(n.to_string())),
+            // The API's stream broke: the page's script reconnects.
+            Err(e) => Ok(Event::default().event("ended").data(e.to_string())),
+        };
+        event.map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 #[derive(Deserialize)]

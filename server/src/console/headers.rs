@@ -34,6 +34,7 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 pub fn csp(nonce: &str) -> String {
     format!(
         "default-src 'none'; style-src 'self'; img-src 'self' data:; script-src 'nonce-{nonce}'; \
+         connect-src 'self'; \
          form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
     )
 }

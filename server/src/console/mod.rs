@@ -101,6 +101,10 @@ pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::
         .route("/funcs/{ns}/jobs", get(handlers::jobs))
         .route("/funcs/{ns}/jobs/{name}", get(handlers::job))
         .route("/funcs/{ns}/{kind}/{name}", get(handlers::function))
+        .route(
+            "/funcs/{ns}/{kind}/{name}/logs/live",
+            get(handlers::live_logs),
+        )
         .route("/login", get(handlers::login_page).post(handlers::login))
         .route("/console/{*action}", post(actions::handle))
         .with_state(state)
