@@ -276,4 +276,37 @@ mod tests {
         let not_a_zip = load_code(&Value::Null, &path(&src.join("handler.py")));
         assert_eq!(not_a_zip.err().unwrap().0, "source_zip");
     }
+
+    #[test]
+    fn function_and_function_ref_are_one_setting() {
+        let name = Value::Value("hello".to_string());
+        let mut diags = Diagnostics::default();
+        assert_eq!(
+            function_setting(&mut diags, &Value::Null, &name),
+            ("function_ref", &name)
+        );
+        assert_eq!(
+            function_setting(&mut diags, &name, &Value::Null),
+            ("function", &name)
+        );
+        assert!(diags.errors.is_empty());
+
+        let (mut function, mut function_ref) = (Value::Null, Value::Null);
+        plan_function(
+            &mut diags,
+            (&mut function, &mut function_ref),
+            (&Value::Null, &name),
+        );
+        assert_eq!((&function, &function_ref), (&name, &name));
+        plan_function(
+            &mut diags,
+            (&mut function, &mut function_ref),
+            (&Value::Null, &Value::Null),
+        );
+        assert_eq!((&function, &function_ref), (&Value::Null, &Value::Null));
+        assert!(diags.errors.is_empty());
+
+        function_setting(&mut diags, &name, &name);
+        assert_eq!(diags.errors.len(), 1, "both set is refused");
+    }
 }
