@@ -192,6 +192,38 @@ pub fn check(diags: &mut Diagnostics, result: Result<(), sless_api::validation::
     }
 }
 
+/// The function a trigger or job calls, set as `function` or as `function_ref` (the
+/// original provider's and the API's name): one setting under two names. Answers the
+/// name in use and its value; setting both is an error.
+pub fn function_setting<'v>(
+    diags: &mut Diagnostics,
+    function: &'v Value<String>,
+    function_ref: &'v Value<String>,
+) -> (&'static str, &'v Value<String>) {
+    if function.is_null() {
+        return ("function_ref", function_ref);
+    }
+    if !function_ref.is_null() {
+        diags.error_short(
+            "function and function_ref are one setting: set one of them",
+            AttributePath::new("function_ref"),
+        );
+    }
+    ("function", function)
+}
+
+/// Plans the configured function under both names, so either reads it and moving from
+/// one name to the other changes nothing.
+pub fn plan_function(
+    diags: &mut Diagnostics,
+    planned: (&mut Value<String>, &mut Value<String>),
+    config: (&Value<String>, &Value<String>),
+) {
+    let (_, value) = function_setting(diags, config.0, config.1);
+    *planned.0 = value.clone();
+    *planned.1 = value.clone();
+}
+
 /// A number attribute as the API's u32, with the attribute named when it does not fit.
 pub fn to_u32(diags: &mut Diagnostics, field: &'static str, value: &Value<i64>) -> Option<u32> {
     match value {
@@ -243,5 +275,38 @@ mod tests {
         assert_eq!(missing.err().unwrap().0, "source_dir");
         let not_a_zip = load_code(&Value::Null, &path(&src.join("handler.py")));
         assert_eq!(not_a_zip.err().unwrap().0, "source_zip");
+    }
+
+    #[test]
+    fn function_and_function_ref_are_one_setting() {
+        let name = Value::Value("hello".to_string());
+        let mut diags = Diagnostics::default();
+        assert_eq!(
+            function_setting(&mut diags, &Value::Null, &name),
+            ("function_ref", &name)
+        );
+        assert_eq!(
+            function_setting(&mut diags, &name, &Value::Null),
+            ("function", &name)
+        );
+        assert!(diags.errors.is_empty());
+
+        let (mut function, mut function_ref) = (Value::Null, Value::Null);
+        plan_function(
+            &mut diags,
+            (&mut function, &mut function_ref),
+            (&Value::Null, &name),
+        );
+        assert_eq!((&function, &function_ref), (&name, &name));
+        plan_function(
+            &mut diags,
+            (&mut function, &mut function_ref),
+            (&Value::Null, &Value::Null),
+        );
+        assert_eq!((&function, &function_ref), (&Value::Null, &Value::Null));
+        assert!(diags.errors.is_empty());
+
+        function_setting(&mut diags, &name, &name);
+        assert_eq!(diags.errors.len(), 1, "both set is refused");
     }
 }

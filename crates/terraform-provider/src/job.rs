@@ -19,8 +19,8 @@ use tf_provider::value::{Value, ValueEmpty};
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
-    DEFAULT_WAIT_SEC, POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found,
-    plan_source_hash, planned_code, report, text, to_u32,
+    DEFAULT_WAIT_SEC, POLL_INTERVAL, Shared, attribute, block, check, client, function_setting,
+    is_not_found, plan_function, plan_source_hash, planned_code, report, text, to_u32,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -28,6 +28,7 @@ pub struct JobState {
     id: Value<String>,
     name: Value<String>,
     function: Value<String>,
+    function_ref: Value<String>,
     runtime: Value<String>,
     entrypoint: Value<String>,
     env_vars: Value<BTreeMap<String, String>>,
@@ -43,6 +44,7 @@ pub struct JobState {
     wait_timeout_sec: Value<i64>,
     phase: Value<String>,
     message: Value<String>,
+    job_message: Value<String>,
     log_tail: Value<String>,
 }
 
@@ -92,6 +94,26 @@ fn request(diags: &mut Diagnostics, state: &JobState, run_id: i64) -> JobRequest
     }
 }
 
+/// Settings as the plan has them, for a new job or a changed one.
+fn plan_settings(diags: &mut Diagnostics, planned: &mut JobState, config: &JobState) {
+    planned.id = planned.name.clone();
+    planned.source_hash = plan_source_hash(diags, &planned.source_dir, &planned.source_zip);
+    plan_function(
+        diags,
+        (&mut planned.function, &mut planned.function_ref),
+        (&config.function, &config.function_ref),
+    );
+    default_settings(planned, config);
+}
+
+/// What the run reports, known after apply.
+fn unknown_results(state: &mut JobState) {
+    state.phase = Value::Unknown;
+    state.message = Value::Unknown;
+    state.job_message = Value::Unknown;
+    state.log_tail = Value::Unknown;
+}
+
 /// Settings left out of the configuration get the server's defaults in the plan (not
 /// the last value, which Terraform proposes for them), so taking one out sets it back.
 fn default_settings(planned: &mut JobState, config: &JobState) {
@@ -116,6 +138,7 @@ fn fill(state: &mut JobState, job: &JobResponse) {
     state.id = Value::Value(job.name.clone());
     state.name = Value::Value(job.name.clone());
     state.function = job.function_ref.clone().into();
+    state.function_ref = state.function.clone();
     state.runtime = job.runtime.clone().into();
     state.entrypoint = job.entrypoint.clone().into();
     if !(state.env_vars.is_null() && job.env_vars.is_empty()) {
@@ -130,6 +153,7 @@ fn fill(state: &mut JobState, job: &JobResponse) {
     state.disk_mb = job.disk_mb.map(i64::from).into();
     state.phase = Value::Value(job.phase.to_string());
     state.message = job.message.clone().into();
+    state.job_message = state.message.clone();
     state.log_tail = job.log_tail.clone().into();
 }
 
@@ -260,8 +284,16 @@ impl Resource for JobResource {
                         "function".into(),
                         attribute(
                             String,
-                            Optional,
+                            OptionalComputed,
                             "Run this function's code (or set runtime and source_dir).",
+                        ),
+                    ),
+                    (
+                        "function_ref".into(),
+                        attribute(
+                            String,
+                            OptionalComputed,
+                            "The same as function, under the original provider's name.",
                         ),
                     ),
                     (
@@ -370,6 +402,14 @@ impl Resource for JobResource {
                         ),
                     ),
                     (
+                        "job_message".into(),
+                        attribute(
+                            String,
+                            Computed,
+                            "The same as message, under the original provider's name.",
+                        ),
+                    ),
+                    (
                         "log_tail".into(),
                         attribute(String, Computed, "The end of the run's output."),
                     ),
@@ -409,16 +449,17 @@ impl Resource for JobResource {
                 AttributePath::new("run_id"),
             );
         }
+        let (field, function) = function_setting(diags, &config.function, &config.function_ref);
         let has_code = config.source_dir.is_value() || config.source_zip.is_value();
-        if config.function.is_value() && (config.runtime.is_value() || has_code) {
+        if function.is_value() && (config.runtime.is_value() || has_code) {
             diags.error_short(
-                "set function, or runtime with source_dir/source_zip, not both",
-                AttributePath::new("function"),
+                format!("set {field}, or runtime with source_dir/source_zip, not both"),
+                AttributePath::new(field),
             );
         }
-        if config.function.is_null() && config.runtime.is_null() {
+        if function.is_null() && config.runtime.is_null() {
             diags.error_short(
-                "set function, or runtime with source_dir",
+                "set function (or function_ref), or runtime with source_dir",
                 AttributePath::new("function"),
             );
         }
@@ -454,12 +495,8 @@ impl Resource for JobResource {
         config: Self::State<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        proposed.id = proposed.name.clone();
-        proposed.source_hash = plan_source_hash(diags, &proposed.source_dir, &proposed.source_zip);
-        default_settings(&mut proposed, &config);
-        proposed.phase = Value::Unknown;
-        proposed.message = Value::Unknown;
-        proposed.log_tail = Value::Unknown;
+        plan_settings(diags, &mut proposed, &config);
+        unknown_results(&mut proposed);
         Some((proposed, ValueEmpty::default()))
     }
 
@@ -472,13 +509,9 @@ impl Resource for JobResource {
         private: Self::PrivateState<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
-        proposed.id = proposed.name.clone();
-        proposed.source_hash = plan_source_hash(diags, &proposed.source_dir, &proposed.source_zip);
-        default_settings(&mut proposed, &config);
+        plan_settings(diags, &mut proposed, &config);
         if proposed != prior {
-            proposed.phase = Value::Unknown;
-            proposed.message = Value::Unknown;
-            proposed.log_tail = Value::Unknown;
+            unknown_results(&mut proposed);
         }
         let mut replace = Vec::new();
         if proposed.name != prior.name {

@@ -23,6 +23,7 @@ pub struct ProviderConfig {
     endpoint: Value<String>,
     token: Value<String>,
     namespace: Value<String>,
+    nubes_endpoint: Value<String>,
 }
 
 #[derive(Default)]
@@ -30,11 +31,13 @@ pub struct SlessProvider {
     client: Shared,
 }
 
-/// A set value, else the environment variable, else nothing.
+/// A set value, else the environment variable, else nothing; trimmed, as a token read
+/// with `file()` ends with the file's newline.
 fn setting(value: Value<String>, variable: &str) -> Option<String> {
     value
         .as_option()
         .or_else(|| std::env::var(variable).ok())
+        .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
 }
 
@@ -72,6 +75,14 @@ impl Provider for SlessProvider {
                             "Namespace to act on; only for admin tokens (default: the token's own).",
                         ),
                     ),
+                    (
+                        "nubes_endpoint".into(),
+                        attribute(
+                            AttributeType::String,
+                            Optional,
+                            "Accepted for configurations written for the original provider, and not used: sless talks only to endpoint.",
+                        ),
+                    ),
                 ]),
             ),
         })
@@ -83,6 +94,15 @@ impl Provider for SlessProvider {
         _terraform_version: String,
         config: Self::Config<'a>,
     ) -> Option<()> {
+        // sless talks only to `endpoint`: the original provider's setting is accepted so
+        // its configurations apply unchanged, and warned about so nobody relies on it.
+        if !config.nubes_endpoint.is_null() {
+            diags.warning(
+                "nubes_endpoint is not used",
+                "sless has no separate API besides endpoint; the setting is accepted so that configurations written for the original provider apply unchanged, and can be removed",
+                AttributePath::new("nubes_endpoint"),
+            );
+        }
         if config.endpoint.is_unknown()
             || config.token.is_unknown()
             || config.namespace.is_unknown()

@@ -17,7 +17,8 @@ use tf_provider::value::{Value, ValueEmpty};
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
-    POLL_INTERVAL, Shared, attribute, block, check, client, is_not_found, report, text, to_u32,
+    POLL_INTERVAL, Shared, attribute, block, check, client, function_setting, is_not_found,
+    plan_function, report, text, to_u32,
 };
 
 /// How long apply waits for the platform to start or stop what a trigger calls.
@@ -30,12 +31,14 @@ pub struct TriggerState {
     #[serde(rename = "type")]
     trigger_type: Value<String>,
     function: Value<String>,
+    function_ref: Value<String>,
     schedule: Value<String>,
     queue: Value<String>,
     enabled: Value<bool>,
     concurrency: Value<i64>,
     max_retries: Value<i64>,
     url: Value<String>,
+    trigger_url: Value<String>,
     active: Value<bool>,
 }
 
@@ -75,13 +78,37 @@ fn fill(state: &mut TriggerState, trigger: &TriggerResponse) {
     state.name = Value::Value(trigger.name.clone());
     state.trigger_type = Value::Value(trigger.trigger_type.clone());
     state.function = Value::Value(trigger.function_ref.clone());
+    state.function_ref = state.function.clone();
     state.schedule = trigger.schedule.clone().into();
     state.queue = trigger.queue.clone().into();
     state.enabled = Value::Value(trigger.enabled);
     state.concurrency = trigger.concurrency.map(i64::from).into();
     state.max_retries = trigger.max_retries.map(i64::from).into();
     state.url = trigger.url.clone().into();
+    state.trigger_url = state.url.clone();
     state.active = Value::Value(trigger.active);
+}
+
+/// Settings as the plan has them, for a new trigger or a changed one.
+fn plan_settings(diags: &mut Diagnostics, proposed: &mut TriggerState, config: &TriggerState) {
+    proposed.id = proposed.name.clone();
+    plan_function(
+        diags,
+        (&mut proposed.function, &mut proposed.function_ref),
+        (&config.function, &config.function_ref),
+    );
+    // Left out, it is on (Terraform would propose the last value instead).
+    if config.enabled.is_null() {
+        proposed.enabled = Value::Value(true);
+    }
+    plan_event_defaults(proposed, config);
+}
+
+/// What the platform reports, known after apply.
+fn unknown_results(state: &mut TriggerState) {
+    state.url = Value::Unknown;
+    state.trigger_url = Value::Unknown;
+    state.active = Value::Unknown;
 }
 
 /// What is planned for `concurrency` and `max_retries` left out of the configuration:
@@ -202,7 +229,19 @@ impl Resource for TriggerResource {
                     ),
                     (
                         "function".into(),
-                        attribute(String, Required, "Name of the function it calls."),
+                        attribute(
+                            String,
+                            OptionalComputed,
+                            "Name of the function it calls (or set function_ref).",
+                        ),
+                    ),
+                    (
+                        "function_ref".into(),
+                        attribute(
+                            String,
+                            OptionalComputed,
+                            "The same as function, under the original provider's name.",
+                        ),
                     ),
                     (
                         "schedule".into(),
@@ -245,6 +284,14 @@ impl Resource for TriggerResource {
                         ),
                     ),
                     (
+                        "trigger_url".into(),
+                        attribute(
+                            String,
+                            Computed,
+                            "The same as url, under the original provider's name.",
+                        ),
+                    ),
+                    (
                         "active".into(),
                         attribute(Bool, Computed, "Whether the platform runs it now."),
                     ),
@@ -257,8 +304,13 @@ impl Resource for TriggerResource {
         if let Value::Value(name) = &config.name {
             check(diags, validate_name("name", name));
         }
-        if let Value::Value(function) = &config.function {
-            check(diags, validate_name("function", function));
+        match function_setting(diags, &config.function, &config.function_ref) {
+            (field, Value::Value(function)) => check(diags, validate_name(field, function)),
+            (_, Value::Null) => diags.error_short(
+                "set the function it calls: function (or function_ref)",
+                AttributePath::new("function"),
+            ),
+            (_, Value::Unknown) => {}
         }
         if let Value::Value(kind) = &config.trigger_type {
             check(diags, parse_trigger_type("type", kind).map(|_| ()));
@@ -300,37 +352,26 @@ impl Resource for TriggerResource {
 
     async fn plan_create<'a>(
         &self,
-        _diags: &mut Diagnostics,
+        diags: &mut Diagnostics,
         mut proposed: Self::State<'a>,
         config: Self::State<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        proposed.id = proposed.name.clone();
-        // Left out, it is on (Terraform would propose the last value instead).
-        if config.enabled.is_null() {
-            proposed.enabled = Value::Value(true);
-        }
-        plan_event_defaults(&mut proposed, &config);
-        proposed.url = Value::Unknown;
-        proposed.active = Value::Unknown;
+        plan_settings(diags, &mut proposed, &config);
+        unknown_results(&mut proposed);
         Some((proposed, ValueEmpty::default()))
     }
 
     async fn plan_update<'a>(
         &self,
-        _diags: &mut Diagnostics,
+        diags: &mut Diagnostics,
         prior: Self::State<'a>,
         mut proposed: Self::State<'a>,
         config: Self::State<'a>,
         private: Self::PrivateState<'a>,
         _meta: Self::ProviderMetaState<'a>,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
-        proposed.id = proposed.name.clone();
-        // Left out, it is on (Terraform would propose the last value instead).
-        if config.enabled.is_null() {
-            proposed.enabled = Value::Value(true);
-        }
-        plan_event_defaults(&mut proposed, &config);
+        plan_settings(diags, &mut proposed, &config);
         let mut replace = Vec::new();
         for (attribute, changed) in [
             ("name", proposed.name != prior.name),
@@ -341,8 +382,7 @@ impl Resource for TriggerResource {
             }
         }
         if proposed != prior {
-            proposed.url = Value::Unknown;
-            proposed.active = Value::Unknown;
+            unknown_results(&mut proposed);
         }
         Some((proposed, private, replace))
     }

@@ -1,6 +1,8 @@
 //! The provider with the real `terraform` against a real `sless up` on a loopback port:
-//! the example of examples/terraform applied, changed, drifted, imported and destroyed.
-//! The provider is installed through `dev_overrides` (no registry, no `terraform init`).
+//! the example of examples/terraform applied, changed, drifted, imported and destroyed,
+//! and the original Go provider's example applied unchanged. The provider is installed
+//! through `dev_overrides` (no registry, no `terraform init`), or for the original
+//! example through a filesystem mirror, so `terraform init` runs as its users run it.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -122,6 +124,39 @@ fn mint_token(binary: &Path, data_dir: &Path, sub: &str) -> String {
     String::from_utf8(output.stdout).unwrap().trim().to_string()
 }
 
+/// `sless up` with a token, and the environment for `terraform` with this build's
+/// provider installed through `dev_overrides`.
+struct Platform {
+    binary: PathBuf,
+    data_dir: PathBuf,
+    server: Sless,
+    token: String,
+    client: Client,
+    env: Vec<(&'static str, String)>,
+}
+
+fn start_platform(work: &Path) -> Platform {
+    require_terraform();
+    let binary = sless_binary();
+    let data_dir = work.join("data");
+    let server = start_sless(&binary, &data_dir);
+    let token = mint_token(&binary, &data_dir, "terraform-test");
+    let client = Client::new(&server.base, &token).unwrap();
+    let env = terraform_env(work, &server, &token);
+    Platform {
+        binary,
+        data_dir,
+        server,
+        token,
+        client,
+        env,
+    }
+}
+
+fn provider_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_terraform-provider-sless"))
+}
+
 /// Copies a folder (the examples) so the test can edit handlers freely.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -218,7 +253,7 @@ impl Terraform {
 /// The environment of `terraform` runs: the provider of this build through
 /// `dev_overrides` (its CLI config written under `work`), and the server to talk to.
 fn terraform_env(work: &Path, server: &Sless, token: &str) -> Vec<(&'static str, String)> {
-    let provider = PathBuf::from(env!("CARGO_BIN_EXE_terraform-provider-sless"));
+    let provider = provider_binary();
     let cli_config = work.join("terraform.rc");
     std::fs::write(
         &cli_config,
@@ -265,19 +300,35 @@ fn url_of(outputs: &Value, name: &str) -> String {
         .to_string()
 }
 
+/// No function, service, trigger or job is left in the client's namespace.
+fn assert_nothing_left(runtime: &tokio::runtime::Runtime, client: &Client) {
+    for collection in [Kind::Function, Kind::Service] {
+        let left = runtime.block_on(client.list_workloads(collection)).unwrap();
+        assert!(left.is_empty(), "{} left: {left:?}", collection.path());
+    }
+    assert!(
+        runtime.block_on(client.list_triggers()).unwrap().is_empty(),
+        "triggers left"
+    );
+    assert!(
+        runtime.block_on(client.list_jobs()).unwrap().is_empty(),
+        "jobs left"
+    );
+}
+
 #[test]
 fn terraform_deploys_changes_and_destroys_the_example() {
     let started = Instant::now();
-    require_terraform();
-    let sless = sless_binary();
     let work = tempfile::tempdir().unwrap();
-    let data_dir = work.path().join("data");
-    let server = start_sless(&sless, &data_dir);
-    let token = mint_token(&sless, &data_dir, "terraform-test");
+    let Platform {
+        binary: sless,
+        data_dir,
+        server,
+        token,
+        client,
+        env,
+    } = start_platform(work.path());
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let client = Client::new(&server.base, &token).unwrap();
-
-    let env = terraform_env(work.path(), &server, &token);
     let examples = work.path().join("examples");
     copy_dir(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples"),
@@ -740,18 +791,7 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         "report_run_id=2",
     ])
     .ok("terraform destroy");
-    for collection in [Kind::Function, Kind::Service] {
-        let left = runtime.block_on(client.list_workloads(collection)).unwrap();
-        assert!(left.is_empty(), "{} left: {left:?}", collection.path());
-    }
-    assert!(
-        runtime.block_on(client.list_triggers()).unwrap().is_empty(),
-        "triggers left"
-    );
-    assert!(
-        runtime.block_on(client.list_jobs()).unwrap().is_empty(),
-        "jobs left"
-    );
+    assert_nothing_left(&runtime, &client);
     eprintln!(
         "terraform test: {:.1} s in all",
         started.elapsed().as_secs_f64()
@@ -849,4 +889,239 @@ fn a_refused_upload_fails_the_apply_with_the_reviews_reason() {
         "{}",
         apply.stderr
     );
+}
+
+/// The example of the original Go provider's users (issue 31), as they wrote it: it has
+/// to apply unchanged but for the provider's endpoint and token.
+const ORIGINAL_EXAMPLE: &str = r#"provider "sless" {
+  endpoint       = "http://127.0.0.1:8080"
+  token          = file("${path.module}/../../secrets/prod.token")
+  nubes_endpoint = "https://deck.example/api/v1"
+}
+resource "sless_function" "hello_http" {
+  name        = "hello-http"
+  runtime     = "nodejs20"
+  source_dir  = "${path.module}/../../code"
+  memory_mb   = 128
+  timeout_sec = 30
+  env_vars    = { "NODE_ENV" = "production" }
+}
+resource "sless_trigger" "hello_http" {
+  name = "hello-http-trigger"
+  function_ref = sless_function.hello_http.name
+  type = "http"
+  enabled = true
+}
+resource "sless_trigger" "daily" {
+  name = "daily-job"
+  function_ref = sless_function.hello_http.name
+  type = "cron"
+  schedule = "0 9 * * *"
+}
+resource "sless_job" "hello_run" {
+  name         = "hello-run"
+  function_ref = sless_function.hello_http.name
+  run_id       = 1
+  event_json   = jsonencode({"input": [100, 200, 300]})
+}
+output "trigger_url" { value = sless_trigger.hello_http.trigger_url }
+output "job_result"  { value = sless_job.hello_run.job_message }
+"#;
+
+/// Terraform's name for this machine's platform, as in a provider mirror's layout.
+fn terraform_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("{}_{arch}", std::env::consts::OS)
+}
+
+#[test]
+fn the_original_providers_example_applies_unchanged() {
+    let work = tempfile::tempdir().unwrap();
+    let platform = start_platform(work.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+
+    // This build as the registry's kube5s/sless in a filesystem mirror, so `terraform
+    // init` installs it as it would the published one.
+    let mirror = work.path().join("mirror");
+    let package = mirror
+        .join("registry.terraform.io/kube5s/sless")
+        .join(env!("CARGO_PKG_VERSION"))
+        .join(terraform_platform());
+    std::fs::create_dir_all(&package).unwrap();
+    std::os::unix::fs::symlink(provider_binary(), package.join("terraform-provider-sless"))
+        .unwrap();
+    let cli_config = work.path().join("mirror.rc");
+    std::fs::write(
+        &cli_config,
+        format!(
+            "provider_installation {{\n  filesystem_mirror {{\n    path    = {mirror:?}\n    \
+             include = [\"kube5s/sless\"]\n  }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    // Endpoint and token come from the provider block alone.
+    let mut env = platform.env.clone();
+    env.retain(|(name, _)| !name.starts_with("SLESS_") && *name != "TF_CLI_CONFIG_FILE");
+    env.push(("TF_CLI_CONFIG_FILE", cli_config.display().to_string()));
+
+    // The layout its paths assume: envs/prod/ beside secrets/ and code/. The token file
+    // ends with a newline, as files do.
+    let project = work.path().join("project");
+    let module = project.join("envs/prod");
+    std::fs::create_dir_all(&module).unwrap();
+    std::fs::create_dir_all(project.join("secrets")).unwrap();
+    std::fs::write(
+        project.join("secrets/prod.token"),
+        format!("{}\n", platform.token),
+    )
+    .unwrap();
+    let code = project.join("code");
+    std::fs::create_dir_all(&code).unwrap();
+    let handler = code.join("handler.js");
+    std::fs::write(
+        &handler,
+        "// Answers over HTTP and as a job: the sum of the event's input, and its environment.\n\
+         exports.handle = async (event) => ({\n  greeting: 'hello from the original example',\n  \
+         sum: (event.input || []).reduce((a, b) => a + b, 0),\n  node_env: process.env.NODE_ENV,\n});\n",
+    )
+    .unwrap();
+    let example_endpoint = "endpoint       = \"http://127.0.0.1:8080\"";
+    assert!(ORIGINAL_EXAMPLE.contains(example_endpoint));
+    let main_tf = module.join("main.tf");
+    let config = ORIGINAL_EXAMPLE.replace(
+        example_endpoint,
+        &format!("endpoint       = {:?}", platform.server.base),
+    );
+    std::fs::write(&main_tf, &config).unwrap();
+    // The provider's source, declared beside the example as its modules do.
+    std::fs::write(
+        module.join("versions.tf"),
+        "terraform {\n  required_providers {\n    sless = { source = \"kube5s/sless\" }\n  }\n}\n",
+    )
+    .unwrap();
+    let tf = Terraform { dir: module, env };
+
+    tf.run(&["init", "-input=false", "-no-color"])
+        .ok("terraform init");
+    let apply = tf.apply(&[], "apply of the original example");
+    assert!(
+        format!("{}{}", apply.stdout, apply.stderr).contains("nubes_endpoint is not used"),
+        "no warning about nubes_endpoint:\n{}{}",
+        apply.stdout,
+        apply.stderr
+    );
+
+    // trigger_url is url, and the function answers there with its env_vars.
+    let outputs = tf.outputs();
+    let trigger_url = url_of(&outputs, "trigger_url");
+    assert_eq!(
+        tf.resource("sless_trigger.hello_http")["url"],
+        trigger_url.as_str()
+    );
+    let answer = |runtime: &tokio::runtime::Runtime| {
+        let (status, body) = call(runtime, &trigger_url);
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap_or_else(|_| panic!("not JSON: {body}"))
+    };
+    let answered = answer(&runtime);
+    assert_eq!(
+        (&answered["greeting"], &answered["node_env"]),
+        (
+            &Value::from("hello from the original example"),
+            &Value::from("production")
+        ),
+        "{answered}"
+    );
+    // job_message is message: the run's result.
+    let job = tf.resource("sless_job.hello_run");
+    assert_eq!(outputs["job_result"]["value"], job["message"], "{job}");
+    let result = |outputs: &Value| {
+        serde_json::from_str::<Value>(outputs["job_result"]["value"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(result(&outputs)["sum"], 600, "{outputs}");
+    let daily = tf.resource("sless_trigger.daily");
+    assert_eq!(
+        (
+            &daily["function_ref"],
+            &daily["function"],
+            &daily["schedule"]
+        ),
+        (
+            &Value::from("hello-http"),
+            &Value::from("hello-http"),
+            &Value::from("0 9 * * *")
+        )
+    );
+
+    // The alias attributes plan nothing more.
+    let plan = tf.plan(&[]);
+    assert_eq!(
+        plan.code, 0,
+        "second plan is not empty:\n{}{}",
+        plan.stdout, plan.stderr
+    );
+    // Nor does a state written before they existed: refresh fills them in.
+    let state_file = tf.dir.join("terraform.tfstate");
+    let mut state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    for resource in state["resources"].as_array_mut().unwrap() {
+        for instance in resource["instances"].as_array_mut().unwrap() {
+            let attributes = instance["attributes"].as_object_mut().unwrap();
+            for alias in ["function_ref", "trigger_url", "job_message"] {
+                attributes.remove(alias);
+            }
+        }
+    }
+    std::fs::write(&state_file, state.to_string()).unwrap();
+    let plan = tf.plan(&[]);
+    assert_eq!(
+        plan.code, 0,
+        "plan of a state without the new names:\n{}{}",
+        plan.stdout, plan.stderr
+    );
+
+    // A changed file redeploys the function in place.
+    let original = std::fs::read_to_string(&handler).unwrap();
+    std::fs::write(
+        &handler,
+        original.replace("hello from the original example", "hello again"),
+    )
+    .unwrap();
+    let plan = tf.plan(&[]);
+    assert!(
+        plan.stdout.contains("0 to add, 1 to change, 0 to destroy")
+            && plan
+                .stdout
+                .contains("sless_function.hello_http will be updated"),
+        "{}",
+        plan.stdout
+    );
+    tf.apply(&[], "apply of a changed file");
+    assert_eq!(answer(&runtime)["greeting"], "hello again");
+
+    // run_id = 2 runs the job again, with the new code.
+    let run_1 = "run_id       = 1";
+    assert!(config.contains(run_1));
+    std::fs::write(&main_tf, config.replace(run_1, "run_id       = 2")).unwrap();
+    tf.apply(&[], "apply of run_id 2");
+    let job = runtime
+        .block_on(platform.client.get_job("hello-run"))
+        .unwrap();
+    assert_eq!((job.run_id, job.phase.as_str()), (2, "Succeeded"));
+    let outputs = tf.outputs();
+    assert_eq!(
+        (&result(&outputs)["greeting"], &result(&outputs)["sum"]),
+        (&Value::from("hello again"), &Value::from(600)),
+        "{outputs}"
+    );
+    let plan = tf.plan(&[]);
+    assert_eq!(plan.code, 0, "{}{}", plan.stdout, plan.stderr);
+
+    tf.run(&["destroy", "-input=false", "-no-color", "-auto-approve"])
+        .ok("destroy of the original example");
+    assert_nothing_left(&runtime, &platform.client);
 }
