@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use percent_encoding::percent_decode_str;
-use sless_api::{JobPatch, JobResponse, WorkloadResponse};
+use sless_api::{JobPatch, JobResponse, JobRunResponse, WorkloadResponse};
 use sless_client::client::{Client, ClientError, Kind, LogFilter, RunWait, TriggerWait};
 
 use crate::function::{
@@ -65,6 +65,15 @@ impl From<ViewError> for ActionFailure {
 }
 
 pub type Result<T, E = ViewError> = std::result::Result<T, E>;
+
+/// What the job page shows: the job, its kept runs (newest first) and the run opened
+/// with `?run=N`.
+#[derive(Clone, Debug)]
+pub struct JobPage {
+    pub job: JobResponse,
+    pub runs: Vec<JobRunResponse>,
+    pub run: Option<JobRunResponse>,
+}
 
 #[derive(Clone, Debug)]
 pub struct ConsoleOptions {
@@ -365,8 +374,15 @@ impl Console {
         Ok(jobs)
     }
 
-    pub async fn job(&self, client: &Client, name: &str) -> Result<JobResponse> {
-        Ok(client.get_job(name).await?)
+    /// The job, its kept runs and, when `run` names one, that run with its log tail.
+    pub async fn job(&self, client: &Client, name: &str, run: Option<i64>) -> Result<JobPage> {
+        let job = client.get_job(name).await?;
+        let runs = client.job_runs(name, None).await?;
+        let run = match run {
+            Some(run_id) => Some(client.job_run(name, run_id).await?),
+            None => None,
+        };
+        Ok(JobPage { job, runs, run })
     }
 
     /// Starts the job's next run (with a new event when given) and waits a little for

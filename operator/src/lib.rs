@@ -95,6 +95,8 @@ pub struct KubeConfig {
     pub ready_requeue: Duration,
     /// How often running builds and jobs are polled.
     pub poll_interval: Duration,
+    /// Runs each job keeps in its status (`--job-runs-kept`).
+    pub job_runs_kept: usize,
 }
 
 impl KubeConfig {
@@ -113,6 +115,7 @@ impl KubeConfig {
             build_timeout: Duration::from_secs(1800),
             ready_requeue: Duration::from_secs(300),
             poll_interval: Duration::from_secs(10),
+            job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
         }
     }
 

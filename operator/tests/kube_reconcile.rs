@@ -17,7 +17,7 @@ use kube_common::*;
 use operator::controller::{reconcile_function, reconcile_job, reconcile_trigger};
 use operator::names::{FINALIZER, build_job_name};
 use operator::{Context, KubeStore};
-use serde_json::json;
+use serde_json::{Value, json};
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, FunctionJob, FunctionJobSpec,
     FunctionSpec, JobPhase, Phase, Runtime, Trigger, TriggerSpec, TriggerType, WorkloadSpec,
@@ -680,7 +680,6 @@ async fn function_job_run_id_semantics() {
         .into_iter()
         .map(|e| (e.name, e.value.unwrap_or_default()))
         .collect();
-    assert_eq!(env["SLESS_EVENT_JSON"], "{\"day\": 1}");
     assert_eq!(env["GREETING"], "hi");
     assert_eq!(env["EXTRA"], "1");
     let status = c
@@ -693,6 +692,10 @@ async fn function_job_run_id_semantics() {
     assert_eq!(status.phase, JobPhase::Running);
     assert_eq!(status.job_name.as_deref(), Some("nightly-run-1"));
     assert!(status.start_time.is_some());
+    // The event carries the run's request id, as a call through /fn does.
+    let event: Value = serde_json::from_str(&env["SLESS_EVENT_JSON"]).unwrap();
+    let request_id = status.request_id.clone().unwrap();
+    assert_eq!(event, json!({"day": 1, "_request_id": request_id}));
 
     // Still running.
     c.reconcile_job("nightly").await;
@@ -749,10 +752,17 @@ async fn function_job_run_id_semantics() {
         .status
         .unwrap();
     assert_eq!(status.phase, JobPhase::Running);
+    assert_eq!(status.message, None, "the status describes the new run");
     assert_eq!(
-        status.message, None,
-        "the previous run's record is replaced"
+        status.runs.iter().map(|r| r.run_id).collect::<Vec<_>>(),
+        [2, 1],
+        "run 1 stays in the history"
     );
+    assert_eq!(
+        status.runs[1].message.as_deref(),
+        Some("{\"processed\": 42}")
+    );
+    assert_ne!(status.request_id.as_deref(), Some(request_id.as_str()));
 
     // A failed run reports the handler's error.
     c.logs.set(
@@ -784,6 +794,64 @@ async fn function_job_run_id_semantics() {
             .iter()
             .all(|j| !j.starts_with("nightly"))
     );
+}
+
+/// The status keeps the last `job_runs_kept` runs, each with its own result and log.
+#[tokio::test]
+async fn function_job_status_keeps_a_bounded_run_history() {
+    let mut config = config();
+    config.job_runs_kept = 2;
+    let c = cluster_with(config).await;
+    c.ready_function().await;
+    c.store
+        .create_typed::<FunctionJob>(NS, "daily", &job_spec(0))
+        .await
+        .unwrap();
+    for run_id in 1..=3 {
+        modify::<FunctionJob, _>(&*c.store, NS, "daily", |j| {
+            j.spec.run_id = run_id;
+            j.spec.event_json = format!("{{\"day\": {run_id}}}");
+        })
+        .await
+        .unwrap();
+        c.reconcile_job("daily").await;
+        let job_name = format!("daily-run-{run_id}");
+        c.logs.set(
+            DEPLOY_NS,
+            &job_name,
+            "run",
+            &format!("day {run_id}\n{{\"day\": {run_id}}}\n"),
+        );
+        c.finish_job(&job_name, true).await;
+        c.reconcile_job("daily").await;
+    }
+    let job = c.api::<FunctionJob>(NS).get("daily").await.unwrap();
+    let status = job.status.unwrap();
+    let runs: Vec<(i64, String, String)> = status
+        .runs
+        .iter()
+        .map(|r| {
+            (
+                r.run_id,
+                r.message.clone().unwrap_or_default(),
+                r.log_tail.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            (3, "{\"day\": 3}".into(), "day 3\n{\"day\": 3}".into()),
+            (2, "{\"day\": 2}".into(), "day 2\n{\"day\": 2}".into()),
+        ]
+    );
+    assert_eq!(status.runs[0].event_json, "{\"day\": 3}");
+    assert!(status.runs.iter().all(|r| r.phase == JobPhase::Succeeded));
+    // What the API server stores stays small.
+    let bytes = serde_json::to_vec(&c.api::<FunctionJob>(NS).get("daily").await.unwrap())
+        .unwrap()
+        .len();
+    assert!(bytes < 8 * 1024, "{bytes} bytes");
 }
 
 #[tokio::test]

@@ -157,6 +157,7 @@ impl OperatorArgs {
         let mut config = KubeConfig::new(registry);
         config.registry_secret = self.registry_secret.clone();
         config.insecure_registry = self.insecure_registry;
+        config.job_runs_kept = self.quotas.job_runs_kept();
         config.operator_namespace = self.operator_namespace.clone();
         config.builder = match self.builder {
             BuilderArg::Buildkit => Builder::BuildKit,

@@ -167,8 +167,9 @@ impl ServeArgs {
     }
 }
 
-/// Per-namespace quotas the API applies in both modes (see `sless_core::quota`); the
-/// running-memory quota is the embedded runner's (`sless up --max-running-memory-mb`).
+/// Per-namespace quotas the API applies in both modes (see `sless_core::quota`), and how
+/// many runs each job keeps; the running-memory quota is the embedded runner's
+/// (`sless up --max-running-memory-mb`).
 #[derive(Args, Clone, Debug)]
 pub struct QuotaArgs {
     /// Functions and services one namespace may hold, together.
@@ -189,6 +190,12 @@ pub struct QuotaArgs {
     #[arg(long, env = "SLESS_MAX_LOG_FOLLOWERS", default_value_t = 8,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_log_followers: u64,
+    /// Runs each job keeps in its history (`GET .../jobs/{name}/runs`); older ones are
+    /// dropped.
+    #[arg(long, env = "SLESS_JOB_RUNS_KEPT",
+          default_value_t = sless_core::model::DEFAULT_JOB_RUNS_KEPT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub job_runs_kept: u64,
 }
 
 impl QuotaArgs {
@@ -200,6 +207,11 @@ impl QuotaArgs {
             max_uploads_in_flight: self.max_uploads_in_flight,
             max_log_followers: self.max_log_followers,
         }
+    }
+
+    /// For the runners, which keep the history (`sless up`'s and the operator's).
+    pub fn job_runs_kept(&self) -> usize {
+        usize::try_from(self.job_runs_kept).unwrap_or(usize::MAX)
     }
 }
 

@@ -135,6 +135,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     runner_config.allow_unsandboxed = args.allow_unsandboxed;
     runner_config.max_running_memory_mb = args.max_running_memory_mb;
     runner_config.max_pids = args.max_pids;
+    runner_config.job_runs_kept = args.quotas.job_runs_kept();
     if args.test_cron_time_scale != 1 {
         let scale = args.test_cron_time_scale;
         tracing::warn!(scale, "cron runs on an accelerated clock (test only)");

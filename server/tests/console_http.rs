@@ -1699,6 +1699,58 @@ async fn jobs_list_their_runs_and_run_again_shows_the_new_result() {
         page.body.contains("printed &lt;b&gt;line&lt;/b&gt; 2"),
         "the new log tail"
     );
+    // Both runs are listed, newest first, and each opens with its own event and log.
+    let (run2, run1) = (
+        page.body.find("id=\"run-2\"").expect("run 2 listed"),
+        page.body.find("id=\"run-1\"").expect("run 1 listed"),
+    );
+    assert!(run2 < run1, "newest first");
+    let first = format!("{jobs}/nightly?run=1#open-run");
+    assert!(
+        page.body.contains(&format!("href=\"{first}\"")),
+        "{}",
+        page.body
+    );
+    let opened = browser
+        .get(&format!("{jobs}/nightly?run=1"))
+        .await
+        .expect(200, "run 1");
+    let open = &opened.body[opened.body.find("id=\"open-run\"").expect("run 1 opened")..];
+    assert!(open.contains("printed &lt;b&gt;line&lt;/b&gt; 1"), "{open}");
+    assert!(
+        !open.contains("printed &lt;b&gt;line&lt;/b&gt; 2"),
+        "{open}"
+    );
+    assert!(
+        open.contains("{&quot;n&quot;: 1}") || open.contains("{\"n\": 1}"),
+        "{open}"
+    );
+    browser
+        .get(&format!("{jobs}/nightly?run=9"))
+        .await
+        .expect(404, "no run 9");
+    // curl: the latest result and the runs.
+    let text = f
+        .get(&format!("{jobs}/nightly"), Some(&f.token), None)
+        .await
+        .expect(200, "text");
+    assert!(text.body.contains("result: {\"got\":2"), "{}", text.body);
+    let runs: Vec<&str> = text
+        .body
+        .lines()
+        .filter(|l| l.contains("  Succeeded  20"))
+        .collect();
+    assert!(
+        runs.len() == 2 && runs[0].starts_with("2  ") && runs[1].starts_with("1  "),
+        "{}",
+        text.body
+    );
+    assert!(runs[1].contains("{\"got\":1"), "{}", text.body);
+    let text = f
+        .get(&format!("{jobs}/nightly?run=1"), Some(&f.token), None)
+        .await
+        .expect(200, "one run as text");
+    assert!(text.body.contains("printed <b>line</b> 1"), "{}", text.body);
     let bad = browser
         .post(
             RUN_JOB,

@@ -296,7 +296,8 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         .await;
     }
 
-    // FunctionJob: run 1 → Job → Succeeded with the log's last line; run 2 replaces it.
+    // FunctionJob: run 1 → Job → Succeeded with the log's last line; run 2 takes over,
+    // run 1 stays in the run history the API serves from the status.
     let (status, body) = alice
         .post(
             "jobs",
@@ -335,6 +336,20 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
             .then_some(())
     })
     .await;
+    let runs = eventually(&operator, "run 2 in the history", || {
+        let job = cluster.get(FUNCTIONS, "functionjobs", &ns, "once")?;
+        (job["status"]["runs"].as_array()?.len() == 2).then_some(job)
+    })
+    .await;
+    assert_eq!(runs["status"]["runs"][1]["message"], "{\"n\": 1}");
+    let (status, run1_record) = alice.get("jobs/once/runs/1").await;
+    assert_eq!(status, StatusCode::OK, "{run1_record}");
+    assert!(
+        run1_record["log_tail"]
+            .as_str()
+            .is_some_and(|t| t.contains("handler started")),
+        "{run1_record}"
+    );
 
     // A Service runs always on.
     alice

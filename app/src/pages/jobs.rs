@@ -1,16 +1,19 @@
 //! `/funcs/<ns>/jobs` and `/funcs/<ns>/jobs/<name>`: jobs (they run once per `run_id`),
-//! with their phase, last run, result and log tail, and "Run again".
+//! with their phase, last run, result and log tail, the runs they keep (`?run=N` opens
+//! one), and "Run again".
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use sless_api::{JobPhase, JobResponse};
+use sless_api::text::first_line_cut;
+use sless_api::{JobPhase, JobResponse, JobRunResponse, human_duration_ms};
 
 use super::layout::{CsrfField, PageContext, document};
 use super::parts::{KindBadge, Time};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use crate::actions::RunJob;
+use crate::console::JobPage;
 use crate::highlight::render_json_text;
 use crate::listing::url_encode;
 use crate::routes::job_href;
@@ -26,6 +29,64 @@ fn MaybeTime(at: Option<String>) -> impl IntoView {
     match at {
         Some(at) => view! { <Time at=at/> }.into_any(),
         None => view! { <span class="muted">"–"</span> }.into_any(),
+    }
+}
+
+/// A result longer than this is cut in the runs table.
+const RESULT_CHARS: usize = 80;
+
+fn duration(ms: Option<u64>) -> String {
+    ms.map_or_else(|| "–".into(), human_duration_ms)
+}
+
+/// The result as highlighted JSON, or as it is.
+fn result_view(message: &str, id: &str) -> AnyView {
+    match render_json_text("result", message) {
+        Some(file) => {
+            let file = Arc::new(file);
+            view! { <SourceFile file=file id=id.to_string()/> }.into_any()
+        }
+        None => view! { <pre class="output job-message">{message.to_string()}</pre> }.into_any(),
+    }
+}
+
+#[component]
+fn RunRow(run: JobRunResponse, href: String) -> impl IntoView {
+    let result = first_line_cut(run.message.as_deref().unwrap_or_default(), RESULT_CHARS);
+    view! {
+        <tr id=format!("run-{}", run.run_id)>
+            <td class="num"><a href=href>{run.run_id.to_string()}</a></td>
+            <td><JobPhaseBadge phase=run.phase/></td>
+            <td><MaybeTime at=run.start_time.clone()/></td>
+            <td class="num">{duration(run.duration_ms)}</td>
+            <td><code>{result}</code></td>
+        </tr>
+    }
+}
+
+/// The run opened with `?run=N`: its event, result and log tail.
+#[component]
+fn OpenRun(run: JobRunResponse) -> impl IntoView {
+    let result = run
+        .message
+        .as_deref()
+        .map(|message| result_view(message, "run-result"));
+    let log = run.log_tail.clone().map_or_else(
+        || view! { <p class="muted">"No output."</p> }.into_any(),
+        |tail| view! { <pre class="logs">{tail}</pre> }.into_any(),
+    );
+    view! {
+        <section class="panel" id="open-run">
+            <h2>"Run " {run.run_id.to_string()} " " <JobPhaseBadge phase=run.phase/></h2>
+            <dl class="meta">
+                <dt>"Request id"</dt><dd><code>{run.request_id.clone().unwrap_or_default()}</code></dd>
+                <dt>"Started"</dt><dd><MaybeTime at=run.start_time.clone()/></dd>
+                <dt>"Duration"</dt><dd>{duration(run.duration_ms)}</dd>
+                <dt>"Event"</dt><dd><code>{run.event_json.clone()}</code></dd>
+            </dl>
+            <h3>"Result"</h3>{result}
+            <h3>"Log tail"</h3>{log}
+        </section>
     }
 }
 
@@ -85,23 +146,38 @@ pub async fn render_jobs(namespace: &str, jobs: &[JobResponse], ctx: &PageContex
     doc.into_html().await
 }
 
-pub async fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -> PageBody {
+pub async fn render_job(namespace: &str, page: &JobPage, ctx: &PageContext) -> PageBody {
+    let job = &page.job;
     // Actions (ServerAction) live in a reactive owner, even on the server.
     let (doc, splicer) = Owner::new().with(|| {
         let splicer = Splicer::provide(&ctx.nonce);
         let result = job
             .message
             .as_deref()
-            .map(|message| match render_json_text("result", message) {
-                Some(file) => {
-                    let file = Arc::new(file);
-                    view! { <SourceFile file=file id="job-result".to_string()/> }.into_any()
-                }
-                None => {
-                    view! { <pre class="output job-message">{message.to_string()}</pre> }
-                        .into_any()
-                }
-            });
+            .map(|message| result_view(message, "job-result"));
+        let runs = if page.runs.is_empty() {
+            view! { <p class="muted">"No runs yet."</p> }.into_any()
+        } else {
+            let base = job_href(namespace, &job.name);
+            let rows: Vec<_> = page
+                .runs
+                .iter()
+                .map(|r| {
+                    let href = format!("{base}?run={}#open-run", r.run_id);
+                    view! { <RunRow run=r.clone() href=href/> }
+                })
+                .collect();
+            view! {
+                <div class="table-wrap">
+                    <table class="runs">
+                        <thead><tr><th>"Run"</th><th>"Phase"</th><th>"Started"</th><th>"Duration"</th><th>"Result"</th></tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                </div>
+            }
+            .into_any()
+        };
+        let open = page.run.clone().map(|run| view! { <OpenRun run=run/> });
         let log = job.log_tail.clone().map_or_else(
             || view! { <p class="muted">"No output yet."</p> }.into_any(),
             |tail| view! { <pre class="logs">{tail}</pre> }.into_any(),
@@ -136,11 +212,46 @@ pub async fn render_job(namespace: &str, job: &JobResponse, ctx: &PageContext) -
             </dl>
             <section class="panel" id="result"><h2>"Result"</h2>{result}</section>
             <section class="panel" id="job-log"><h2>"Log tail"</h2>{log}</section>
+            <section class="panel" id="runs"><h2>"Runs"</h2>{runs}</section>
+            {open}
             <section class="panel" id="run"><h2>"Run again"</h2>{form}</section>
         };
         (document(format!("{} · job · sless", job.name), ctx, view), splicer)
     });
     splicer.finish(doc.into_html().await)
+}
+
+/// One job as text for curl: its line, its latest result, its runs (newest first) and
+/// the run opened with `?run=N` with its log tail.
+pub fn job_text(page: &JobPage) -> String {
+    let job = &page.job;
+    let mut out = jobs_text(std::slice::from_ref(job));
+    let result = job.message.as_deref().unwrap_or("-");
+    out.push_str(&format!(
+        "\nresult: {result}\n\nRUN  PHASE  STARTED  DURATION  RESULT\n"
+    ));
+    for r in &page.runs {
+        out.push_str(&format!(
+            "{}  {}  {}  {}  {}\n",
+            r.run_id,
+            r.phase,
+            r.start_time.as_deref().unwrap_or("-"),
+            r.duration_ms.map_or_else(|| "-".into(), human_duration_ms),
+            first_line_cut(r.message.as_deref().unwrap_or("-"), RESULT_CHARS)
+        ));
+    }
+    if let Some(run) = &page.run {
+        out.push_str(&format!(
+            "\nrun {} ({}), request id {}\nevent: {}\nresult: {}\nlog tail:\n{}\n",
+            run.run_id,
+            run.phase,
+            run.request_id.as_deref().unwrap_or("-"),
+            run.event_json,
+            run.message.as_deref().unwrap_or("-"),
+            run.log_tail.as_deref().unwrap_or_default()
+        ));
+    }
+    out
 }
 
 /// The jobs as text for curl: one line each.

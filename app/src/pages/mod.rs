@@ -13,7 +13,7 @@ mod source;
 mod splice;
 
 pub use function::{FunctionPage, render_function};
-pub use jobs::{jobs_text, render_job, render_jobs};
+pub use jobs::{job_text, jobs_text, render_job, render_jobs};
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};
 pub use list::{ListPage, render_list};
 pub use login::{LoginPage, render_login};

@@ -23,4 +23,4 @@ pub use naming::namespace_for_sub;
 pub use request_id::{MAX_REQUEST_ID_LEN, is_valid_request_id, split_call_tag};
 pub use runtime::{Runtime, RuntimeDescriptor};
 pub use types::*;
-pub use units::human_bytes;
+pub use units::{human_bytes, human_duration_ms};

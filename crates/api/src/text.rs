@@ -15,9 +15,25 @@ pub fn last_lines(text: &str, count: usize) -> Vec<&str> {
     lines[lines.len().saturating_sub(count)..].to_vec()
 }
 
+/// The first line with text, cut to `max_chars` (marked `...`): a result in a table.
+pub fn first_line_cut(text: &str, max_chars: usize) -> String {
+    let line = first_line(text);
+    let mut cut: String = line.chars().take(max_chars).collect();
+    if cut.len() < line.len() {
+        cut.push_str("...");
+    }
+    cut
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_line_cut_marks_the_cut() {
+        assert_eq!(first_line_cut("abcdef\nmore", 3), "abc...");
+        assert_eq!(first_line_cut("abc", 3), "abc");
+    }
 
     #[test]
     fn lines_with_text() {

@@ -289,8 +289,31 @@ pub struct JobResponse {
     pub start_time: Option<String>,
     pub completion_time: Option<String>,
     pub log_tail: Option<String>,
+    /// The current run's id, its event's `_request_id`.
+    #[serde(default)]
+    pub request_id: Option<String>,
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
     pub resource_version: String,
     pub created_at: String,
+}
+
+/// One run of a job from its history: `GET .../jobs/{name}/runs` (newest first, without
+/// log tails) and `GET .../jobs/{name}/runs/{run_id}`. `event_json` and `message` are
+/// cut to 2 KiB, `log_tail` to 4 KiB.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRunResponse {
+    pub run_id: i64,
+    pub request_id: Option<String>,
+    pub event_json: String,
+    pub phase: JobPhase,
+    /// The result (JSON) or why the run failed.
+    pub message: Option<String>,
+    pub start_time: Option<String>,
+    pub completion_time: Option<String>,
+    pub duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

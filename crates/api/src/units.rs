@@ -17,9 +17,25 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// A run's duration for people: "850 ms", "12.3 s", "4 min 5 s".
+pub fn human_duration_ms(ms: u64) -> String {
+    match ms {
+        ms if ms < 1000 => format!("{ms} ms"),
+        ms if ms < 60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        ms => format!("{} min {} s", ms / 60_000, ms % 60_000 / 1000),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_duration_ms(850), "850 ms");
+        assert_eq!(human_duration_ms(12_345), "12.3 s");
+        assert_eq!(human_duration_ms(245_000), "4 min 5 s");
+    }
 
     #[test]
     fn sizes_read_naturally() {

@@ -456,6 +456,17 @@ impl Client {
             .await
     }
 
+    /// The job's kept runs, newest first (at most `tail`), without log tails.
+    pub async fn job_runs(&self, name: &str, tail: Option<usize>) -> Result<Vec<JobRunResponse>> {
+        let query = tail.map(|t| format!("?tail={t}")).unwrap_or_default();
+        self.get(&format!("jobs/{name}/runs{query}")).await
+    }
+
+    /// One run with its log tail.
+    pub async fn job_run(&self, name: &str, run_id: i64) -> Result<JobRunResponse> {
+        self.get(&format!("jobs/{name}/runs/{run_id}")).await
+    }
+
     /// Polls until the platform has acted on a trigger's `enabled` (its function started
     /// or stopped), so the next call sees the new state.
     pub async fn wait_for_trigger(

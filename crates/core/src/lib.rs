@@ -10,6 +10,7 @@ pub mod logs;
 pub mod metrics;
 pub mod model;
 pub mod quota;
+pub mod request_id;
 pub mod review;
 pub mod routes;
 pub mod s3;

@@ -99,6 +99,19 @@ pub fn last_bytes(text: &str, max: usize) -> String {
     format!("...\n{cut}")
 }
 
+/// The first `max` bytes of a text for a record, cut at a character boundary and
+/// marked with `...` when something was left out.
+pub fn first_bytes(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
 /// Lines longer than this are cut (the mark included): one runaway print must not eat
 /// the ring, nor memory while it is read.
 pub const MAX_LINE_BYTES: usize = 16 * 1024;
@@ -309,6 +322,13 @@ impl WorkloadLogs for LogBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_bytes_end_at_a_character() {
+        assert_eq!(first_bytes("short", 10), "short");
+        assert_eq!(first_bytes("abcdef", 3), "abc...");
+        assert_eq!(first_bytes("aé", 2), "a...");
+    }
 
     #[test]
     fn last_bytes_start_at_a_line() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::AsyncRead;
 use tokio::process::Command;
@@ -18,8 +18,8 @@ use crate::process::die_with_parent;
 use crate::sandbox::Confinement;
 use sless_core::logs::last_bytes;
 use sless_core::model::{
-    DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, Function, FunctionJob, JobPhase, Kind,
-    Phase, Runtime, now,
+    DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, Function, FunctionJob,
+    FunctionJobStatus, JOB_LOG_TAIL_BYTES, JobPhase, Kind, Phase, Runtime, now, run_event,
 };
 use sless_core::store::{StoreError, StoreExt, modify_status};
 use sless_core::upload::version_of;
@@ -27,8 +27,6 @@ use sless_core::workload::no_code;
 
 /// While a job waits for its function's build, it looks again this often.
 const RECHECK: Duration = Duration::from_secs(1);
-/// Output kept for `log_tail`.
-const LOG_TAIL_BYTES: usize = 4096;
 /// Output read from a job at most; the rest is dropped.
 const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 
@@ -240,7 +238,7 @@ async fn reconcile(
     };
 
     let started = now();
-    write(shared, ns, name, run_id, |s| {
+    let running = write(shared, ns, name, run_id, |s| {
         s.phase = JobPhase::Running;
         s.job_name = Some(format!("{name}-{run_id}"));
         s.start_time = Some(started.clone());
@@ -249,12 +247,18 @@ async fn reconcile(
         s.log_tail = None;
     })
     .await?;
-    let event = spec.event_json.clone();
+    let Some(request_id) = running.and_then(|s| s.request_id) else {
+        // A newer run took over meanwhile, or the job is gone.
+        return Ok(Next::Recheck);
+    };
+    let event = run_event(&spec.event_json, &request_id);
     let timeout = (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()));
     let task_shared = shared.clone();
     let (task_ns, task_name) = (ns.to_string(), name.to_string());
     let task = tokio::spawn(async move {
+        let clock = Instant::now();
         let outcome = execute(&task_shared, &task_ns, &task_name, &plan, &event, timeout).await;
+        let took = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
         let result = write(&task_shared, &task_ns, &task_name, run_id, |s| {
             s.phase = if outcome.succeeded {
                 JobPhase::Succeeded
@@ -264,6 +268,7 @@ async fn reconcile(
             s.message = Some(outcome.message.clone());
             s.log_tail = Some(outcome.log_tail.clone());
             s.completion_time = Some(now());
+            s.duration_ms = Some(took);
         })
         .await;
         if let Err(e) = result {
@@ -485,41 +490,49 @@ fn log_tail(output: &Output) -> String {
         .iter()
         .map(|(_, line)| format!("{line}\n"))
         .collect();
-    last_bytes(&text, LOG_TAIL_BYTES)
+    last_bytes(&text, JOB_LOG_TAIL_BYTES)
 }
 
-/// Writes the status of run `run_id` (unless a newer run took over) when it changes.
+/// Writes the status of run `run_id` (unless a newer run took over) when it changes,
+/// recording the run in the job's history. Returns the run's status, `None` when the
+/// job is gone or runs another run.
 async fn write(
     shared: &Shared,
     ns: &str,
     name: &str,
     run_id: i64,
-    change: impl Fn(&mut sless_core::model::FunctionJobStatus) + Send,
-) -> Result<(), StoreError> {
+    change: impl Fn(&mut FunctionJobStatus) + Send,
+) -> Result<Option<FunctionJobStatus>, StoreError> {
     let Some(job) = shared.store.get_typed::<FunctionJob>(ns, name).await? else {
-        return Ok(());
+        return Ok(None);
     };
     if job.spec.run_id != run_id {
-        return Ok(());
+        return Ok(None);
     }
-    let mut wanted = job.status.clone();
-    if wanted.observed_run_id != Some(run_id) {
-        wanted = Default::default();
-        wanted.observed_run_id = Some(run_id);
+    let mut next = job.status.clone();
+    if next.observed_run_id != Some(run_id) {
+        next = FunctionJobStatus {
+            observed_run_id: Some(run_id),
+            ..Default::default()
+        };
     }
-    change(&mut wanted);
+    change(&mut next);
+    let wanted = job
+        .status
+        .advance(next, &job.spec.event_json, shared.config.job_runs_kept);
     if wanted == job.status {
-        return Ok(());
+        return Ok(Some(wanted));
     }
-    match modify_status::<FunctionJob, _>(&*shared.store, ns, name, |o| {
+    let written = modify_status::<FunctionJob, _>(&*shared.store, ns, name, |o| {
         if o.spec.run_id == run_id {
             o.status = wanted.clone();
         }
     })
-    .await
-    {
-        Err(StoreError::NotFound { .. }) => Ok(()),
-        other => other.map(|_| ()),
+    .await;
+    match written {
+        Ok(o) if o.spec.run_id == run_id => Ok(Some(o.status)),
+        Ok(_) | Err(StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -536,4 +549,5 @@ async fn fail(
         s.completion_time = Some(now());
     })
     .await
+    .map(|_| ())
 }

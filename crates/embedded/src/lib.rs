@@ -74,6 +74,8 @@ pub struct RunnerConfig {
     /// MiB of `memory_mb` one namespace's running instances and job runs may add up to;
     /// past it an instance does not start and its status says why.
     pub max_running_memory_mb: u64,
+    /// Runs each job keeps in its history (`--job-runs-kept`).
+    pub job_runs_kept: usize,
 }
 
 impl RunnerConfig {
@@ -92,6 +94,7 @@ impl RunnerConfig {
             max_pids: DEFAULT_MAX_PIDS,
             standby_pool: 4,
             max_running_memory_mb: sless_core::quota::DEFAULT_MAX_RUNNING_MEMORY_MB,
+            job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
         }
     }
 }

@@ -25,14 +25,11 @@ use crate::store::is_already_exists;
 use sless_core::logs::last_bytes;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB,
-    DEFAULT_MEMORY_MB, Function, FunctionJob, FunctionJobStatus, JobPhase, Kind, Phase,
-    build_namespace, deploy_namespace, now, workload_image,
+    DEFAULT_MEMORY_MB, Function, FunctionJob, FunctionJobStatus, JOB_LOG_TAIL_BYTES, JobPhase,
+    Kind, Phase, build_namespace, deploy_namespace, now, run_event, workload_image,
 };
 use sless_core::upload::version_of;
 use sless_core::workload::no_code;
-
-/// Output kept in `logTail`.
-const LOG_TAIL_BYTES: usize = 4096;
 
 pub async fn reconcile_job(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action> {
     let namespace = namespace_of(&*job)?;
@@ -94,6 +91,9 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     let spec = &job.spec;
     let run_id = spec.run_id;
     let current = job.status.clone().unwrap_or_default();
+    // Every status written carries the run history over and records the run in it.
+    let advance =
+        |next: FunctionJobStatus| current.advance(next, &spec.event_json, ctx.config.job_runs_kept);
     let deploy_ns = deploy_namespace(&namespace);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &deploy_ns);
     let runs = selector(&component_labels(
@@ -105,18 +105,18 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
 
     if run_id == 0 {
         delete_labelled(&jobs, &runs, None).await?;
-        let status = FunctionJobStatus {
+        let status = advance(FunctionJobStatus {
             phase: JobPhase::Skipped,
             observed_run_id: Some(0),
             message: Some("run_id is 0: raise it to run the job".into()),
             ..FunctionJobStatus::default()
-        };
+        });
         if status != current {
             write_status(&api, job, &status).await?;
         }
         return Ok(Action::await_change());
     }
-    // Each run replaces the previous run's record.
+    // A new run starts from a blank status; `advance` carries the history over.
     let mut status = if current.observed_run_id == Some(run_id) {
         current.clone()
     } else {
@@ -161,16 +161,17 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         };
         if !poll {
             status.completion_time = Some(now());
-            status.log_tail = Some(last_bytes(&log, LOG_TAIL_BYTES));
-            if status != current {
-                let failed = status.phase == JobPhase::Failed;
-                let reason = if failed { "RunFailed" } else { "RunSucceeded" };
-                let note = format!(
-                    "run {run_id}: {}",
-                    status.message.as_deref().unwrap_or_default()
-                );
-                ctx.event(job, failed, reason, &note).await;
-            }
+            status.log_tail = Some(last_bytes(&log, JOB_LOG_TAIL_BYTES));
+        }
+        let status = advance(status);
+        if !poll && status != current {
+            let failed = status.phase == JobPhase::Failed;
+            let reason = if failed { "RunFailed" } else { "RunSucceeded" };
+            let note = format!(
+                "run {run_id}: {}",
+                status.message.as_deref().unwrap_or_default()
+            );
+            ctx.event(job, failed, reason, &note).await;
         }
         if status != current {
             write_status(&api, job, &status).await?;
@@ -187,31 +188,53 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             "the Job {job_name} disappeared before it finished; raise run_id to run it again"
         ));
         status.completion_time = Some(now());
-        write_status(&api, job, &status).await?;
+        write_status(&api, job, &advance(status)).await?;
         return Ok(Action::await_change());
     }
 
-    let plan = match plan(job, &namespace, ctx).await? {
-        Planned::Ready(plan) => plan,
-        Planned::Wait(waiting) | Planned::Idle(waiting) if waiting == current => {
-            return Ok(Action::requeue(ctx.config.poll_interval));
-        }
-        Planned::Wait(waiting) => {
-            write_status(&api, job, &waiting).await?;
-            return Ok(Action::requeue(ctx.config.poll_interval));
-        }
-        Planned::Idle(idle) => {
-            write_status(&api, job, &idle).await?;
-            return Ok(Action::await_change());
-        }
+    let (waiting, action) = match plan(job, &namespace, ctx).await? {
+        Planned::Ready(plan) => return start_run(job, ctx, plan, advance).await,
+        Planned::Wait(waiting) => (waiting, Action::requeue(ctx.config.poll_interval)),
+        Planned::Idle(idle) => (idle, Action::await_change()),
         Planned::Fail(message) => {
             status.phase = JobPhase::Failed;
             status.message = Some(message);
             status.completion_time = Some(now());
-            write_status(&api, job, &status).await?;
-            return Ok(Action::await_change());
+            (status, Action::await_change())
         }
     };
+    let waiting = advance(waiting);
+    if waiting != current {
+        write_status(&api, job, &waiting).await?;
+    }
+    Ok(action)
+}
+
+/// Creates the Job of the run `plan` describes and records it as Running.
+async fn start_run(
+    job: &FunctionJob,
+    ctx: &Context,
+    plan: Plan,
+    advance: impl Fn(FunctionJobStatus) -> FunctionJobStatus,
+) -> Result<Action> {
+    let namespace = namespace_of(job)?;
+    let name = job.name_any();
+    let api: Api<FunctionJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let spec = &job.spec;
+    let run_id = spec.run_id;
+    let job_name = run_job_name(&name, run_id);
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &deploy_namespace(&namespace));
+    let status = advance(FunctionJobStatus {
+        phase: JobPhase::Running,
+        observed_run_id: Some(run_id),
+        job_name: Some(job_name.clone()),
+        start_time: Some(now()),
+        ..FunctionJobStatus::default()
+    });
+    let event_json = run_event(
+        &spec.event_json,
+        status.request_id.as_deref().unwrap_or_default(),
+    );
     let manifest = manifests::run_job(
         &RunJob {
             namespace: &namespace,
@@ -220,7 +243,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             image: &plan.image,
             entrypoint: &plan.entrypoint,
             env: &plan.env,
-            event_json: &spec.event_json,
+            event_json: &event_json,
             timeout_sec: spec.timeout_sec,
             memory_mb: plan.memory_mb,
             cpu_millis: plan.cpu_millis,
@@ -229,7 +252,8 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         },
         &ctx.config,
     );
-    ctx.prepare_deploy_namespace(&namespace, &deploy_ns).await?;
+    ctx.prepare_deploy_namespace(&namespace, &deploy_namespace(&namespace))
+        .await?;
     match jobs.create(&PostParams::default(), &manifest).await {
         Ok(_) => {
             tracing::info!(%namespace, %name, run_id, job = %job_name, "job run started");
@@ -239,13 +263,6 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         Err(e) if is_already_exists(&e) => {}
         Err(e) => return Err(e.into()),
     }
-    let status = FunctionJobStatus {
-        phase: JobPhase::Running,
-        observed_run_id: Some(run_id),
-        job_name: Some(job_name),
-        start_time: Some(now()),
-        ..FunctionJobStatus::default()
-    };
     write_status(&api, job, &status).await?;
     Ok(Action::requeue(ctx.config.poll_interval))
 }

@@ -1,14 +1,15 @@
 //! `sless job run NAME --function F --event JSON`: run a function once with an event and
-//! print its result.
+//! print its result; `sless job runs NAME`: the runs the job keeps.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse};
+use sless_api::text::first_line_cut;
+use sless_api::{JobPatch, JobPhase, JobRequest, JobResponse, JobRunResponse, human_duration_ms};
 use sless_client::client::{Kind, RunWait};
 
-use super::{Connection, POLL_INTERVAL, is_not_found};
+use super::{Connection, POLL_INTERVAL, is_not_found, table};
 
 #[derive(Args)]
 pub struct JobArgs {
@@ -20,7 +21,23 @@ pub struct JobArgs {
 pub enum JobAction {
     /// Create the job (or bump its run_id), wait for it and print its result.
     Run(RunArgs),
+    /// List the job's kept runs, newest first.
+    Runs(RunsArgs),
 }
+
+#[derive(Args)]
+pub struct RunsArgs {
+    /// The job's name.
+    pub name: String,
+    /// Only the newest N runs.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// A result longer than this is cut in the table.
+const RESULT_CHARS: usize = 60;
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -43,7 +60,36 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: JobArgs) -> anyhow::Result<()> {
-    let JobAction::Run(args) = args.action;
+    match args.action {
+        JobAction::Run(args) => run_job(args).await,
+        JobAction::Runs(args) => {
+            let client = args.connection.client()?;
+            let runs = client.job_runs(&args.name, args.tail).await?;
+            print!("{}", runs_table(&runs));
+            Ok(())
+        }
+    }
+}
+
+/// RUN, PHASE, STARTED, DURATION and the result's first line.
+fn runs_table(runs: &[JobRunResponse]) -> String {
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|run| {
+            vec![
+                run.run_id.to_string(),
+                run.phase.to_string(),
+                run.start_time.clone().unwrap_or_else(|| "-".into()),
+                run.duration_ms
+                    .map_or_else(|| "-".into(), human_duration_ms),
+                first_line_cut(run.message.as_deref().unwrap_or_default(), RESULT_CHARS),
+            ]
+        })
+        .collect();
+    table(&["RUN", "PHASE", "STARTED", "DURATION", "RESULT"], &rows)
+}
+
+async fn run_job(args: RunArgs) -> anyhow::Result<()> {
     let client = args.connection.client()?;
     let name = args.name.as_str();
     let event = match args.event.strip_prefix('@') {
@@ -173,5 +219,34 @@ async fn wait(
             job.phase,
             job.message.map(|m| format!(" ({m})")).unwrap_or_default()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_table_cuts_results_to_a_line() {
+        let run = |run_id, message: &str, duration_ms| JobRunResponse {
+            run_id,
+            request_id: None,
+            event_json: "{}".into(),
+            phase: JobPhase::Succeeded,
+            message: Some(message.into()),
+            start_time: Some("2026-01-01T00:00:00Z".into()),
+            completion_time: None,
+            duration_ms,
+            log_tail: None,
+        };
+        let text = runs_table(&[
+            run(2, &format!("{}\nsecond line", "x".repeat(80)), Some(1500)),
+            run(1, "{\"ok\": true}", None),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("RUN  PHASE"), "{text}");
+        assert!(lines[1].starts_with("2    Succeeded  2026-01-01T00:00:00Z  1.5 s"));
+        assert!(lines[1].ends_with(&format!("{}...", "x".repeat(60))));
+        assert!(lines[2].ends_with("-         {\"ok\": true}"), "{text}");
     }
 }

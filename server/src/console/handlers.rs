@@ -413,24 +413,41 @@ pub async fn jobs(
     Ok(Html(app::pages::render_jobs(&view.namespace, &jobs, &ctx).await).into_response())
 }
 
-/// `/funcs/<ns>/jobs/<name>`: one job with its result, log tail and "Run again".
+#[derive(Deserialize)]
+pub struct JobQuery {
+    format: Option<String>,
+    /// A run to open, with its log tail.
+    run: Option<i64>,
+}
+
+impl AsksFormat for JobQuery {
+    fn format(&self) -> Option<&str> {
+        self.format.as_deref()
+    }
+}
+
+/// `/funcs/<ns>/jobs/<name>[?run=N]`: one job with its result, log tail, runs and
+/// "Run again".
 pub async fn job(
     State(state): Shared,
     Path((_, name)): Path<(String, String)>,
-    view: NamespaceView<FormatQuery>,
+    view: NamespaceView<JobQuery>,
 ) -> Result<Response, ConsoleError> {
     check_name("name", &name)?;
-    let job = state.console.job(&view.client, &name).await?;
+    let page = state
+        .console
+        .job(&view.client, &name, view.query.run)
+        .await?;
     if view.format != Format::Html {
         return Ok(data_response(
             view.format,
-            || app::pages::jobs_text(std::slice::from_ref(&job)),
-            || serde_json::to_string_pretty(&job).unwrap_or_default(),
+            || app::pages::job_text(&page),
+            || serde_json::to_string_pretty(&page.job).unwrap_or_default(),
         ));
     }
     let ctx = page_context(&view.caller, &view.nonce).await?;
     Ok(html_response(
-        app::pages::render_job(&view.namespace, &job, &ctx).await,
+        app::pages::render_job(&view.namespace, &page, &ctx).await,
     ))
 }
 

@@ -353,4 +353,13 @@ pub struct FunctionJobStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_tail: Option<String>,
+    /// The run's id, given to its handler as the event's `_request_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// How long the run took, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Every run kept, this one included, newest first (see [`FunctionJobStatus::advance`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<super::JobRun>,
 }

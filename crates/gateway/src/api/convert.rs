@@ -173,7 +173,24 @@ pub fn job_response(object: &Object<FunctionJob>) -> JobResponse {
         start_time: status.start_time.clone(),
         completion_time: status.completion_time.clone(),
         log_tail: status.log_tail.clone(),
+        request_id: status.request_id.clone(),
+        duration_ms: status.duration_ms,
         resource_version: object.meta.resource_version.clone(),
         created_at: object.meta.created_at.clone(),
+    }
+}
+
+/// A run from a job's history; its log tail only when asked for (one run, not a list).
+pub fn job_run_response(run: &JobRun, with_log: bool) -> JobRunResponse {
+    JobRunResponse {
+        run_id: run.run_id,
+        request_id: run.request_id.clone(),
+        event_json: run.event_json.clone(),
+        phase: run.phase,
+        message: run.message.clone(),
+        start_time: run.start_time.clone(),
+        completion_time: run.completion_time.clone(),
+        duration_ms: run.duration_ms,
+        log_tail: run.log_tail.clone().filter(|_| with_log),
     }
 }

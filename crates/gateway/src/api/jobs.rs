@@ -6,10 +6,10 @@ use axum::extract::{Multipart, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 
 use super::code::{delete_code, read_code_field, store_code, stored_zip};
-use super::convert::{job_response, job_spec};
-use super::extract::{ApiJson, Authorized};
+use super::convert::{job_response, job_run_response, job_spec};
+use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::{ApiError, AppState, load, not_found};
-use sless_api::{JobPatch, JobRequest, JobResponse};
+use sless_api::{JobPatch, JobRequest, JobResponse, JobRunResponse};
 use sless_core::model::{
     FunctionJob, FunctionJobSpec, Kind, ValidationError, validate_event_json, validate_name,
 };
@@ -34,6 +34,49 @@ pub async fn get(
 ) -> Result<Json<JobResponse>, ApiError> {
     let object = load::<FunctionJob>(&state, &auth.namespace, &name).await?;
     Ok(Json(job_response(&object)))
+}
+
+#[derive(serde::Deserialize)]
+pub struct RunsQuery {
+    /// How many of the newest runs.
+    tail: Option<usize>,
+}
+
+/// The runs the job's history keeps, newest first, without their log tails.
+pub async fn runs(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<RunsQuery>,
+) -> Result<Json<Vec<JobRunResponse>>, ApiError> {
+    let object = load::<FunctionJob>(&state, &auth.namespace, &name).await?;
+    let runs = object
+        .status
+        .runs
+        .iter()
+        .take(query.tail.unwrap_or(usize::MAX));
+    Ok(Json(runs.map(|r| job_run_response(r, false)).collect()))
+}
+
+/// One run with its log tail.
+pub async fn run(
+    State(state): State<Arc<AppState>>,
+    auth: Authorized,
+    Path((_, name, run_id)): Path<(String, String, String)>,
+) -> Result<Json<JobRunResponse>, ApiError> {
+    let object = load::<FunctionJob>(&state, &auth.namespace, &name).await?;
+    run_id
+        .parse()
+        .ok()
+        .and_then(|id| object.status.run(id))
+        .map(|r| Json(job_run_response(r, true)))
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "job {name:?} has no run {run_id:?}: its history keeps the last {} runs \
+                 (GET .../jobs/{name}/runs lists them)",
+                object.status.runs.len()
+            ))
+        })
 }
 
 pub async fn create(

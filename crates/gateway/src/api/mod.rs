@@ -155,6 +155,11 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .patch(jobs::patch)
                 .delete(jobs::delete),
         )
+        .route("/v1/namespaces/{ns}/jobs/{name}/runs", get(jobs::runs))
+        .route(
+            "/v1/namespaces/{ns}/jobs/{name}/runs/{run_id}",
+            get(jobs::run),
+        )
         .merge(uploads)
         .fallback(unknown_route)
         .layer(axum::middleware::from_fn(crate::request_id::layer))

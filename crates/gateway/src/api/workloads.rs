@@ -268,21 +268,22 @@ pub struct LogsQuery {
 const MAX_LOG_SEARCH_BYTES: usize = 256;
 
 impl LogsQuery {
-    fn log_query(self) -> Result<LogQuery, ApiError> {
+    /// The query, or why it is a bad request.
+    fn log_query(self) -> Result<LogQuery, String> {
         if let Some(id) = &self.request_id
             && !sless_api::is_valid_request_id(id)
         {
-            return Err(ApiError::BadRequest(format!(
+            return Err(format!(
                 "request_id: {id:?} is not a request id (1 to {} of A-Z a-z 0-9 . _ -)",
                 sless_api::MAX_REQUEST_ID_LEN
-            )));
+            ));
         }
         if let Some(q) = &self.q
             && q.len() > MAX_LOG_SEARCH_BYTES
         {
-            return Err(ApiError::BadRequest(format!(
+            return Err(format!(
                 "q: a search is at most {MAX_LOG_SEARCH_BYTES} bytes"
-            )));
+            ));
         }
         Ok(LogQuery {
             tail: self.tail.unwrap_or(100).min(10_000),
@@ -302,7 +303,7 @@ pub async fn logs<R: WorkloadResource>(
     stopping: Option<Extension<Stopping>>,
 ) -> Result<Response, ApiError> {
     let follow = query.follow;
-    let query = query.log_query()?;
+    let query = query.log_query().map_err(ApiError::BadRequest)?;
     load::<R>(&state, &auth.namespace, &name).await?;
     if !follow {
         return Ok(Json(state.logs.lines(&auth.namespace, &name, &query)).into_response());
