@@ -348,7 +348,13 @@ impl Console {
         };
         let started = std::time::Instant::now();
         let answer = client
-            .invoke(name, method.clone(), &path, body.map(String::into_bytes))
+            .invoke(
+                name,
+                method.clone(),
+                &path,
+                body.map(String::into_bytes),
+                None,
+            )
             .await
             .map_err(ViewError::from)?;
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -63,7 +63,8 @@ function announceReady() {
 
 const OUTSIDE_CALL = '[-] ';
 const REQUEST_ID_RE = /^[A-Za-z0-9._-]{1,64}$/;
-// An unended line longer than this goes out as it is (sless cuts lines at 16 KiB).
+// An unended line longer than this goes out cut, its rest dropped (sless keeps 16 KiB
+// of a line), so an endless line holds no memory.
 const MAX_PENDING_CHARS = 16384;
 // The tag of the call whose code is running.
 const currentCall = new AsyncLocalStorage();
@@ -77,18 +78,28 @@ function callTag(requestId) {
 function tagCallOutput(stream) {
   const write = stream.write.bind(stream);
   const pending = new Map(); // tag -> the start of a line not ended yet
+  const cut = new Set(); // tags whose current line went out cut: its rest is dropped
   stream.write = (chunk, encoding, callback) => {
     if (typeof encoding === 'function') {
       callback = encoding;
       encoding = undefined;
     }
     const tag = currentCall.getStore() || OUTSIDE_CALL;
-    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString(encoding === 'buffer' || !encoding ? 'utf8' : encoding);
+    let text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString(encoding === 'buffer' || !encoding ? 'utf8' : encoding);
+    if (cut.has(tag)) {
+      const end = text.indexOf('\n');
+      if (end < 0) text = '';
+      else {
+        cut.delete(tag);
+        text = text.slice(end + 1);
+      }
+    }
     const lines = ((pending.get(tag) || '') + text).split('\n');
     let rest = lines.pop();
     pending.delete(tag);
     if (rest.length > MAX_PENDING_CHARS) {
-      lines.push(rest);
+      lines.push(rest.slice(0, MAX_PENDING_CHARS));
+      cut.add(tag);
       rest = '';
     }
     if (rest) pending.set(tag, rest);
@@ -98,6 +109,7 @@ function tagCallOutput(stream) {
   };
   // The call is over: its unended line goes out.
   callLogEnders.push((tag) => {
+    cut.delete(tag);
     const rest = pending.get(tag);
     pending.delete(tag);
     if (rest) write(`${tag}${rest}\n`);

@@ -53,7 +53,7 @@ def error_message(exc):
 
 REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 OUTSIDE_CALL = "[-] "
-# An unended line longer than this goes out as it is (sless cuts lines at 16 KiB).
+# An unended line longer than this goes out cut (sless keeps 16 KiB of a line).
 MAX_PENDING_CHARS = 16384
 
 # The tag of the call running in this thread or task.
@@ -68,19 +68,29 @@ def call_tag(request_id):
 
 class CallTaggedStream:
     """sys.stdout or sys.stderr in HTTP mode: every line goes out whole behind the tag
-    of the call that printed it, even when calls in threads and tasks print at once."""
+    of the call that printed it, even when calls in threads and tasks print at once.
+    A line longer than MAX_PENDING_CHARS goes out cut there, and its rest is dropped
+    (sless keeps 16 KiB of a line), so an endless line holds no memory."""
 
     def __init__(self, stream):
         self.stream = stream
         self.lock = threading.Lock()
         self.pending = {}  # tag -> the start of a line not ended yet
+        self.cut = set()  # tags whose current line went out cut: its rest is dropped
 
     def write(self, text):
         tag = current_call.get()
         with self.lock:
+            if tag in self.cut:
+                end = text.find("\n")
+                if end < 0:
+                    return len(text)
+                self.cut.discard(tag)
+                text = text[end + 1:]
             *lines, rest = (self.pending.pop(tag, "") + text).split("\n")
             if len(rest) > MAX_PENDING_CHARS:
-                lines.append(rest)
+                lines.append(rest[:MAX_PENDING_CHARS])
+                self.cut.add(tag)
                 rest = ""
             if lines:
                 self.stream.write("".join(f"{tag}{line}\n" for line in lines))
@@ -91,6 +101,7 @@ class CallTaggedStream:
     def end_call(self, tag):
         """The call is over: its unended line goes out."""
         with self.lock:
+            self.cut.discard(tag)
             rest = self.pending.pop(tag, "")
             if rest:
                 self.stream.write(f"{tag}{rest}\n")

@@ -282,6 +282,30 @@ fn everyday_developer_loop() {
     user.eventually(&["logs", "py-hello", "--tail", "50"], |run| {
         run.code == 0 && run.stdout.contains("python handler saw cli")
     });
+    // One call's lines, by the id it was made with.
+    user.sless(&[
+        "invoke",
+        "py-hello",
+        "--data",
+        r#"{"name":"tagged"}"#,
+        "--request-id",
+        "cli-call-7",
+    ])
+    .ok("invoke with a request id");
+    let one = user.eventually(&["logs", "py-hello", "--request-id", "cli-call-7"], |run| {
+        run.code == 0 && run.stdout.contains("python handler saw tagged")
+    });
+    assert!(
+        one.stdout
+            .contains("[cli-call-7] python handler saw tagged")
+            && !one.stdout.contains("saw cli"),
+        "{}",
+        one.stdout
+    );
+    let searched = user
+        .sless(&["logs", "py-hello", "-q", "SAW TAGGED"])
+        .ok("logs -q");
+    assert_eq!(searched.stdout.lines().count(), 1, "{}", searched.stdout);
     user.eventually(&["logs", "node-hello"], |run| {
         run.code == 0 && run.stdout.contains("node handler saw file")
     });

@@ -447,6 +447,18 @@ impl Browser<'_> {
         reply
     }
 
+    /// A GET whose answer is read as it comes (a live stream), with the session.
+    async fn open(&self, path: &str) -> reqwest::Response {
+        let cookie = self.cookie.as_ref().expect("logged in");
+        self.fixture
+            .http
+            .get(self.fixture.url(path))
+            .header(header::COOKIE, format!("{SESSION_COOKIE}={cookie}"))
+            .send()
+            .await
+            .expect("the server answers")
+    }
+
     async fn get(&mut self, path: &str) -> Reply {
         let request = self.fixture.http.get(self.fixture.url(path));
         let reply = self.send(request).await;
@@ -1285,6 +1297,17 @@ impl Fixture {
         format!("/funcs/{}/function/{name}", self.ns)
     }
 
+    /// A call through `/fn` with its request id.
+    async fn call_as(&self, name: &str, request_id: &str, body: &str) -> StatusCode {
+        let url = self.url(&format!("/fn/{}/{name}", self.ns));
+        let request = self
+            .http
+            .post(url)
+            .header("x-request-id", request_id)
+            .body(body.to_string());
+        self.send(request).await.status
+    }
+
     /// A call through `/fn`, as any caller.
     async fn call(&self, name: &str, body: &str) -> StatusCode {
         let url = self.url(&format!("/fn/{}/{name}", self.ns));
@@ -1377,6 +1400,98 @@ async fn the_function_page_shows_calls_logs_build_log_and_settings_in_three_form
         "{}",
         list.body
     );
+}
+
+#[tokio::test]
+async fn a_calls_lines_are_a_click_away_and_new_lines_come_live() {
+    let f = echo_fixture().await;
+    assert_eq!(
+        f.call_as("echo", "call-1", r#"{"n": 1}"#).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        f.call_as("echo", "call-2", r#"{"n": 2}"#).await,
+        StatusCode::OK
+    );
+    let path = f.function_path("echo");
+
+    // curl: the calls with their ids, the lines with their call's, one call's lines.
+    let text = f.get(&path, Some(&f.token), None).await.expect(200, "text");
+    assert!(
+        text.body.contains("[call-2] printed <b>line</b> 2"),
+        "{}",
+        text.body
+    );
+    let calls = text.body.lines().filter(|l| l.contains(" http ")).count();
+    assert!(calls >= 2 && text.body.contains("call-1"), "{}", text.body);
+    let only = f
+        .get(&format!("{path}?request_id=call-1"), Some(&f.token), None)
+        .await
+        .expect(200, "one call's lines");
+    assert!(only.body.contains("[call-1] printed"), "{}", only.body);
+    assert!(!only.body.contains("[call-2]"), "{}", only.body);
+
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let page = browser.get(&path).await.expect(200, "the page");
+    let html = &page.body;
+    let link = format!("href=\"{path}?request_id=call-2#logs\"");
+    assert!(html.contains(&link), "each call links to its lines: {html}");
+    let logs = enclosing(html, "id=\"logs\"", "<section", "</section>");
+    assert!(
+        logs.contains(&format!("data-live=\"{path}/logs/live\"")),
+        "{logs}"
+    );
+    assert!(logs.contains("method=\"get\""), "a filter form: {logs}");
+    let filtered = browser
+        .get(&format!("{path}?request_id=call-2&q=LINE"))
+        .await
+        .expect(200, "filtered");
+    let logs = enclosing(&filtered.body, "id=\"logs\"", "<section", "</section>");
+    assert!(logs.contains("line&lt;/b&gt; 2"), "{logs}");
+    assert!(!logs.contains("line&lt;/b&gt; 1"), "{logs}");
+    assert!(
+        logs.contains("value=\"call-2\""),
+        "the form keeps the filter: {logs}"
+    );
+
+    // The live tail: only new lines of the filtered call, within a second or two.
+    let live = browser
+        .open(&format!("{path}/logs/live?request_id=call-3"))
+        .await;
+    assert_eq!(live.status(), StatusCode::OK);
+    assert!(
+        live.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = live.bytes_stream();
+    assert_eq!(
+        f.call_as("echo", "other", r#"{"n": 4}"#).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        f.call_as("echo", "call-3", r#"{"n": 3}"#).await,
+        StatusCode::OK
+    );
+    let mut seen = String::new();
+    while !seen.contains("printed <b>line</b> 3") {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+            .await
+            .expect("a line within 5 s")
+            .expect("the stream stays open")
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("event: line"), "{seen}");
+    assert!(!seen.contains("line</b> 4"), "{seen}");
+    assert!(!seen.contains("line</b> 2"), "only new lines: {seen}");
+
+    // Somebody else's session cannot follow it.
+    f.get(&format!("{path}/logs/live"), None, None)
+        .await
+        .expect(401, "no session");
 }
 
 #[tokio::test]

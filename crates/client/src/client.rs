@@ -127,6 +127,16 @@ pub struct Invocation {
     pub body: bytes::Bytes,
 }
 
+impl Invocation {
+    /// The call's id, under which its record and log lines are kept.
+    pub fn request_id(&self) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("x-request-id"))
+            .map(|(_, value)| value.as_str())
+    }
+}
+
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
@@ -537,13 +547,15 @@ impl Client {
         }
     }
 
-    /// Calls `/fn/{ns}/{name}{path}` (no token: the proxy is public).
+    /// Calls `/fn/{ns}/{name}{path}` (no token: the proxy is public), as the call
+    /// `request_id` when one is given.
     pub async fn invoke(
         &self,
         name: &str,
         method: reqwest::Method,
         path: &str,
         body: Option<Vec<u8>>,
+        request_id: Option<&str>,
     ) -> Result<Invocation> {
         let path = if path.is_empty() || path.starts_with('/') {
             path.to_string()
@@ -552,6 +564,9 @@ impl Client {
         };
         let url = format!("{}/fn/{}/{name}{path}", self.endpoint, self.namespace);
         let mut request = self.http.request(method, &url);
+        if let Some(id) = request_id {
+            request = request.header("x-request-id", id);
+        }
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")

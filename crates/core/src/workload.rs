@@ -163,6 +163,11 @@ mod tests {
     fn any_enabled_trigger_runs_it_only_http_exposes_it() {
         let cron = of(&[("tick", trigger(TriggerType::Cron, "f", true))]);
         assert!(cron.needed && cron.exposed.is_err() && cron.dispatched);
+        let idle = of(&[("web", trigger(TriggerType::Http, "f", false))]);
+        assert!(matches!(
+            idle.ready_route(Kind::Function, Address::Tcp("127.0.0.1:1".into()), None),
+            Route::Unavailable { .. }
+        ));
         let event = of(&[
             ("web", trigger(TriggerType::Http, "f", false)),
             ("queue", trigger(TriggerType::Event, "f", true)),
@@ -175,7 +180,7 @@ mod tests {
         ));
         assert!(matches!(
             cron.ready_route(Kind::Function, address.clone(), None),
-            Route::Unavailable { .. }
+            Route::Hidden { .. }
         ));
         let web = of(&[("web", trigger(TriggerType::Http, "f", true))]);
         assert!(web.needed && web.exposed.is_ok());

@@ -22,6 +22,10 @@ pub struct InvokeArgs {
     /// Path (and query) after /fn/<namespace>/<name>, e.g. /items?limit=5.
     #[arg(long, default_value = "")]
     pub path: String,
+    /// The call's X-Request-Id (1-64 of A-Z a-z 0-9 . _ -); sless makes one otherwise.
+    /// `sless logs NAME --request-id ID` shows what the call printed.
+    #[arg(long)]
+    pub request_id: Option<String>,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -49,7 +53,15 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
         None if body.is_some() => reqwest::Method::POST,
         None => reqwest::Method::GET,
     };
-    let answer = client.invoke(&args.name, method, &args.path, body).await?;
+    let answer = client
+        .invoke(
+            &args.name,
+            method,
+            &args.path,
+            body,
+            args.request_id.as_deref(),
+        )
+        .await?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&answer.body)?;
     if !answer.body.is_empty() && !answer.body.ends_with(b"\n") {
@@ -65,6 +77,11 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| answer.status.to_string());
         let hint = if answer.status == 503 {
             start_hint(&client, &args.name).await
+        } else if let Some(id) = answer.request_id() {
+            format!(
+                "; what it printed: sless logs {} --request-id {id}",
+                args.name
+            )
         } else {
             String::new()
         };
