@@ -189,19 +189,12 @@ impl FunctionView {
     }
 }
 
-/// The lines of a build log that say why it failed: the first few naming an error
-/// (pip's `ERROR: ...`, npm's `npm error ...`), joined; None when no line does.
-pub fn error_lines(log: &str) -> Option<String> {
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|line| line.to_ascii_lowercase().contains("error"))
-        .map(str::trim)
-        .take(ERROR_LINES)
-        .collect();
+/// The error lines of a failure message (sless_api's rule, shared with the runners'
+/// causes), one per line; None when no line names an error.
+pub fn error_lines(message: &str) -> Option<String> {
+    let lines = sless_api::text::error_lines(message);
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
-
-const ERROR_LINES: usize = 3;
 
 fn or_dash(value: Option<&str>) -> &str {
     value.unwrap_or("-")
@@ -369,18 +362,5 @@ mod tests {
             CallSummary::of(CallTotals::default(), vec![], now).p50_ms,
             None
         );
-    }
-
-    #[test]
-    fn the_error_lines_are_the_first_ones_naming_an_error() {
-        let log = "step 1\nERROR: no matching distribution\nstep 2 done\n";
-        assert_eq!(error_lines(log).unwrap(), "ERROR: no matching distribution");
-        let npm =
-            "$ npm install\nnpm error code E\nnpm error parse\nnpm error bad\nnpm error log\n";
-        assert_eq!(
-            error_lines(npm).unwrap(),
-            "npm error code E\nnpm error parse\nnpm error bad"
-        );
-        assert_eq!(error_lines("all good"), None);
     }
 }

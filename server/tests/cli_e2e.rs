@@ -527,8 +527,28 @@ fn errors_a_person_can_act_on() {
             "python3.11",
         ])
         .fails_with("build failure", &["failed to build", "Failed"]);
+    let data_dir = data.display().to_string();
+    let no_server_path = |text: &str| !text.contains(&data_dir) && !text.contains("/usr/");
+    // The one error line is pip's, as `/fn` and describe say it.
     let last = failed.stderr.lines().last().unwrap();
-    assert!(last.contains("\"broken\""), "{last}");
+    assert!(
+        last.contains("\"broken\" failed to build: ERROR: ")
+            && last.contains(
+                "No matching distribution found for sless-no-such-package-for-the-cli-test"
+            )
+            && no_server_path(last),
+        "{last}"
+    );
+    let invoked = user
+        .sless(&["invoke", "broken"])
+        .fails_with("calling a failed build", &["HTTP 503"]);
+    let answer = invoked.stderr.lines().last().unwrap();
+    assert!(
+        answer.contains("failed to build: ERROR: ")
+            && answer.contains("No matching distribution found")
+            && no_server_path(answer),
+        "{answer}"
+    );
     // The log tail names what went wrong.
     let before_last: String = failed
         .stderr
@@ -568,8 +588,29 @@ fn errors_a_person_can_act_on() {
     );
     let last = failed.stderr.lines().last().unwrap();
     assert!(
-        last.contains("\"syntax\" was built but did not start"),
+        last.contains("\"syntax\" was built but did not start")
+            && last.contains("cannot load handler: SyntaxError: ")
+            && no_server_path(last),
         "{last}"
+    );
+    let invoked = user
+        .sless(&["invoke", "syntax"])
+        .fails_with("calling a handler that does not load", &["HTTP 503"]);
+    let answer = invoked.stderr.lines().last().unwrap();
+    assert!(
+        answer.contains("did not start: cannot load handler: SyntaxError: ")
+            && no_server_path(answer),
+        "{answer}"
+    );
+    let described = user.sless(&["describe", "syntax"]);
+    assert!(
+        described.stdout.contains("Failed")
+            && described
+                .stdout
+                .contains("cannot load handler: SyntaxError: ")
+            && no_server_path(&described.stdout),
+        "{}",
+        described.stdout
     );
 }
 

@@ -1883,3 +1883,58 @@ async fn jobs_list_their_runs_and_run_again_shows_the_new_result() {
         .expect(200, "error");
     assert!(page.body.contains("the event is not JSON"), "{}", page.body);
 }
+
+/// The text of the page's first `class="error-line"` paragraph.
+fn error_line(html: &str) -> &str {
+    let start = html
+        .find("class=\"error-line\"")
+        .unwrap_or_else(|| panic!("no error line in {html}"));
+    let text = &html[start..];
+    let text = &text[text.find('>').unwrap() + 1..];
+    &text[..text.find("</p>").unwrap()]
+}
+
+#[tokio::test]
+async fn failures_lead_with_their_cause_on_the_list_and_the_function_page() {
+    let f = Fixture::new();
+    f.function("nopkg", "python3.11").await;
+    f.upload(
+        "nopkg",
+        &[
+            ("handler.py", b"def handle(event):\n    return 1\n"),
+            ("requirements.txt", b"sless-no-such-console-package==1.0\n"),
+        ],
+    )
+    .await;
+    f.function("syntax", "python3.11").await;
+    f.http_trigger("syntax-http", "syntax").await;
+    f.upload("syntax", &[("handler.py", b"def handle(event:\n")])
+        .await;
+    f.wait_for_phase("nopkg", "Failed").await;
+    f.wait_for_phase("syntax", "Failed").await;
+
+    let data_dir = f.data.display().to_string();
+    let build = "No matching distribution found for sless-no-such-console-package";
+    let start = "cannot load handler: SyntaxError: ";
+    for (name, cause) in [("nopkg", build), ("syntax", start)] {
+        let page = f
+            .get(&f.function_path(name), Some(&f.token), Some("text/html"))
+            .await
+            .expect(200, name);
+        let line = error_line(&page.body);
+        assert!(line.contains(cause) && !line.contains(&data_dir), "{line}");
+    }
+    let list = f
+        .get(&f.list_path(), Some(&f.token), Some("text/html"))
+        .await
+        .expect(200, "the list");
+    let lines: Vec<&str> = list
+        .body
+        .split("class=\"error-line\"")
+        .skip(1)
+        .map(|part| &part[..part.find("</p>").unwrap()])
+        .collect();
+    for cause in [build, start] {
+        assert!(lines.iter().any(|l| l.contains(cause)), "{lines:?}");
+    }
+}

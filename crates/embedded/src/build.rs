@@ -20,7 +20,7 @@ use sless_core::upload::{
     UploadError, UploadLimits, check_zip, unpack, version_of, zip_key_for_context,
 };
 
-/// A build that did not finish; the message ends with the log tail.
+/// A build that did not finish: its cause on the first line, then the log tail.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct BuildError(pub String);
@@ -82,11 +82,12 @@ impl Builder {
                 let text = tokio::fs::read_to_string(&log_file)
                     .await
                     .unwrap_or_default();
-                // The cause first: the line `/fn` callers see.
-                let cause = last_output_line(&text).unwrap_or(&e.0);
+                // The cause first: the line `/fn` callers, describe and deploy show.
+                let cause = sless_api::text::error_line(&text).unwrap_or_else(|| {
+                    sless_api::text::first_line(last_output_line(&text).unwrap_or(&e.0)).to_string()
+                });
                 Err(BuildError(format!(
-                    "{}\n{}",
-                    sless_api::text::first_line(cause),
+                    "{cause}\n{}",
                     last_bytes(&text, TAIL_BYTES)
                 )))
             }
@@ -313,7 +314,7 @@ fn build_log_line(path: &Path) -> RefusalLog {
 }
 
 /// The last line a build step printed (sless's own lines start with a `[HH:MM:SS]`
-/// stamp): pip's, npm's or the compiler's error.
+/// stamp): the compiler's error, when no line names one (Go's `undefined: x`).
 fn last_output_line(log: &str) -> Option<&str> {
     let stamped = |line: &str| {
         let b = line.as_bytes();

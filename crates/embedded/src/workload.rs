@@ -12,7 +12,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use crate::egress::Egress;
 use crate::process::{Instance, Launch};
 use crate::{Endpoint, Shared};
-use sless_api::text::first_line;
+use sless_api::text::names_an_error;
 use sless_core::logs::Stream;
 use sless_core::model::{
     ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
@@ -30,6 +30,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// An instance up this long has recovered: its crash count starts over.
 const HEALTHY_RESET: Duration = Duration::from_secs(60);
+/// Time for the output readers to take in what a process printed before it ended.
+const OUTPUT_DRAIN: Duration = Duration::from_millis(50);
 
 /// What an instance was started with; any change means a new instance.
 #[derive(Clone, Debug, PartialEq)]
@@ -146,11 +148,8 @@ impl Actor {
         (Duration::from_secs(1) * 2u32.pow(exponent)).min(MAX_BACKOFF)
     }
 
-    fn log(&self, line: &str) {
-        let version = self
-            .running
-            .as_ref()
-            .map_or("-", |r| r.config.version.as_str());
+    /// One line of sless's own about `version` of this workload ("-" for none).
+    fn log(&self, version: &str, line: &str) {
         self.shared.logs.push(
             &self.ns,
             &self.name,
@@ -158,6 +157,17 @@ impl Actor {
             version,
             &format!("[sless] {line}"),
         );
+    }
+
+    /// The last lines `version`'s instances printed, sless's own left out.
+    fn printed(&self, version: &str) -> Vec<String> {
+        self.shared
+            .logs
+            .tail(&self.ns, &self.name, 20)
+            .into_iter()
+            .filter(|l| l.version == version && !l.line.starts_with("[sless] "))
+            .map(|l| l.line)
+            .collect()
     }
 
     fn unavailable(&self, reason: String) {
@@ -176,15 +186,31 @@ impl Actor {
         sless_core::metrics::metrics().restart(&self.ns, &self.name);
         let delay = self.backoff();
         self.shared.set_endpoint(&self.ns, &self.name, None);
+        // Give the output readers a moment to drain what the process printed last.
+        tokio::time::sleep(OUTPUT_DRAIN).await;
+        let version = &running.config.version;
+        let cause = match cause_line(&self.printed(version)) {
+            Some(line) => format!("{line} (exited with {status})"),
+            None => format!("exited with {status}"),
+        };
+        let cause = self.shared.public_line(&cause, None);
         self.unavailable(format!(
-            "{} {:?} crashed ({status}) and is restarting",
+            "{} {:?} crashed and is restarting in {} s: {cause}",
             self.kind.noun(),
-            self.name
+            self.name,
+            delay.as_secs()
         ));
-        self.log(&format!(
-            "instance exited with {status}; restarting in {} ms",
-            delay.as_millis()
-        ));
+        self.log(
+            version,
+            &format!(
+                "version {version} crashed: {cause}; restarting in {} s",
+                delay.as_secs()
+            ),
+        );
+        let message = restarting(delay, &cause);
+        if let Err(e) = self.write_failed(&message, None).await {
+            tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "crash not written to status");
+        }
         tokio::time::sleep(delay).await;
     }
 
@@ -327,11 +353,7 @@ impl Actor {
                 && config == &wanted
             {
                 let message = message.clone();
-                self.write_status(|s| {
-                    s.phase = Phase::Failed;
-                    s.message = Some(message.clone());
-                })
-                .await?;
+                self.write_failed(&message, None).await?;
                 return Ok(true);
             }
             if self.running.is_none() && demand.exposed.is_ok() {
@@ -349,28 +371,23 @@ impl Actor {
                 Ok((instance, memory)) => {
                     self.switch_to(instance, memory, wanted, starting.elapsed())
                 }
-                Err(message) => {
+                Err(cause) => {
                     self.failures += 1;
+                    let delay = self.backoff();
+                    let cause = self.shared.public_line(&cause, Some(&dir));
                     // One line per attempt: what the process printed is in the log already.
-                    self.log(&format!(
-                        "version {version} did not start: {}; trying again in {} s",
-                        first_line(&message),
-                        self.backoff().as_secs()
-                    ));
+                    self.log(
+                        &version,
+                        &format!(
+                            "version {version} did not start: {cause}; trying again in {} s",
+                            delay.as_secs()
+                        ),
+                    );
                     if self.running.is_none() {
-                        self.unavailable(format!(
-                            "{noun} {name:?} did not start: {}",
-                            self.shared.public_line(&message, Some(&dir))
-                        ));
+                        self.unavailable(format!("{noun} {name:?} did not start: {cause}"));
                     }
-                    self.write_status(|s| {
-                        s.phase = Phase::Failed;
-                        s.message = Some(message.clone());
-                        if let Some(at) = &built_at {
-                            s.last_built_at = Some(at.clone());
-                        }
-                    })
-                    .await?;
+                    let message = restarting(delay, &cause);
+                    self.write_failed(&message, built_at.as_deref()).await?;
                     self.failed_start = Some((wanted, message));
                     return Ok(true);
                 }
@@ -426,19 +443,22 @@ impl Actor {
         self.mark_built(raw, key).await?;
         match result {
             Ok(_) => {
-                self.log(&format!(
-                    "version {version} built in {} ms",
-                    started.elapsed().as_millis()
-                ));
+                self.log(
+                    version,
+                    &format!(
+                        "version {version} built in {} ms",
+                        started.elapsed().as_millis()
+                    ),
+                );
                 Ok(Some(now()))
             }
             Err(e) => {
-                self.log(&format!("build of version {version} failed"));
-                self.write_status(|s| {
-                    s.phase = Phase::Failed;
-                    s.message = Some(e.0.clone());
-                })
-                .await?;
+                self.log(version, &format!("build of version {version} failed"));
+                // The cause (its first line) is shown to callers; the log tail after it
+                // is the build log's own.
+                let (cause, tail) = e.0.split_once('\n').unwrap_or((&e.0, ""));
+                let message = format!("{}\n{tail}", self.shared.public_line(cause, None));
+                self.write_failed(&message, None).await?;
                 Ok(None)
             }
         }
@@ -458,6 +478,18 @@ impl Actor {
             s.image_ref = Some(image.clone());
             if let Some(at) = &built_at {
                 s.last_built_at = Some(at.clone());
+            }
+        })
+        .await
+    }
+
+    /// Phase Failed with `message`, and when the version was just built, its time.
+    async fn write_failed(&self, message: &str, built_at: Option<&str>) -> Result<(), StoreError> {
+        self.write_status(|s| {
+            s.phase = Phase::Failed;
+            s.message = Some(message.to_string());
+            if let Some(at) = built_at {
+                s.last_built_at = Some(at.to_string());
             }
         })
         .await
@@ -578,22 +610,8 @@ impl Actor {
             Ok(()) => Ok((instance, memory)),
             Err(reason) => {
                 instance.stop(Duration::from_secs(1)).await;
-                // Give the output readers a moment to drain what the process printed.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let output: Vec<String> = shared
-                    .logs
-                    .tail(&self.ns, &self.name, 20)
-                    .into_iter()
-                    .filter(|l| l.version == config.version)
-                    .map(|l| l.line)
-                    .collect();
-                // The cause first: it is the line callers see.
-                let cause = cause_line(&output).unwrap_or_else(|| reason.clone());
-                Err(format!(
-                    "{cause}\nversion {} did not start: {reason}\n{}",
-                    config.version,
-                    output.join("\n")
-                ))
+                tokio::time::sleep(OUTPUT_DRAIN).await;
+                Err(cause_line(&self.printed(&config.version)).unwrap_or(reason))
             }
         }
     }
@@ -606,11 +624,14 @@ impl Actor {
         config: LaunchConfig,
         took: Duration,
     ) {
-        self.log(&format!(
-            "version {} is serving (healthy {} ms after the start)",
-            config.version,
-            took.as_millis()
-        ));
+        self.log(
+            &config.version,
+            &format!(
+                "version {} is serving (healthy {} ms after the start)",
+                config.version,
+                took.as_millis()
+            ),
+        );
         self.failed_start = None;
         if let Some(old) = self.running.replace(Running {
             config,
@@ -738,22 +759,28 @@ impl Actor {
     }
 }
 
-/// Why an instance did not start, from what it printed: the runtime's own report
-/// (`sless-runtime: cannot load handler: <exception>`), else its last line.
+/// Why an instance did not start or crashed, from what it printed: the runtime's own
+/// report (`sless-runtime: cannot load handler: <exception>`), else the last line naming
+/// an error (a traceback's last), else its last line.
 fn cause_line(output: &[String]) -> Option<String> {
     const RUNTIME: &str = "sless-runtime: ";
-    output
-        .iter()
-        .rev()
+    let printed = || {
+        output
+            .iter()
+            .rev()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+    };
+    printed()
         .find_map(|line| line.strip_prefix(RUNTIME))
-        .or_else(|| {
-            output
-                .iter()
-                .rev()
-                .map(|l| l.trim())
-                .find(|l| !l.is_empty())
-        })
+        .or_else(|| printed().find(|l| names_an_error(l)))
+        .or_else(|| printed().next())
         .map(str::to_string)
+}
+
+/// The status message of a workload whose instance is backing off before its next try.
+fn restarting(delay: Duration, cause: &str) -> String {
+    format!("restarting in {} s: {cause}", delay.as_secs())
 }
 
 fn decode<T: serde::de::DeserializeOwned>(
@@ -773,7 +800,7 @@ mod tests {
     use super::cause_line;
 
     #[test]
-    fn the_cause_is_the_runtime_report_or_the_last_line() {
+    fn the_cause_is_the_runtime_report_the_last_error_or_the_last_line() {
         let output = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
         let traceback = output(&[
             "Traceback (most recent call last):",
@@ -787,6 +814,15 @@ mod tests {
         assert_eq!(
             cause_line(&output(&["panic: boom", "  "])).unwrap(),
             "panic: boom"
+        );
+        let crash = output(&[
+            "Traceback (most recent call last):",
+            "ZeroDivisionError: division by zero",
+            "  during handling, more output",
+        ]);
+        assert_eq!(
+            cause_line(&crash).unwrap(),
+            "ZeroDivisionError: division by zero"
         );
         assert_eq!(cause_line(&[]), None);
     }

@@ -122,8 +122,7 @@ async fn a_fork_bomb_and_ten_thousand_threads_stop_at_the_pids_limit() {
             Duration::from_secs(30),
             |logs| {
                 let text = logs.to_string();
-                text.contains("instance exited with pids limit 256 reached")
-                    && text.contains("restarting")
+                text.contains("exited with pids limit 256 reached") && text.contains("restarting")
             },
         )
         .await;
@@ -364,8 +363,7 @@ async fn scratch_stops_at_disk_mb() {
         .await;
     let text = logs.to_string();
     assert!(
-        text.contains("instance exited with scratch full: ")
-            && text.contains("over disk_mb (64 MB)"),
+        text.contains("exited with scratch full: ") && text.contains("over disk_mb (64 MB)"),
         "{logs}"
     );
     assert_eq!(

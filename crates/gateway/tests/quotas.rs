@@ -1,7 +1,6 @@
 //! Per-namespace quotas and the env cap over real HTTP: objects past a quota are 403,
 //! uploads past the places in flight 429 with Retry-After, running memory past its quota
-//! keeps an instance from starting with the reason in its status; and what `/fn`
-//! callers see of a function that cannot start.
+//! keeps an instance from starting with the reason in its status.
 
 mod common;
 
@@ -308,33 +307,6 @@ async fn uploads_past_the_places_in_flight_are_429_with_retry_after() {
     assert_eq!(status, StatusCode::OK);
 }
 
-/// A function with an http trigger and uploaded code, not waited for.
-async fn create_and_upload(api: &Api<'_>, spec: Value, files: &[(&str, &[u8])]) {
-    let name = spec["name"].as_str().unwrap().to_string();
-    api.post("functions", spec).await;
-    api.post(
-        "triggers",
-        json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
-    )
-    .await;
-    api.upload(&format!("functions/{name}"), files).await;
-}
-
-/// Calls `/fn/<name>` until its error says `words` (the route changes as the runner
-/// gets on); the last answer after 60 s.
-async fn answer_saying(api: &Api<'_>, name: &str, words: &str) -> (StatusCode, Value) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, body) = api
-            .call_until(name, &json!({}), Duration::ZERO, |_| true)
-            .await;
-        if error(&body).contains(words) || std::time::Instant::now() > deadline {
-            return (status, body);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 const HANDLER: &[u8] = b"def handle(event):\n    return 'up'\n";
 
 #[tokio::test]
@@ -346,7 +318,8 @@ async fn running_memory_past_the_quota_keeps_an_instance_from_starting() {
         .await;
     assert_eq!(api.invoke("first", json!({})).await.0, StatusCode::OK);
 
-    create_and_upload(&api, spec("second"), &[("handler.py", HANDLER)]).await;
+    api.create_and_upload(spec("second"), &[("handler.py", HANDLER)])
+        .await;
     let failed = api
         .wait_for(
             "functions/second",
@@ -358,10 +331,11 @@ async fn running_memory_past_the_quota_keeps_an_instance_from_starting() {
     assert_eq!(failed["phase"], "Failed", "{failed}");
     let message = failed["message"].as_str().unwrap();
     assert!(
-        message.starts_with(&format!(
-            "quota: namespace {} would run 256 MiB of instances",
-            api.user.ns
-        )),
+        message.starts_with("restarting in ")
+            && message.contains(&format!(
+                " s: quota: namespace {} would run 256 MiB of instances",
+                api.user.ns
+            )),
         "{message}"
     );
     assert!(
@@ -369,7 +343,7 @@ async fn running_memory_past_the_quota_keeps_an_instance_from_starting() {
             .contains("limit of 200 MiB (--max-running-memory-mb / SLESS_MAX_RUNNING_MEMORY_MB)"),
         "{message}"
     );
-    let (status, body) = answer_saying(&api, "second", "did not start").await;
+    let (status, body) = api.answer_saying("second", "did not start").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(
         error(&body).contains("did not start: quota: namespace"),
@@ -392,114 +366,6 @@ async fn running_memory_past_the_quota_keeps_an_instance_from_starting() {
         })
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-}
-
-#[tokio::test]
-async fn a_function_that_cannot_start_answers_503_with_its_cause_and_no_server_path() {
-    let (server, _runner) = TestServer::platform(|_| {}).await;
-    let api = Api::new(&server, "heidi");
-    let handler = b"import json\n\nraise RuntimeError('the config is missing')\n";
-    create_and_upload(
-        &api,
-        json!({"name": "broken", "runtime": "python3.11", "timeout_sec": 5}),
-        &[("handler.py", handler)],
-    )
-    .await;
-    let (status, body) = answer_saying(&api, "broken", "did not start").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    let text = error(&body);
-    assert_eq!(
-        text,
-        "function \"broken\" did not start: cannot load handler: RuntimeError: the config is \
-         missing"
-    );
-    let data_dir = server.data_dir().display().to_string();
-    assert!(!text.contains(&data_dir), "{text}");
-
-    // The whole detail (the traceback with its paths) is in the function's logs.
-    let logs = api.get("functions/broken/logs?tail=100").await;
-    let lines: Vec<&str> = logs
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|l| l["line"].as_str())
-        .collect();
-    assert!(
-        lines.iter().any(|l| l.starts_with("Traceback")),
-        "{lines:?}"
-    );
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains(&data_dir) && l.contains("handler.py")),
-        "{lines:?}"
-    );
-
-    // It is tried again after 1 s, then 2 s, then 4 s: one line of sless's per attempt.
-    let logs = api
-        .wait_until(
-            "functions/broken/logs?tail=200",
-            Duration::from_secs(30),
-            |logs| retry_delays(logs).len() >= 3,
-        )
-        .await;
-    assert_eq!(retry_delays(&logs)[..3], [1, 2, 4], "{logs}");
-    for entry in logs.as_array().unwrap() {
-        let line = entry["line"].as_str().unwrap();
-        assert!(!line.contains('\n'), "one line per entry: {line:?}");
-    }
-}
-
-/// The delays announced by the `[sless] version ... did not start: ...; trying again in
-/// N s` lines, in order.
-fn retry_delays(logs: &Value) -> Vec<u64> {
-    logs.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|l| l["line"].as_str())
-        .filter(|l| l.starts_with("[sless] version ") && l.contains(" did not start: "))
-        .filter_map(|l| {
-            l.rsplit_once("trying again in ")?
-                .1
-                .strip_suffix(" s")?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn a_function_that_fails_to_build_answers_503_with_the_build_error() {
-    let (server, _runner) = TestServer::platform(|_| {}).await;
-    let api = Api::new(&server, "ivan");
-    let broken_go = b"package handler\n\nfunc Handle(event map[string]any) (any, error) {\n\treturn undefinedName, nil\n}\n";
-    create_and_upload(
-        &api,
-        json!({"name": "gobroken", "runtime": "go1.23", "timeout_sec": 5}),
-        &[("handler.go", broken_go)],
-    )
-    .await;
-    let failed = api
-        .wait_for(
-            "functions/gobroken",
-            "phase",
-            &["Failed", "Ready"],
-            Duration::from_secs(180),
-        )
-        .await;
-    assert_eq!(failed["phase"], "Failed", "{failed}");
-    let (status, body) = answer_saying(&api, "gobroken", "failed to build").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    let text = error(&body);
-    assert!(
-        text.starts_with("function \"gobroken\" failed to build: ")
-            && text.contains("undefinedName"),
-        "{text}"
-    );
-    assert!(
-        !text.contains(&server.data_dir().display().to_string()),
-        "{text}"
-    );
 }
 
 #[tokio::test]

@@ -92,10 +92,15 @@ pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<Bui
                     .await
                     .unwrap_or_default();
             }
-            let mut message = format!(
+            let failed = format!(
                 "build of version {} failed ({reason})",
                 version_of(target.s3_key)
             );
+            // The cause first: the line `/fn` callers, describe and deploy show.
+            let mut message = match sless_api::text::error_line(&log) {
+                Some(cause) => format!("{cause}\n{failed}"),
+                None => failed,
+            };
             if !log.trim().is_empty() {
                 message.push('\n');
                 message.push_str(&last_bytes(&log, LOG_TAIL_BYTES));

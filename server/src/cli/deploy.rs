@@ -220,10 +220,9 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                 eprintln!("  {line}");
             }
         }
-        let reason = last_lines(&message, 1)
-            .first()
-            .map(|l| strip_stamp(l))
-            .map(|l| l.strip_prefix("build failed: ").unwrap_or(l))
+        // Both platforms put the build's cause first.
+        let reason = Some(first_line(&message))
+            .filter(|l| !l.is_empty())
             .unwrap_or("no reason given");
         bail!("{kind} {name:?} failed to build: {reason}");
     }
@@ -333,11 +332,9 @@ fn print_phase(kind: &str, name: &str, (phase, message): &(Phase, Option<String>
     }
 }
 
-/// The error of a built workload whose instance did not start, after its last lines.
+/// The error of a built workload whose instance did not start: its status message is
+/// the one line of the cause; the process's output is in its logs.
 fn did_not_start(kind: &str, name: &str, message: &str) -> anyhow::Error {
-    for line in last_lines(message, 20) {
-        eprintln!("  {line}");
-    }
     anyhow::anyhow!(
         "{kind} {name:?} was built but did not start: {} (its output: sless logs {name})",
         first_line(message)
@@ -551,21 +548,6 @@ fn url_of(
         })
 }
 
-/// `[12:34:56] text` → `text` (the build log stamps its lines).
-fn strip_stamp(line: &str) -> &str {
-    match line
-        .strip_prefix('[')
-        .and_then(|rest| rest.split_once("] "))
-    {
-        Some((stamp, text))
-            if stamp.len() == 8 && stamp.bytes().all(|b| b.is_ascii_digit() || b == b':') =>
-        {
-            text
-        }
-        _ => line,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,14 +569,5 @@ mod tests {
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
         assert!(parse_env("=x").is_err());
         assert!(parse_env("NOVALUE").is_err());
-    }
-
-    #[test]
-    fn build_log_lines_lose_their_stamp() {
-        assert_eq!(
-            strip_stamp("[12:34:56] build failed: pip exited"),
-            "build failed: pip exited"
-        );
-        assert_eq!(strip_stamp("plain"), "plain");
     }
 }

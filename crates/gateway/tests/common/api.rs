@@ -119,13 +119,7 @@ impl<'a> Api<'a> {
     /// Like [`Api::deploy`], with the function's whole request body (`name` included).
     pub async fn deploy_spec(&self, spec: Value, files: &[(&str, &[u8])]) -> Value {
         let name = spec["name"].as_str().expect("spec has a name").to_owned();
-        self.post("functions", spec).await;
-        self.post(
-            "triggers",
-            json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
-        )
-        .await;
-        self.upload(&format!("functions/{name}"), files).await;
+        self.create_and_upload(spec, files).await;
         let ready = self
             .wait_for(
                 &format!("functions/{name}"),
@@ -136,6 +130,34 @@ impl<'a> Api<'a> {
             .await;
         assert_eq!(ready["phase"], "Ready", "{ready}");
         ready
+    }
+
+    /// A function with an http trigger and uploaded code, not waited for.
+    pub async fn create_and_upload(&self, spec: Value, files: &[(&str, &[u8])]) {
+        let name = spec["name"].as_str().expect("spec has a name").to_owned();
+        self.post("functions", spec).await;
+        self.post(
+            "triggers",
+            json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
+        )
+        .await;
+        self.upload(&format!("functions/{name}"), files).await;
+    }
+
+    /// Calls `/fn/<name>` until its error says `words` (the route changes as the runner
+    /// gets on); the last answer after 60 s.
+    pub async fn answer_saying(&self, name: &str, words: &str) -> (StatusCode, Value) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = self
+                .call_until(name, &json!({}), Duration::ZERO, |_| true)
+                .await;
+            let error = body["error"].as_str().unwrap_or_default();
+            if error.contains(words) || Instant::now() > deadline {
+                return (status, body);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Calls `/fn/...` until it stops answering 503 (the instance is starting or
