@@ -113,8 +113,15 @@ fn milliseconds<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Er
     s.serialize_f64(millis(*duration))
 }
 
+/// Rounded to whole nanoseconds, so that what [`milliseconds`] wrote reads back equal.
 fn from_milliseconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    Duration::try_from_secs_f64(f64::deserialize(d)? / 1e3).map_err(D::Error::custom)
+    let ms = f64::deserialize(d)?;
+    if !(ms.is_finite() && ms >= 0.0) {
+        return Err(D::Error::custom(format!(
+            "{ms} is not a duration in milliseconds"
+        )));
+    }
+    Ok(Duration::from_nanos((ms * 1e6).round() as u64))
 }
 
 /// Exact for whole microseconds, unlike `as_secs_f64() * 1000.0`.
@@ -513,7 +520,7 @@ mod tests {
             serde_json::from_str::<Invocation>(&text).unwrap(),
             invocation
         );
-        let plain = call("/b", 200, 0.001);
+        let plain = call("/b", 200, 1.234567);
         let text = serde_json::to_string(&plain).unwrap();
         assert_eq!(serde_json::from_str::<Invocation>(&text).unwrap(), plain);
     }
