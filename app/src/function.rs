@@ -11,7 +11,8 @@ use sless_api::{LogLineResponse, WorkloadResponse};
 
 use crate::listing::TriggerView;
 
-/// Calls listed on the page (the API keeps the last 100; the percentiles use them all).
+/// Calls listed on the page (the API keeps the last 100 by default; the percentiles use
+/// them all).
 pub const SHOWN_CALLS: usize = 50;
 pub const FETCHED_CALLS: usize = 100;
 pub const LOG_LINES: usize = 200;

@@ -240,6 +240,27 @@ pub struct ReviewArgs {
     pub llm_prompt_file: Option<PathBuf>,
 }
 
+/// An age as "7d", "12h", "30m" or "90s"; more than zero.
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let unit = match trimmed.as_bytes().last() {
+        Some(b'd') => 24 * 3600,
+        Some(b'h') => 3600,
+        Some(b'm') => 60,
+        Some(b's') => 1,
+        _ => 0,
+    };
+    trimmed
+        .get(..trimmed.len().saturating_sub(1))
+        .and_then(|number| number.trim().parse::<u64>().ok())
+        .filter(|n| unit > 0 && *n > 0)
+        .and_then(|n| n.checked_mul(unit))
+        .map(Duration::from_secs)
+        .ok_or_else(|| {
+            format!("{text:?} is not an age; give a number and a unit: 7d, 12h, 30m or 90s")
+        })
+}
+
 /// The original system's names, read when ours are unset.
 const LEGACY_ENABLED: &str = "LLM_ENABLED";
 const LEGACY_ENDPOINT: &str = "LLM_ENDPOINT";
@@ -428,6 +449,26 @@ mod tests {
         assert!(parse_seconds("15s").is_ok() && parse_seconds("2.5").is_ok());
         for bad in ["0", "-1", "soon", "", "1e9"] {
             assert!(parse_seconds(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ages_take_a_unit() {
+        assert_eq!(parse_age("7d"), Ok(Duration::from_secs(7 * 24 * 3600)));
+        assert_eq!(parse_age(" 12h "), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_age("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_age("90s"), Ok(Duration::from_secs(90)));
+        for bad in [
+            "7",
+            "0d",
+            "-1h",
+            "d",
+            "",
+            "1.5h",
+            "7é",
+            "99999999999999999d",
+        ] {
+            assert!(parse_age(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use gateway::api::{ApiConfig, AppState};
 use gateway::dispatch::Dispatcher;
-use gateway::proxy::{Proxy, ProxyConfig};
+use gateway::proxy::{Proxy, ProxyConfig, Retention};
 use sless_core::auth::Authenticator;
 use sless_core::s3::ObjectStore;
 use sless_embedded::s3::EmbeddedS3;
@@ -14,7 +14,7 @@ use sless_embedded::sqlite::SqliteStore;
 use sless_embedded::{LocalRunner, RunnerConfig};
 
 use crate::settings::{
-    AuthArgs, DEFAULT_DATA_DIR, EventArgs, QuotaArgs, ReviewArgs, S3Args, ServeArgs,
+    AuthArgs, DEFAULT_DATA_DIR, EventArgs, QuotaArgs, ReviewArgs, S3Args, ServeArgs, parse_age,
 };
 
 #[derive(Args, Debug)]
@@ -55,6 +55,15 @@ pub struct UpArgs {
     /// external URL is https.
     #[arg(long, env = "SLESS_SECURE_COOKIES")]
     pub secure_cookies: Option<bool>,
+    /// Calls each function's records keep (`GET .../invocations`), newest; kept across
+    /// restarts in the data dir.
+    #[arg(long, env = "SLESS_CALL_RECORDS_KEPT",
+          default_value_t = Retention::DEFAULT.max_count as u64,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub call_records_kept: u64,
+    /// How long call records are kept: "7d", "12h", "30m" or "90s"; default 7d.
+    #[arg(long, env = "SLESS_CALL_RECORDS_MAX_AGE", value_parser = parse_age)]
+    pub call_records_max_age: Option<std::time::Duration>,
     /// Test only: scheduler seconds per real second (cron on an accelerated clock).
     #[arg(
         long,
@@ -148,9 +157,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ProxyConfig {
             max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
             console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
+            call_records: args.call_records(),
             ..ProxyConfig::default()
         },
     ));
+    // Before serving: listings right after a restart show the calls before it.
+    let flusher = proxy
+        .keep_calls_in(store.clone())
+        .await
+        .context("loading the call records")?;
     runner.call_triggers_through(proxy.trigger_calls());
     // Event triggers consume while the server runs.
     let _dispatcher = Dispatcher::start(store.clone(), proxy.clone(), args.events.config());
@@ -198,7 +213,20 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             }
         });
     }
-    crate::serve::serve(listeners, app, &args.serve).await
+    let served = crate::serve::serve(listeners, app, &args.serve).await;
+    flusher.stop().await;
+    served
+}
+
+impl UpArgs {
+    fn call_records(&self) -> Retention {
+        Retention {
+            max_count: usize::try_from(self.call_records_kept).unwrap_or(usize::MAX),
+            max_age: self
+                .call_records_max_age
+                .unwrap_or(Retention::DEFAULT.max_age),
+        }
+    }
 }
 
 /// Uploads are spooled here while they are checked; what a crash left behind goes.

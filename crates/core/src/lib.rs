@@ -1,9 +1,11 @@
 //! sless core: what both modes share — the resource model and its validation, the store
 //! seam, auth, uploads and build contexts, the S3 client, logs, metrics, the route
-//! table the runners fill for the proxy, and the rule of when a workload runs and is
-//! reachable. No Kubernetes client, no SQLite, no S3 server.
+//! table the runners fill for the proxy, the archive of its call records, and the rule
+//! of when a workload runs and is reachable. No Kubernetes client, no SQLite, no S3
+//! server.
 
 pub mod auth;
+pub mod calls;
 pub mod data_dir;
 pub mod error_text;
 pub mod logs;

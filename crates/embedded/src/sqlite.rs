@@ -11,6 +11,7 @@ use sqlx::sqlite::{
 };
 use tokio::sync::broadcast;
 
+use sless_core::calls::{CallArchive, SavedCalls};
 use sless_core::error_text::BoxError;
 use sless_core::model::{Kind, now};
 use sless_core::store::{Change, Meta, Part, RawObject, Result, Store, StoreError};
@@ -353,6 +354,50 @@ impl Store for SqliteStore {
     }
 }
 
+/// The proxy's call records live in the same file, in their own table.
+#[async_trait]
+impl CallArchive for SqliteStore {
+    async fn save(&self, namespace: &str, name: &str, document: &[u8]) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO call_records (namespace, name, document) VALUES (?, ?, ?) \
+             ON CONFLICT (namespace, name) DO UPDATE SET document = excluded.document",
+        )
+        .bind(namespace)
+        .bind(name)
+        .bind(document)
+        .execute(&self.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn load_all(&self) -> Result<Vec<SavedCalls>> {
+        let rows = sqlx::query("SELECT namespace, name, document FROM call_records")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        rows.iter()
+            .map(|row| {
+                Ok(SavedCalls {
+                    namespace: row.try_get("namespace").map_err(backend)?,
+                    name: row.try_get("name").map_err(backend)?,
+                    document: row.try_get("document").map_err(backend)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn forget(&self, namespace: &str, name: &str) -> Result<()> {
+        sqlx::query("DELETE FROM call_records WHERE namespace = ? AND name = ?")
+            .bind(namespace)
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,5 +498,27 @@ mod tests {
         let all = store.list_typed::<Function>(None).await.unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].meta.name, "kept");
+    }
+
+    #[tokio::test]
+    async fn call_records_are_replaced_kept_and_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SqliteStore::open(dir.path()).await.unwrap();
+            store.save("ns", "f", b"first").await.unwrap();
+            store.save("ns", "f", b"second").await.unwrap();
+            store.save("ns", "g", b"other").await.unwrap();
+            store.forget("ns", "g").await.unwrap();
+            store.forget("ns", "never-saved").await.unwrap();
+        }
+        let store = SqliteStore::open(dir.path()).await.unwrap();
+        assert_eq!(
+            store.load_all().await.unwrap(),
+            [SavedCalls {
+                namespace: "ns".into(),
+                name: "f".into(),
+                document: b"second".to_vec(),
+            }]
+        );
     }
 }

@@ -695,7 +695,7 @@ async fn invocations_are_logged() {
     );
     assert_eq!(log.stats("ns", "nope").count, 0);
 
-    log.forget("ns", "f");
+    log.forget("ns", "f").await.unwrap();
     assert!(
         log.recent("ns", "f", &gateway::proxy::Filter::default(), 10)
             .is_empty()

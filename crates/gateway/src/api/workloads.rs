@@ -19,7 +19,7 @@ use super::convert::{workload_response, workload_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::{ApiError, AppState, load};
-use crate::proxy::{Filter, Invocation, RECENT_INVOCATIONS, Via};
+use crate::proxy::{Filter, Invocation, Via};
 use crate::serve::Stopping;
 use sless_api::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
 use sless_core::logs::{Following, LogLine, LogQuery};
@@ -166,6 +166,15 @@ pub async fn delete<R: WorkloadResource>(
         return Err(not_found(R::KIND, &auth.namespace, &name));
     }
     delete_code(&state, &auth.namespace, &name).await;
+    // A function re-created under the name starts without them.
+    if let Err(e) = state
+        .proxy
+        .invocations()
+        .forget(&auth.namespace, &name)
+        .await
+    {
+        tracing::warn!(%name, error = %e, "could not forget the call records");
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -457,14 +466,13 @@ pub async fn invocation<R: WorkloadResource>(
             search: None,
         },
     );
-    state
-        .proxy
-        .invocations()
-        .by_request_id(&auth.namespace, &name, &request_id)
+    let log = state.proxy.invocations();
+    log.by_request_id(&auth.namespace, &name, &request_id)
         .map(|invocation| Json(CallRecord { invocation, logs }))
         .ok_or_else(|| {
             ApiError::NotFound(format!(
-                "no call {request_id:?} among the last {RECENT_INVOCATIONS} calls of {} {name:?}",
+                "no call {request_id:?} among the last {} calls of {} {name:?}",
+                log.retention().max_count,
                 R::KIND.noun()
             ))
         })

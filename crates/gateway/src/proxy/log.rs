@@ -1,20 +1,44 @@
 //! What the proxy saw: per function, a bounded ring of recent calls and running totals,
-//! for the console and the API, and the handles to its Prometheus metrics. In memory
-//! only; a restart starts from zero.
+//! for the console and the API, and the handles to its Prometheus metrics. Kept across
+//! restarts when an archive is given (embedded mode): a call only marks its function
+//! changed, and [`InvocationLog::flush`] saves the changed ones in the background.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use axum::http::Method;
-use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Deserialize, Serialize, Serializer};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sless_core::calls::{CallArchive, SavedCalls};
 use sless_core::metrics::{CallMetrics, InFlight, metrics};
+use sless_core::store;
 
 use super::Caller;
 
-/// Calls kept per function.
-pub const RECENT_INVOCATIONS: usize = 100;
+/// Which calls a function's records keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// The newest calls kept per function.
+    pub max_count: usize,
+    /// Older calls are not listed, and are dropped when the records are loaded.
+    pub max_age: Duration,
+}
+
+impl Retention {
+    pub const DEFAULT: Retention = Retention {
+        max_count: 100,
+        max_age: Duration::from_secs(7 * 24 * 3600),
+    };
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// How a call came: the public `/fn` route, an event trigger's delivery or a cron
 /// trigger's fire.
@@ -36,8 +60,8 @@ impl From<Caller> for Via {
     }
 }
 
-/// Kept as taken and formatted only when read: most calls are never looked at.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+/// Kept as taken and formatted only when read or saved: most calls are never looked at.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Invocation {
     /// The call's `X-Request-Id` (the caller's, or made by sless).
     pub request_id: Box<str>,
@@ -48,7 +72,7 @@ pub struct Invocation {
     /// When the call arrived; RFC 3339 with milliseconds.
     #[serde(serialize_with = "rfc3339_millis")]
     pub time: DateTime<Utc>,
-    #[serde(serialize_with = "method_name")]
+    #[serde(serialize_with = "method_name", deserialize_with = "method_from_name")]
     pub method: Method,
     /// The path after `/fn/{ns}/{name}` (`/` when empty), without the query.
     pub path: String,
@@ -56,7 +80,11 @@ pub struct Invocation {
     /// after the head had gone to the caller (see `error`).
     pub status: u16,
     /// Until the response body ended (or the caller left); in milliseconds.
-    #[serde(rename = "duration_ms", serialize_with = "milliseconds")]
+    #[serde(
+        rename = "duration_ms",
+        serialize_with = "milliseconds",
+        deserialize_with = "from_milliseconds"
+    )]
     pub duration: Duration,
     /// Why the answer was cut after its head went out; the caller saw the connection
     /// close.
@@ -64,7 +92,7 @@ pub struct Invocation {
     pub error: Option<CallError>,
     /// sless refused the call without reaching the function (stopped, not started,
     /// no code): not counted as the function's error.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused: bool,
 }
 
@@ -76,8 +104,24 @@ fn method_name<S: Serializer>(method: &Method, s: S) -> Result<S::Ok, S::Error> 
     s.serialize_str(method.as_str())
 }
 
+fn method_from_name<'de, D: Deserializer<'de>>(d: D) -> Result<Method, D::Error> {
+    let name = String::deserialize(d)?;
+    Method::from_bytes(name.as_bytes()).map_err(D::Error::custom)
+}
+
 fn milliseconds<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(millis(*duration))
+}
+
+/// Rounded to whole nanoseconds, so that what [`milliseconds`] wrote reads back equal.
+fn from_milliseconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let ms = f64::deserialize(d)?;
+    if !(ms.is_finite() && ms >= 0.0) {
+        return Err(D::Error::custom(format!(
+            "{ms} is not a duration in milliseconds"
+        )));
+    }
+    Ok(Duration::from_nanos((ms * 1e6).round() as u64))
 }
 
 /// Exact for whole microseconds, unlike `as_secs_f64() * 1000.0`.
@@ -85,7 +129,7 @@ fn millis(duration: Duration) -> f64 {
     duration.as_nanos() as f64 / 1e6
 }
 
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum CallError {
     /// The call ran past the function's `timeout_sec`.
@@ -94,7 +138,7 @@ pub enum CallError {
     BadAnswer,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct InvocationStats {
     pub count: u64,
     /// Calls the function answered with a status >= 500 (or ran out of time on).
@@ -104,7 +148,8 @@ pub struct InvocationStats {
     pub total_duration_ms: f64,
 }
 
-#[derive(Default)]
+/// Also the document saved in the archive.
+#[derive(Default, Serialize, Deserialize)]
 struct History {
     /// Newest first.
     recent: VecDeque<Invocation>,
@@ -115,6 +160,10 @@ struct History {
 pub(crate) struct Calls {
     metrics: CallMetrics,
     history: Mutex<History>,
+    /// `Retention::max_count`, at hand for each call.
+    max_count: usize,
+    /// Recorded into since the last save: the invoke path writes nothing else.
+    changed: AtomicBool,
 }
 
 impl Calls {
@@ -134,14 +183,20 @@ impl Calls {
             history.stats.errors += 1;
         }
         history.stats.total_duration_ms += millis(invocation.duration);
-        if history.recent.len() == RECENT_INVOCATIONS {
+        if history.recent.len() >= self.max_count {
             history.recent.pop_back();
         }
         history.recent.push_front(invocation);
+        self.changed.store(true, Ordering::Relaxed);
     }
 
     fn history(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The document the archive keeps.
+    fn document(&self) -> Vec<u8> {
+        serde_json::to_vec(&*self.history()).expect("a history encodes as JSON")
     }
 }
 
@@ -188,14 +243,28 @@ type ByNamespace = HashMap<String, HashMap<String, Arc<Calls>>>;
 
 /// Keyed namespace → name so that lookups by `&str` never allocate; only the first call
 /// to a function creates its entry.
-#[derive(Default)]
 pub struct InvocationLog {
     by_namespace: RwLock<ByNamespace>,
+    retention: Retention,
+    /// Where records are saved, once [`InvocationLog::load`] has read it.
+    archive: OnceLock<Arc<dyn CallArchive>>,
+    /// Taken by a flush and by a forget, so that a flush cannot save a function that is
+    /// being forgotten.
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl InvocationLog {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(retention: Retention) -> Self {
+        Self {
+            by_namespace: RwLock::default(),
+            retention,
+            archive: OnceLock::new(),
+            turn: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn retention(&self) -> Retention {
+        self.retention
     }
 
     /// The entry of a function, created at its first call.
@@ -208,15 +277,92 @@ impl InvocationLog {
             .or_default()
             .entry(name.to_owned())
             .or_insert_with(|| {
-                Arc::new(Calls {
-                    metrics: metrics().calls_of(namespace, name),
-                    history: Mutex::new(History {
-                        recent: VecDeque::with_capacity(RECENT_INVOCATIONS),
-                        stats: InvocationStats::default(),
-                    }),
-                })
+                let history = History {
+                    recent: VecDeque::with_capacity(self.retention.max_count),
+                    stats: InvocationStats::default(),
+                };
+                self.entry(namespace, name, history, false)
             })
             .clone()
+    }
+
+    fn entry(&self, namespace: &str, name: &str, history: History, changed: bool) -> Arc<Calls> {
+        Arc::new(Calls {
+            metrics: metrics().calls_of(namespace, name),
+            history: Mutex::new(history),
+            max_count: self.retention.max_count,
+            changed: AtomicBool::new(changed),
+        })
+    }
+
+    /// Takes back the records `archive` holds, within the retention, and saves to it
+    /// from now on. Called once, before serving; a document that does not decode is
+    /// skipped (and replaced at the function's next call).
+    pub async fn load(&self, archive: Arc<dyn CallArchive>) -> store::Result<()> {
+        let saved = archive.load_all().await?;
+        let cutoff = self.cutoff();
+        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        for SavedCalls {
+            namespace,
+            name,
+            document,
+        } in saved
+        {
+            let mut history: History = match serde_json::from_slice(&document) {
+                Ok(history) => history,
+                Err(e) => {
+                    tracing::warn!(%namespace, %name, error = %e, "call records not loaded");
+                    continue;
+                }
+            };
+            let before = history.recent.len();
+            history.recent.retain(|i| i.time >= cutoff);
+            history.recent.truncate(self.retention.max_count);
+            // What retention dropped goes from the archive too, at the next flush.
+            let trimmed = history.recent.len() < before;
+            let calls = self.entry(&namespace, &name, history, trimmed);
+            map.entry(namespace).or_default().insert(name, calls);
+        }
+        drop(map);
+        if self.archive.set(archive).is_err() {
+            tracing::warn!("call records loaded twice; saving to the first archive");
+        }
+        Ok(())
+    }
+
+    /// Saves the functions called since their last save; one that fails is tried again
+    /// at the next flush.
+    pub async fn flush(&self) {
+        let Some(archive) = self.archive.get() else {
+            return;
+        };
+        let _turn = self.turn.lock().await;
+        let changed: Vec<(String, String, Arc<Calls>)> = self
+            .read()
+            .iter()
+            .flat_map(|(namespace, names)| {
+                names
+                    .iter()
+                    // Cleared before the document is taken: a call recorded meanwhile
+                    // marks it again.
+                    .filter(|(_, calls)| calls.changed.swap(false, Ordering::Relaxed))
+                    .map(|(name, calls)| (namespace.clone(), name.clone(), calls.clone()))
+            })
+            .collect();
+        for (namespace, name, calls) in changed {
+            if let Err(e) = archive.save(&namespace, &name, &calls.document()).await {
+                calls.changed.store(true, Ordering::Relaxed);
+                tracing::warn!(%namespace, %name, error = %e, "call records not saved");
+            }
+        }
+    }
+
+    /// Calls before this are past the retention's age.
+    fn cutoff(&self) -> DateTime<Utc> {
+        TimeDelta::from_std(self.retention.max_age)
+            .ok()
+            .and_then(|age| Utc::now().checked_sub_signed(age))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
 
     /// Up to `limit` calls that `filter` keeps, newest first.
@@ -227,12 +373,13 @@ impl InvocationLog {
         filter: &Filter,
         limit: usize,
     ) -> Vec<Invocation> {
+        let cutoff = self.cutoff();
         self.find(namespace, name)
             .map(|c| {
                 c.history()
                     .recent
                     .iter()
-                    .filter(|i| filter.keeps(i))
+                    .filter(|i| i.time >= cutoff && filter.keeps(i))
                     .take(limit)
                     .cloned()
                     .collect()
@@ -248,11 +395,12 @@ impl InvocationLog {
         request_id: &str,
     ) -> Option<Invocation> {
         let calls = self.find(namespace, name)?;
+        let cutoff = self.cutoff();
         let history = calls.history();
         history
             .recent
             .iter()
-            .find(|i| &*i.request_id == request_id)
+            .find(|i| &*i.request_id == request_id && i.time >= cutoff)
             .cloned()
     }
 
@@ -262,14 +410,21 @@ impl InvocationLog {
             .unwrap_or_default()
     }
 
-    /// Drops a function's history, when it is deleted.
-    pub fn forget(&self, namespace: &str, name: &str) {
-        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(names) = map.get_mut(namespace) {
-            names.remove(name);
-            if names.is_empty() {
-                map.remove(namespace);
+    /// Drops a function's history, in memory and in the archive, when it is deleted.
+    pub async fn forget(&self, namespace: &str, name: &str) -> store::Result<()> {
+        let _turn = self.turn.lock().await;
+        {
+            let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(names) = map.get_mut(namespace) {
+                names.remove(name);
+                if names.is_empty() {
+                    map.remove(namespace);
+                }
             }
+        }
+        match self.archive.get() {
+            Some(archive) => archive.forget(namespace, name).await,
+            None => Ok(()),
         }
     }
 
@@ -302,10 +457,124 @@ mod tests {
         }
     }
 
+    /// The tests' calls are at the epoch.
+    const UNAGED: Retention = Retention {
+        max_count: 100,
+        max_age: Duration::MAX,
+    };
+
     impl InvocationLog {
         fn record(&self, namespace: &str, name: &str, invocation: Invocation) {
             self.calls(namespace, name).record(invocation);
         }
+    }
+
+    /// An archive in memory, counting its saves.
+    #[derive(Default)]
+    struct Shelf {
+        documents: Mutex<HashMap<(String, String), Vec<u8>>>,
+        saves: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl CallArchive for Shelf {
+        async fn save(&self, namespace: &str, name: &str, document: &[u8]) -> store::Result<()> {
+            self.saves.fetch_add(1, Ordering::Relaxed);
+            let key = (namespace.to_owned(), name.to_owned());
+            self.documents
+                .lock()
+                .unwrap()
+                .insert(key, document.to_vec());
+            Ok(())
+        }
+
+        async fn load_all(&self) -> store::Result<Vec<SavedCalls>> {
+            let documents = self.documents.lock().unwrap();
+            Ok(documents
+                .iter()
+                .map(|((namespace, name), document)| SavedCalls {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    document: document.clone(),
+                })
+                .collect())
+        }
+
+        async fn forget(&self, namespace: &str, name: &str) -> store::Result<()> {
+            let key = (namespace.to_owned(), name.to_owned());
+            self.documents.lock().unwrap().remove(&key);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn reads_back_what_it_saves() {
+        let mut invocation = call("/a", 504, 1.25);
+        invocation.time = "2025-01-02T03:04:05.678Z".parse().unwrap();
+        invocation.method = Method::from_bytes(b"PROPFIND").unwrap();
+        invocation.error = Some(CallError::Timeout);
+        invocation.trigger_name = Some("nightly".into());
+        invocation.refused = true;
+        let text = serde_json::to_string(&invocation).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Invocation>(&text).unwrap(),
+            invocation
+        );
+        let plain = call("/b", 200, 1.234567);
+        let text = serde_json::to_string(&plain).unwrap();
+        assert_eq!(serde_json::from_str::<Invocation>(&text).unwrap(), plain);
+    }
+
+    #[tokio::test]
+    async fn saves_what_changed_and_loads_within_the_retention() {
+        let shelf = Arc::new(Shelf::default());
+        let log = InvocationLog::new(Retention::DEFAULT);
+        log.load(shelf.clone()).await.unwrap();
+        let now = Utc::now();
+        for i in 0..5 {
+            let mut invocation = call(&format!("/{i}"), 200, 1.0);
+            // Two of them eight days old.
+            invocation.time = now - TimeDelta::days(if i < 2 { 8 } else { 0 });
+            log.record("ns", "f", invocation);
+        }
+        log.record("ns", "g", call("/g", 200, 1.0));
+        assert_eq!(
+            log.recent("ns", "f", &Filter::default(), 10).len(),
+            3,
+            "aged"
+        );
+        log.flush().await;
+        log.flush().await;
+        assert_eq!(shelf.saves.load(Ordering::Relaxed), 2, "once each");
+
+        let reloaded = InvocationLog::new(Retention {
+            max_count: 2,
+            ..Retention::DEFAULT
+        });
+        reloaded.load(shelf.clone()).await.unwrap();
+        let paths: Vec<String> = reloaded
+            .recent("ns", "f", &Filter::default(), 10)
+            .into_iter()
+            .map(|i| i.path)
+            .collect();
+        assert_eq!(paths, ["/4", "/3"]);
+        assert_eq!(reloaded.stats("ns", "f").count, 5, "the totals stay");
+        assert!(
+            reloaded
+                .recent("ns", "g", &Filter::default(), 10)
+                .is_empty()
+        );
+
+        // Trimmed on load, so saved again; g, all aged, too.
+        reloaded.flush().await;
+        assert_eq!(shelf.saves.load(Ordering::Relaxed), 4);
+        let history: History =
+            serde_json::from_slice(&shelf.documents.lock().unwrap()[&("ns".into(), "f".into())])
+                .unwrap();
+        assert_eq!(history.recent.len(), 2);
+
+        reloaded.forget("ns", "f").await.unwrap();
+        assert_eq!(shelf.load_all().await.unwrap().len(), 1, "g is left");
     }
 
     #[test]
@@ -328,13 +597,13 @@ mod tests {
 
     #[test]
     fn keeps_the_newest_hundred_newest_first() {
-        let log = InvocationLog::new();
+        let log = InvocationLog::new(UNAGED);
         for i in 0..250 {
             log.record("ns", "f", call(&format!("/{i}"), 200, 1.0));
         }
         let all = Filter::default();
         let recent = log.recent("ns", "f", &all, usize::MAX);
-        assert_eq!(recent.len(), RECENT_INVOCATIONS);
+        assert_eq!(recent.len(), UNAGED.max_count);
         assert_eq!(recent[0].path, "/249");
         assert_eq!(recent[99].path, "/150");
         assert_eq!(log.recent("ns", "f", &all, 3).len(), 3);
@@ -345,7 +614,7 @@ mod tests {
 
     #[test]
     fn stats_count_the_functions_errors_apart_from_refusals() {
-        let log = InvocationLog::new();
+        let log = InvocationLog::new(UNAGED);
         log.record("ns", "f", call("/", 200, 1.5));
         log.record("ns", "f", call("/", 404, 2.0));
         log.record("ns", "f", call("/", 502, 0.5));
@@ -366,7 +635,7 @@ mod tests {
 
     #[test]
     fn filters_by_trigger_status_and_time() {
-        let log = InvocationLog::new();
+        let log = InvocationLog::new(UNAGED);
         let mut event = call("/event", 500, 1.0);
         event.trigger = Via::Event;
         event.time = "2025-01-02T00:00:00Z".parse().unwrap();
@@ -403,9 +672,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn functions_are_separate_and_forgettable() {
-        let log = InvocationLog::new();
+    #[tokio::test]
+    async fn functions_are_separate_and_forgettable() {
+        let log = InvocationLog::new(UNAGED);
         log.record("ns", "f", call("/a", 200, 1.0));
         log.record("ns", "g", call("/b", 200, 1.0));
         log.record("other", "f", call("/c", 200, 1.0));
@@ -413,12 +682,12 @@ mod tests {
         assert_eq!(log.recent("ns", "f", &all, 10)[0].path, "/a");
         assert_eq!(log.recent("other", "f", &all, 10)[0].path, "/c");
 
-        log.forget("ns", "f");
+        log.forget("ns", "f").await.unwrap();
         assert!(log.recent("ns", "f", &all, 10).is_empty());
         assert_eq!(log.stats("ns", "f"), InvocationStats::default());
         assert_eq!(log.stats("ns", "g").count, 1);
-        log.forget("ns", "g");
-        log.forget("nowhere", "x");
+        log.forget("ns", "g").await.unwrap();
+        log.forget("nowhere", "x").await.unwrap();
         assert!(log.read().get("ns").is_none());
     }
 }

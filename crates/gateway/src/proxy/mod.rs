@@ -19,14 +19,14 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use thread_local::ThreadLocal;
 
 use body::RequestBody;
+use sless_core::calls::CallArchive;
 use sless_core::routes::{Route, RouteTable};
+use sless_core::store;
 use unix::UnixConnector;
 
 pub use error::InvokeError;
 pub(crate) use forward::MAX_TRIGGER_ANSWER_READ;
-pub use log::{
-    CallError, Filter, Invocation, InvocationLog, InvocationStats, RECENT_INVOCATIONS, Via,
-};
+pub use log::{CallError, Filter, Invocation, InvocationLog, InvocationStats, Retention, Via};
 
 /// Who calls through the proxy: the public `/fn` route, or sless itself on behalf of
 /// a trigger (which may reach a [`Route::Hidden`] function and set [`TRIGGER_HEADER`]
@@ -61,6 +61,8 @@ pub struct ProxyConfig {
     /// The console's session cookie, when the console shares the host: never forwarded
     /// to a function, never set by one.
     pub console_cookie: Option<String>,
+    /// Which calls each function's records keep.
+    pub call_records: Retention,
 }
 
 impl Default for ProxyConfig {
@@ -71,6 +73,7 @@ impl Default for ProxyConfig {
             start_wait: Duration::from_secs(10),
             upload_wait: Duration::from_secs(2),
             console_cookie: None,
+            call_records: Retention::DEFAULT,
         }
     }
 }
@@ -103,8 +106,8 @@ impl Proxy {
         Self {
             routes,
             clients: ThreadLocal::new(),
+            invocations: InvocationLog::new(config.call_records),
             config,
-            invocations: InvocationLog::new(),
         }
     }
 
@@ -137,6 +140,48 @@ impl Proxy {
 
     pub fn invocations(&self) -> &InvocationLog {
         &self.invocations
+    }
+
+    /// Loads the call records `archive` holds, then saves the changed ones to it every
+    /// [`FLUSH_INTERVAL`] (and once more when the returned flusher stops or is dropped).
+    pub async fn keep_calls_in(
+        self: &Arc<Self>,
+        archive: Arc<dyn CallArchive>,
+    ) -> store::Result<CallFlusher> {
+        self.invocations.load(archive).await?;
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let proxy = self.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(FLUSH_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => proxy.invocations.flush().await,
+                    _ = &mut stopped => break,
+                }
+            }
+            proxy.invocations.flush().await;
+        });
+        Ok(CallFlusher { stop, task })
+    }
+}
+
+/// How often changed call records are saved: what a crash may lose.
+pub const FLUSH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The background task saving call records.
+pub struct CallFlusher {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CallFlusher {
+    /// Saves what changed since the last flush, then stops.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        if let Err(e) = self.task.await {
+            tracing::warn!(error = %e, "the call records' flusher failed");
+        }
     }
 }
 

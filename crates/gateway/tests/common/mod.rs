@@ -15,8 +15,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use gateway::api::{ApiConfig, AppState};
+use gateway::proxy::{CallFlusher, ProxyConfig, Retention};
 use operator::KubeStore;
 use sless_core::auth::{AuthConfig, Authenticator, KeySource, issue_hs256};
+use sless_core::calls::CallArchive;
 use sless_core::s3::ObjectStore;
 use sless_core::store::Store;
 use sless_embedded::s3::EmbeddedS3;
@@ -31,11 +33,15 @@ pub struct TestServer {
     pub store: Arc<dyn Store>,
     pub objects: ObjectStore,
     pub proxy: Arc<gateway::proxy::Proxy>,
+    /// Where the proxy saves its call records, as `sless up` does (SQLite only).
+    pub archive: Option<Arc<dyn CallArchive>>,
     pub client: reqwest::Client,
     _s3: EmbeddedS3,
-    _dir: TempDir,
+    /// Taken by [`TestServer::restart`].
+    dir: Option<TempDir>,
     server: tokio::task::JoinHandle<()>,
     dispatcher: Option<gateway::dispatch::Dispatcher>,
+    flusher: Option<CallFlusher>,
 }
 
 impl Drop for TestServer {
@@ -122,6 +128,32 @@ impl TestServer {
             .0
     }
 
+    /// Stops the platform as `sless up` stops (its call records saved) and starts it
+    /// again on the same data dir, the proxy keeping `call_records`.
+    pub async fn restart(
+        mut self,
+        runner: sless_embedded::LocalRunner,
+        tweak: RunnerTweak,
+        call_records: Retention,
+    ) -> (Self, sless_embedded::LocalRunner) {
+        if let Some(flusher) = self.flusher.take() {
+            flusher.stop().await;
+        }
+        drop(runner);
+        let dir = self.dir.take().expect("a server restarts once");
+        drop(self);
+        let (server, runner) = Self::launch_in(
+            dir,
+            StoreKind::Sqlite,
+            ApiConfig::default(),
+            KeySource::Hs256Secret(SECRET.to_vec()),
+            Some(tweak),
+            call_records,
+        )
+        .await;
+        (server, runner.expect("the platform runs a runner"))
+    }
+
     async fn launch(
         kind: StoreKind,
         config: ApiConfig,
@@ -129,9 +161,26 @@ impl TestServer {
         runner_tweak: Option<RunnerTweak>,
     ) -> (Self, Option<sless_embedded::LocalRunner>) {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = match kind {
-            StoreKind::Sqlite => Arc::new(SqliteStore::open(dir.path()).await.unwrap()),
-            StoreKind::Kube => Arc::new(KubeStore::new(kube_common::fake_client().await)),
+        Self::launch_in(dir, kind, config, key, runner_tweak, Retention::DEFAULT).await
+    }
+
+    async fn launch_in(
+        dir: TempDir,
+        kind: StoreKind,
+        config: ApiConfig,
+        key: KeySource,
+        runner_tweak: Option<RunnerTweak>,
+        call_records: Retention,
+    ) -> (Self, Option<sless_embedded::LocalRunner>) {
+        let (store, archive): (Arc<dyn Store>, Option<Arc<dyn CallArchive>>) = match kind {
+            StoreKind::Sqlite => {
+                let sqlite = Arc::new(SqliteStore::open(dir.path()).await.unwrap());
+                (sqlite.clone(), Some(sqlite))
+            }
+            StoreKind::Kube => (
+                Arc::new(KubeStore::new(kube_common::fake_client().await)),
+                None,
+            ),
         };
         let s3 = EmbeddedS3::start(
             &dir.path().join("objects"),
@@ -163,8 +212,15 @@ impl TestServer {
         };
         let proxy = Arc::new(gateway::proxy::Proxy::new(
             routes,
-            gateway::proxy::ProxyConfig::default(),
+            ProxyConfig {
+                call_records,
+                ..ProxyConfig::default()
+            },
         ));
+        let flusher = match &archive {
+            Some(archive) => Some(proxy.keep_calls_in(archive.clone()).await.unwrap()),
+            None => None,
+        };
         if let Some(runner) = &runner {
             runner.call_triggers_through(proxy.trigger_calls());
         }
@@ -195,11 +251,13 @@ impl TestServer {
             store,
             objects,
             proxy,
+            archive,
             client: reqwest::Client::new(),
             _s3: s3,
-            _dir: dir,
+            dir: Some(dir),
             server,
             dispatcher: None,
+            flusher,
         };
         (server, runner)
     }
@@ -210,7 +268,7 @@ impl TestServer {
 
     /// The data dir: the store, the uploads, the builds.
     pub fn data_dir(&self) -> &std::path::Path {
-        self._dir.path()
+        self.dir.as_ref().expect("not restarted").path()
     }
 }
 
