@@ -59,6 +59,7 @@ async fn a_thousand_messages_are_each_delivered_once_and_acked() {
     assert_eq!(invocations["stats"]["count"], 1000, "{invocations}");
     assert_eq!(invocations["invocations"][0]["method"], "POST");
     assert_eq!(invocations["invocations"][0]["trigger"], "event");
+    assert_eq!(invocations["invocations"][0]["trigger_name"], "bulk");
     // An event-only function is not public: `/fn` refuses it, and nobody outside can
     // forge the trigger's header.
     let response = server
