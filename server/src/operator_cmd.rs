@@ -318,7 +318,7 @@ async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         inline_sources: app::console::ConsoleOptions::default().inline_sources,
     };
-    let app = crate::console::router(config, auth)
+    let app = crate::console::router(config, auth, None)
         .await?
         .merge(probes(Readiness::default()))
         .layer(tower_http::trace::TraceLayer::new_for_http());

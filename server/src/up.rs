@@ -183,7 +183,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         &external_url,
         args.secure_cookies,
     );
-    let console = crate::console::router(console, state.auth.clone()).await?;
+    let console = crate::console::router(console, state.auth.clone(), Some(proxy.clone())).await?;
     let app = gateway::api::router(state)
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .merge(gateway::proxy::router(proxy.clone()))

@@ -1578,6 +1578,10 @@ async fn invoke_goes_through_fn_and_the_call_shows_up_escaped() {
     );
     assert!(html.contains("<td class=\"path\">/a/b</td>"), "{html}");
     assert!(
+        html.contains("<td>console</td>"),
+        "recorded as the console's: {html}"
+    );
+    assert!(
         html.contains("printed &lt;b&gt;line&lt;/b&gt; 7"),
         "its log line"
     );

@@ -37,7 +37,7 @@ impl Console {
         let auth =
             Authenticator::new(AuthConfig::new(KeySource::Hs256Secret(SECRET.to_vec()))).unwrap();
         Console {
-            router: router(config, Arc::new(auth)).await.unwrap(),
+            router: router(config, Arc::new(auth), None).await.unwrap(),
             _data_dir: data_dir,
         }
     }

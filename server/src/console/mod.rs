@@ -9,6 +9,7 @@ mod csrf;
 mod error;
 mod handlers;
 mod headers;
+mod invoke;
 mod session;
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use app::console::{Console, ConsoleOptions};
 use axum::Router;
 use axum::routing::{get, post};
+use gateway::proxy::Proxy;
 use sless_core::auth::Authenticator;
 
 /// The session cookie's name: the `/fn` proxy keeps it from functions.
@@ -79,15 +81,25 @@ pub struct ConsoleState {
 /// The console's routes: `/funcs/...`, `/login`, the actions (Leptos server functions
 /// under `/console/...`), the stylesheet and static files, each response with the
 /// security headers and a fresh CSP nonce.
-pub async fn router(config: ConsoleConfig, auth: Arc<Authenticator>) -> anyhow::Result<Router> {
+pub async fn router(
+    config: ConsoleConfig,
+    auth: Arc<Authenticator>,
+    proxy: Option<Arc<Proxy>>,
+) -> anyhow::Result<Router> {
+    let mut console = Console::new(ConsoleOptions {
+        api_endpoint: config.api_endpoint.clone(),
+        inline_sources: config.inline_sources,
+        ..ConsoleOptions::default()
+    })?;
+    // In the process that serves `/fn` the Invoke form calls in process (recorded as the
+    // console's); a console on its own calls over HTTP.
+    if let Some(proxy) = proxy {
+        console = console.with_invoker(Arc::new(invoke::ProxyInvoker(proxy)));
+    }
     let sessions = session::layer(&config).await?;
     let state = Arc::new(ConsoleState {
         auth,
-        console: Arc::new(Console::new(ConsoleOptions {
-            api_endpoint: config.api_endpoint.clone(),
-            inline_sources: config.inline_sources,
-            ..ConsoleOptions::default()
-        })?),
+        console: Arc::new(console),
         public_url: config.public_url.clone(),
         secure_cookies: config.secure_cookies,
     });

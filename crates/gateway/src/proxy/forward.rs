@@ -167,7 +167,7 @@ async fn route_and_forward(
             .await;
     }
     let route = match route {
-        Route::Hidden { reason, .. } if caller == Caller::Public => Route::Unavailable { reason },
+        Route::Hidden { reason, .. } if !caller.is_trigger() => Route::Unavailable { reason },
         route => route,
     };
     let (address, timeout) = match route {
@@ -265,7 +265,7 @@ async fn route_and_forward(
 /// header is not believed.
 fn trigger_name(headers: &HeaderMap, caller: Caller) -> Option<Box<str>> {
     match caller {
-        Caller::Public => None,
+        Caller::Public | Caller::Console => None,
         Caller::Event | Caller::Cron => headers
             .get(TRIGGER_NAME_HEADER)
             .and_then(|v| v.to_str().ok())

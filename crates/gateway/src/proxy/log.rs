@@ -40,14 +40,15 @@ impl Default for Retention {
     }
 }
 
-/// How a call came: the public `/fn` route, an event trigger's delivery or a cron
-/// trigger's fire.
+/// How a call came: the public `/fn` route, an event trigger's delivery, a cron
+/// trigger's fire or the console's Invoke form.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Via {
     Http,
     Event,
     Cron,
+    Console,
 }
 
 impl From<Caller> for Via {
@@ -56,6 +57,7 @@ impl From<Caller> for Via {
             Caller::Public => Via::Http,
             Caller::Event => Via::Event,
             Caller::Cron => Via::Cron,
+            Caller::Console => Via::Console,
         }
     }
 }

@@ -34,10 +34,19 @@ pub use log::{CallError, Filter, Invocation, InvocationLog, InvocationStats, Ret
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
     Public,
+    /// The console's Invoke form: a public call, recorded as the console's.
+    Console,
     /// An event trigger's delivery.
     Event,
     /// A cron trigger's fire.
     Cron,
+}
+
+impl Caller {
+    /// sless itself, for a trigger: may reach hidden functions and set trigger headers.
+    pub fn is_trigger(self) -> bool {
+        matches!(self, Caller::Event | Caller::Cron)
+    }
 }
 
 /// Request header with what a trigger knows about the call (base64 of a JSON object;

@@ -50,7 +50,7 @@ pub(crate) fn request(
                 headers.remove(name);
             }
             Request::Trigger => {
-                if caller == Caller::Public {
+                if !caller.is_trigger() {
                     headers.remove(name);
                 }
             }
