@@ -162,7 +162,9 @@ async fn reconcile(
                         .join(version_of(key))
                 });
                 match (f.status.phase, dir) {
-                    (Phase::Ready, Some(dir)) if dir.is_dir() => {
+                    // A built version runs as a job even while the function's instance
+                    // crash-loops (Failed, restarting): the run is a process of its own.
+                    (Phase::Ready | Phase::Failed, Some(dir)) if dir.is_dir() => {
                         let mut env = workload.env.clone();
                         env.extend(spec.env.clone());
                         Plan {
