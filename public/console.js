@@ -61,12 +61,15 @@ document.addEventListener("DOMContentLoaded", () => {
   const stop = () => {
     if (source) source.close();
     source = null;
+    delete panel.dataset.streaming;
     button.textContent = "Live";
     button.setAttribute("aria-pressed", "false");
   };
   button.addEventListener("click", () => {
     if (source) return stop();
     source = new EventSource(panel.dataset.live);
+    // Open: every line printed from now on comes.
+    source.addEventListener("open", () => { panel.dataset.streaming = "true"; });
     button.textContent = "Stop live";
     button.setAttribute("aria-pressed", "true");
     source.addEventListener("line", (event) => {

@@ -181,6 +181,33 @@ test('invoking from the function page: the answer, the call in the list and the 
   await context.close();
 });
 
+test('Live adds each new log line as it is printed; a call links to its own lines', async () => {
+  const { context, page, errors } = await openPage(browser);
+  await logIn(page, platform.url, alice);
+  await page.goto(`${platform.url}/funcs/${alice.namespace}/function/printer`);
+  await page.getByRole('button', { name: 'Live' }).click();
+  assert.equal(await page.getByRole('button', { name: 'Stop live' }).getAttribute('aria-pressed'), 'true');
+  // Once the stream is open, every line printed comes.
+  await page.locator('#logs[data-streaming="true"]').waitFor({ timeout: 5000 });
+  const answer = await fetch(`${platform.url}/fn/${alice.namespace}/printer`, {
+    method: 'POST',
+    headers: { 'x-request-id': 'live-e2e-1', 'content-type': 'application/json' },
+    body: '{"n": 4242}',
+  });
+  assert.equal(answer.status, 200);
+  await page.locator('#logs pre.logs').getByText(printed(4242)).waitFor({ timeout: 5000 });
+  assert.match(await page.locator('#logs pre.logs').innerText(), /\[live-e2e-1\] printer got 4242/);
+
+  await page.reload();
+  await Promise.all([page.waitForNavigation(), page.locator('table.calls a', { hasText: 'live-e2e-1' }).click()]);
+  assert.match(page.url(), /request_id=live-e2e-1/);
+  const lines = (await page.locator('#logs pre.logs').innerText()).trim().split('\n');
+  assert.equal(lines.length, 1, lines.join('\n'));
+  assert.match(lines[0], /\[live-e2e-1\] printer got 4242/);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
 test("at 390 px a failed build's error line and a URL's function name are in sight", async () => {
   const { context, page } = await openPage(browser, { viewport: { width: 390, height: 844 } });
   await logIn(page, platform.url, alice);
