@@ -293,6 +293,8 @@ impl Actor {
         // Set when this pass built the version: recorded with the phase that follows
         // (Ready once an instance serves it, or Failed).
         let mut built_at = None;
+        // Why this pass's build failed; the status read before it does not say yet.
+        let mut build_failure = None;
         if !dir.is_dir() && !failed_before {
             if self.running.is_none() {
                 let reason = format!("{noun} {name:?} is building version {version}");
@@ -305,16 +307,22 @@ impl Actor {
                     self.unavailable(reason);
                 }
             }
-            built_at = self
+            match self
                 .build(&raw, &key, &version, &root, &spec, url.clone())
-                .await?;
+                .await?
+            {
+                Ok(at) => built_at = Some(at),
+                Err(message) => build_failure = Some(message),
+            }
         } else if built_key.as_deref() != Some(key.as_str()) {
             self.mark_built(&raw, &key).await?;
         }
         if !dir.is_dir() {
             // The build failed: an older instance, if any, keeps serving its code.
             if self.running.is_none() {
-                let reason = status.message.clone().unwrap_or_default();
+                let reason = build_failure
+                    .or_else(|| status.message.clone())
+                    .unwrap_or_default();
                 self.unavailable(format!(
                     "{noun} {name:?} failed to build: {}",
                     self.shared.public_line(&reason, None)
@@ -417,6 +425,8 @@ impl Actor {
         Ok(true)
     }
 
+    /// Builds the version of `key`: when it was built, or the message of its failure
+    /// (written to the status too).
     async fn build(
         &mut self,
         raw: &RawObject,
@@ -425,7 +435,7 @@ impl Actor {
         root: &Path,
         spec: &WorkloadSpec,
         url: Option<String>,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Result<String, String>, StoreError> {
         self.write_status(|s| {
             s.phase = Phase::Building;
             s.message = Some(format!("building version {version}"));
@@ -450,7 +460,7 @@ impl Actor {
                         started.elapsed().as_millis()
                     ),
                 );
-                Ok(Some(now()))
+                Ok(Ok(now()))
             }
             Err(e) => {
                 self.log(version, &format!("build of version {version} failed"));
@@ -459,7 +469,7 @@ impl Actor {
                 let (cause, tail) = e.0.split_once('\n').unwrap_or((&e.0, ""));
                 let message = format!("{}\n{tail}", self.shared.public_line(cause, None));
                 self.write_failed(&message, None).await?;
-                Ok(None)
+                Ok(Err(message))
             }
         }
     }
