@@ -71,7 +71,8 @@ impl User {
         }
     }
 
-    fn sless(&self, args: &[&str]) -> Run {
+    /// `sless ARGS` as this user runs it.
+    fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
         command
             .args(args)
@@ -85,6 +86,11 @@ impl User {
                 .env("SLESS_ENDPOINT", &self.endpoint)
                 .env("SLESS_API_TOKEN", &self.token);
         }
+        command
+    }
+
+    fn sless(&self, args: &[&str]) -> Run {
+        let mut command = self.command(args);
         let Output {
             status,
             stdout,
@@ -306,6 +312,60 @@ fn everyday_developer_loop() {
         .sless(&["logs", "py-hello", "-q", "SAW TAGGED"])
         .ok("logs -q");
     assert_eq!(searched.stdout.lines().count(), 1, "{}", searched.stdout);
+    // --follow prints a line printed after it started, and only the followed call's.
+    let mut follow = user
+        .command(&[
+            "logs",
+            "py-hello",
+            "--follow",
+            "--request-id",
+            "cli-follow",
+            "-n",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start sless logs --follow");
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    // The stream is open once the command has its answer; until then a line may come
+    // before it: call until the follower prints one.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let line = loop {
+        user.sless(&[
+            "invoke",
+            "py-hello",
+            "--data",
+            r#"{"name":"followed"}"#,
+            "--request-id",
+            "cli-follow",
+        ])
+        .ok("invoke while following");
+        user.sless(&["invoke", "py-hello", "--data", r#"{"name":"other"}"#])
+            .ok("another call");
+        if let Ok(line) = seen.recv_timeout(Duration::from_secs(2)) {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sless logs --follow printed nothing"
+        );
+    };
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(
+        line.contains("[cli-follow] python handler saw followed"),
+        "{line}"
+    );
     user.eventually(&["logs", "node-hello"], |run| {
         run.code == 0 && run.stdout.contains("node handler saw file")
     });
