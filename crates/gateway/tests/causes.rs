@@ -273,8 +273,10 @@ async fn a_call_past_its_timeout_answers_504_at_the_timeout() {
         error(&body),
         "function \"slow\" did not answer within 1 s (its timeout_sec)"
     );
+    // It comes at timeout_sec + 0.25 s; the upper bound leaves a busy test machine
+    // room and still fails the old wait (timeout_sec + 2 s).
     assert!(
-        took >= Duration::from_secs(1) && took <= Duration::from_millis(1500),
+        took >= Duration::from_secs(1) && took <= Duration::from_millis(2400),
         "the 504 came {took:?} after the call, its timeout_sec being 1 s"
     );
 }
