@@ -11,7 +11,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::manifests::build::{BUILD_CONTAINER, COMPONENT as BUILD_COMPONENT};
 use super::names::{LABEL_COMPONENT, owner_selector};
-use sless_core::logs::{Following, LogLine, LogQuery, Stream, WorkloadLogs};
+use sless_core::logs::{Following, LogFilter, LogLine, Stream, WorkloadLogs};
 use sless_core::model::{Kind, build_namespace, deploy_namespace};
 
 /// The largest log read from one pod.
@@ -80,7 +80,7 @@ impl KubeWorkloadLogs {
 
 #[async_trait::async_trait]
 impl WorkloadLogs for KubeWorkloadLogs {
-    fn lines(&self, namespace: &str, name: &str, _query: &LogQuery) -> Vec<LogLine> {
+    fn lines(&self, namespace: &str, name: &str, _query: &LogFilter) -> Vec<LogLine> {
         vec![LogLine {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             stream: Stream::Stderr,
@@ -94,7 +94,7 @@ impl WorkloadLogs for KubeWorkloadLogs {
         }]
     }
 
-    fn follow(&self, _namespace: &str, _name: &str, _query: &LogQuery) -> Option<Following> {
+    fn follow(&self, _namespace: &str, _name: &str, _query: &LogFilter) -> Option<Following> {
         None
     }
 

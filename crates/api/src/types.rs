@@ -352,6 +352,36 @@ pub struct LogLineResponse {
     pub line: String,
 }
 
+/// Which lines of a workload's output to read (`GET .../logs?tail=&request_id=&q=`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogFilter {
+    pub tail: usize,
+    /// Only the lines the call with this request id printed.
+    pub request_id: Option<String>,
+    /// Only lines containing this text (case-insensitive).
+    pub search: Option<String>,
+}
+
+impl LogFilter {
+    pub fn tail(tail: usize) -> Self {
+        Self {
+            tail,
+            ..Self::default()
+        }
+    }
+
+    /// Whether a line printed by the call `request_id` (None: outside calls) is kept.
+    pub fn keeps(&self, request_id: Option<&str>, line: &str) -> bool {
+        self.request_id
+            .as_deref()
+            .is_none_or(|id| request_id == Some(id))
+            && self
+                .search
+                .as_deref()
+                .is_none_or(|text| line.to_lowercase().contains(&text.to_lowercase()))
+    }
+}
+
 impl LogLineResponse {
     /// `<time> <stream> [<request id>] <line>`, the id only on lines a call printed.
     pub fn text(&self) -> String {

@@ -7,8 +7,8 @@ use base64::Engine;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use sless_api::Kind;
 use sless_api::*;
+pub use sless_api::{Kind, LogFilter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -36,37 +36,19 @@ impl ClientError {
 
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
-/// Which lines of a workload's output to read.
-#[derive(Clone, Debug, Default)]
-pub struct LogFilter {
-    pub tail: usize,
-    /// Only the lines the call with this request id printed.
-    pub request_id: Option<String>,
-    /// Only lines containing this text (case-insensitive).
-    pub search: Option<String>,
-}
-
-impl LogFilter {
-    pub fn tail(tail: usize) -> Self {
-        Self {
-            tail,
-            ..Self::default()
-        }
+/// The query of a logs request.
+fn log_query(filter: &LogFilter, follow: bool) -> Vec<(&'static str, String)> {
+    let mut query = vec![("tail", filter.tail.to_string())];
+    if let Some(id) = &filter.request_id {
+        query.push(("request_id", id.clone()));
     }
-
-    fn query(&self, follow: bool) -> Vec<(&'static str, String)> {
-        let mut query = vec![("tail", self.tail.to_string())];
-        if let Some(id) = &self.request_id {
-            query.push(("request_id", id.clone()));
-        }
-        if let Some(text) = &self.search {
-            query.push(("q", text.clone()));
-        }
-        if follow {
-            query.push(("follow", "true".into()));
-        }
-        query
+    if let Some(text) = &filter.search {
+        query.push(("q", text.clone()));
     }
+    if follow {
+        query.push(("follow", "true".into()));
+    }
+    query
 }
 
 /// What a log stream brings.
@@ -351,7 +333,7 @@ impl Client {
         filter: &LogFilter,
     ) -> Result<Vec<LogLineResponse>> {
         let url = self.url(&format!("{}/{name}/logs", kind.path()));
-        self.json(self.http.get(&url).query(&filter.query(false)), &url)
+        self.json(self.http.get(&url).query(&log_query(filter, false)), &url)
             .await
     }
 
@@ -367,7 +349,7 @@ impl Client {
         use futures::StreamExt;
         let url = self.url(&format!("{}/{name}/logs", kind.path()));
         let response = self
-            .send(self.http.get(&url).query(&filter.query(true)), &url)
+            .send(self.http.get(&url).query(&log_query(filter, true)), &url)
             .await?;
         Ok(response.bytes_stream().eventsource().map(move |event| {
             let decode = |message: String| ClientError::Decode {

@@ -8,6 +8,7 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::broadcast;
 
+pub use sless_api::LogFilter;
 use sless_api::split_call_tag;
 
 use crate::model::Kind;
@@ -17,41 +18,12 @@ use crate::model::Kind;
 pub trait WorkloadLogs: Send + Sync + 'static {
     /// The last `query.tail` lines of a workload's output that `query` keeps, oldest
     /// first.
-    fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine>;
+    fn lines(&self, namespace: &str, name: &str, query: &LogFilter) -> Vec<LogLine>;
     /// The lines `lines` gives and every later line as it is printed; None when this
     /// platform keeps no output to follow.
-    fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Option<Following>;
+    fn follow(&self, namespace: &str, name: &str, query: &LogFilter) -> Option<Following>;
     /// The whole log of the latest build, if there was one.
     async fn build_log(&self, kind: Kind, namespace: &str, name: &str) -> Option<String>;
-}
-
-/// Which lines of a workload's output to read.
-#[derive(Clone, Debug, Default)]
-pub struct LogQuery {
-    pub tail: usize,
-    /// Only the lines this call printed.
-    pub request_id: Option<String>,
-    /// Only lines containing this text (case-insensitive).
-    pub search: Option<String>,
-}
-
-impl LogQuery {
-    pub fn tail(tail: usize) -> Self {
-        Self {
-            tail,
-            ..Self::default()
-        }
-    }
-
-    pub fn keeps(&self, line: &LogLine) -> bool {
-        self.request_id
-            .as_deref()
-            .is_none_or(|id| line.request_id.as_deref() == Some(id))
-            && self
-                .search
-                .as_deref()
-                .is_none_or(|text| line.line.to_lowercase().contains(&text.to_lowercase()))
-    }
 }
 
 /// What a follower reads: the lines there were, then new ones as they come. A follower
@@ -81,6 +53,12 @@ pub struct LogLine {
     /// sless's own lines.
     pub request_id: Option<String>,
     pub line: String,
+}
+
+impl LogLine {
+    pub fn kept_by(&self, filter: &LogFilter) -> bool {
+        filter.keeps(self.request_id.as_deref(), &self.line)
+    }
 }
 
 /// The last `max` bytes of a log for a status or an event, cut at a line start and
@@ -253,7 +231,7 @@ impl LogBook {
     }
 
     /// The last `query.tail` lines `query` keeps, oldest first.
-    pub fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine> {
+    pub fn lines(&self, namespace: &str, name: &str, query: &LogFilter) -> Vec<LogLine> {
         let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         rings
             .get(&(namespace.to_string(), name.to_string()))
@@ -263,12 +241,12 @@ impl LogBook {
 
     /// The last `n` lines, oldest first.
     pub fn tail(&self, namespace: &str, name: &str, n: usize) -> Vec<LogLine> {
-        self.lines(namespace, name, &LogQuery::tail(n))
+        self.lines(namespace, name, &LogFilter::tail(n))
     }
 
     /// The lines `query` keeps and a receiver of every later line (unfiltered), taken
     /// together so that no line is missed or seen twice.
-    pub fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Following {
+    pub fn follow(&self, namespace: &str, name: &str, query: &LogFilter) -> Following {
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let ring = rings
             .entry((namespace.to_string(), name.to_string()))
@@ -291,11 +269,11 @@ impl LogBook {
 }
 
 /// The last `query.tail` lines of `ring` that `query` keeps, oldest first.
-fn matching(ring: &VecDeque<LogLine>, query: &LogQuery) -> Vec<LogLine> {
+fn matching(ring: &VecDeque<LogLine>, query: &LogFilter) -> Vec<LogLine> {
     let mut lines: Vec<LogLine> = ring
         .iter()
         .rev()
-        .filter(|line| query.keeps(line))
+        .filter(|line| line.kept_by(query))
         .take(query.tail)
         .cloned()
         .collect();
@@ -306,11 +284,11 @@ fn matching(ring: &VecDeque<LogLine>, query: &LogQuery) -> Vec<LogLine> {
 /// Output only, no builds: for an API that runs no workloads itself.
 #[async_trait::async_trait]
 impl WorkloadLogs for LogBook {
-    fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine> {
+    fn lines(&self, namespace: &str, name: &str, query: &LogFilter) -> Vec<LogLine> {
         LogBook::lines(self, namespace, name, query)
     }
 
-    fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Option<Following> {
+    fn follow(&self, namespace: &str, name: &str, query: &LogFilter) -> Option<Following> {
         Some(LogBook::follow(self, namespace, name, query))
     }
 
@@ -373,7 +351,7 @@ mod tests {
         let one = book.lines(
             "ns",
             "f",
-            &LogQuery {
+            &LogFilter {
                 tail: 10,
                 request_id: Some("call-1".into()),
                 search: None,
@@ -392,7 +370,7 @@ mod tests {
         let found = book.lines(
             "ns",
             "f",
-            &LogQuery {
+            &LogFilter {
                 tail: 1,
                 request_id: None,
                 search: Some("HELLO".into()),
@@ -406,7 +384,7 @@ mod tests {
     async fn followers_get_the_lines_then_each_new_one_once() {
         let book = LogBook::new(10);
         book.push("ns", "f", Stream::Stdout, "v1", "before");
-        let mut following = book.follow("ns", "f", &LogQuery::tail(5));
+        let mut following = book.follow("ns", "f", &LogFilter::tail(5));
         assert_eq!(following.lines.len(), 1);
         book.push("ns", "f", Stream::Stdout, "v1", "after");
         assert_eq!(following.new.recv().await.unwrap().line, "after");

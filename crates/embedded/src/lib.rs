@@ -32,7 +32,7 @@ use build::Builder;
 use runtimes::Wrappers;
 use sandbox::Sandbox;
 use sless_core::data_dir::own_private_dir;
-use sless_core::logs::{Following, LogBook, LogLine, LogQuery, WorkloadLogs};
+use sless_core::logs::{Following, LogBook, LogFilter, LogLine, WorkloadLogs};
 use sless_core::model::{Function, Kind, Trigger, TriggerType};
 use sless_core::quota::MemoryLedger;
 use sless_core::routes::{Route, RouteTable, TriggerCalls};
@@ -211,11 +211,11 @@ impl LocalRunner {
 
 #[async_trait::async_trait]
 impl WorkloadLogs for LocalRunner {
-    fn lines(&self, namespace: &str, name: &str, query: &LogQuery) -> Vec<LogLine> {
+    fn lines(&self, namespace: &str, name: &str, query: &LogFilter) -> Vec<LogLine> {
         self.shared.logs.lines(namespace, name, query)
     }
 
-    fn follow(&self, namespace: &str, name: &str, query: &LogQuery) -> Option<Following> {
+    fn follow(&self, namespace: &str, name: &str, query: &LogFilter) -> Option<Following> {
         Some(self.shared.logs.follow(namespace, name, query))
     }
 

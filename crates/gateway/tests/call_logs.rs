@@ -53,18 +53,6 @@ fn expected_lines(n: usize) -> BTreeSet<String> {
     .collect()
 }
 
-async fn call(api: &common::api::Api<'_>, name: &str, id: &str, n: usize) -> StatusCode {
-    api.server
-        .client
-        .post(api.fn_url(name))
-        .header("x-request-id", id)
-        .json(&json!({"n": n}))
-        .send()
-        .await
-        .unwrap()
-        .status()
-}
-
 /// 64 calls at once; each call's record lists exactly the lines it printed.
 async fn calls_keep_their_own_lines(runtime: &str, handler: (&str, &[u8])) {
     let (server, _runner) = TestServer::platform(|_| {}).await;
@@ -75,7 +63,10 @@ async fn calls_keep_their_own_lines(runtime: &str, handler: (&str, &[u8])) {
 
     let calls = (0..64).map(|n| {
         let api = &api;
-        async move { call(api, "talk", &format!("c-{n}"), n).await }
+        async move {
+            api.call_as("talk", &format!("c-{n}"), &json!({"n": n}))
+                .await
+        }
     });
     for status in futures::future::join_all(calls).await {
         assert_eq!(status, StatusCode::OK);
@@ -124,8 +115,14 @@ async fn logs_filter_by_call_and_text_and_can_be_followed() {
         &[("handler.py", PYTHON)],
     )
     .await;
-    assert_eq!(call(&api, "talk", "first", 1).await, StatusCode::OK);
-    assert_eq!(call(&api, "talk", "second", 2).await, StatusCode::OK);
+    assert_eq!(
+        api.call_as("talk", "first", &json!({"n": 1})).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.call_as("talk", "second", &json!({"n": 2})).await,
+        StatusCode::OK
+    );
 
     let client = Client::for_namespace(&server.base, &api.user.token, &api.user.ns).unwrap();
     let texts = |lines: Vec<sless_api::LogLineResponse>| -> Vec<String> {
@@ -196,8 +193,14 @@ async fn logs_filter_by_call_and_text_and_can_be_followed() {
             .await
             .unwrap()
     );
-    assert_eq!(call(&api, "talk", "other", 4).await, StatusCode::OK);
-    assert_eq!(call(&api, "talk", "third", 3).await, StatusCode::OK);
+    assert_eq!(
+        api.call_as("talk", "other", &json!({"n": 4})).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.call_as("talk", "third", &json!({"n": 3})).await,
+        StatusCode::OK
+    );
     let mut seen = BTreeSet::new();
     while seen.len() < 5 {
         let next = tokio::time::timeout(Duration::from_secs(5), stream.next())

@@ -15,18 +15,6 @@ const HANDLER: &[u8] = b"def handle(event):\n    return 'ok'\n";
 
 const NO_TWEAK: RunnerTweak = |_| {};
 
-async fn call_with_id(api: &Api<'_>, name: &str, request_id: &str) -> StatusCode {
-    api.server
-        .client
-        .post(api.fn_url(name))
-        .header("x-request-id", request_id)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .status()
-}
-
 /// The document the archive holds for `name`, once `done` holds for it.
 async fn saved_until(server: &TestServer, ns: &str, name: &str, done: impl Fn(&Value) -> bool) {
     let archive = server.archive.as_ref().expect("an embedded server");
@@ -67,7 +55,10 @@ async fn records_and_totals_survive_a_restart_within_their_retention() {
     .await;
     api.invoke("kept", json!({})).await;
     for i in 0..5 {
-        assert_eq!(call_with_id(&api, "kept", &format!("kept-{i}")).await, 200);
+        assert_eq!(
+            api.call_as("kept", &format!("kept-{i}"), &json!({})).await,
+            200
+        );
     }
     let before = api.get("functions/kept/invocations").await;
     let count = before["stats"]["count"].clone();
@@ -146,7 +137,7 @@ async fn a_deleted_function_forgets_its_records() {
     )
     .await;
     api.invoke("gone", json!({})).await;
-    assert_eq!(call_with_id(&api, "gone", "gone-1").await, 200);
+    assert_eq!(api.call_as("gone", "gone-1", &json!({})).await, 200);
     saved_until(&server, &ns, "gone", |d| {
         d["stats"]["count"].as_u64() >= Some(2)
     })

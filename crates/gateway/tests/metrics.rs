@@ -144,24 +144,6 @@ async fn metrics_count_calls_and_builds_and_are_for_admins() {
     assert_eq!(builds, Some(1.0), "{text}");
 }
 
-/// One `/fn` call with a request id; its status.
-async fn call_with_id(
-    api: &common::api::Api<'_>,
-    request_id: &str,
-    body: serde_json::Value,
-) -> u16 {
-    api.server
-        .client
-        .post(api.fn_url("rec"))
-        .header("x-request-id", request_id)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
 #[tokio::test]
 async fn every_call_is_recorded_under_its_request_id() {
     let (server, _runner) = TestServer::platform(|_| {}).await;
@@ -172,9 +154,9 @@ async fn every_call_is_recorded_under_its_request_id() {
     )
     .await;
     api.invoke("rec", json!({})).await;
-    assert_eq!(call_with_id(&api, "rec-ok", json!({})).await, 200);
+    assert_eq!(api.call_as("rec", "rec-ok", &json!({})).await, 200);
     assert_eq!(
-        call_with_id(&api, "rec-fail", json!({"fail": true})).await,
+        api.call_as("rec", "rec-fail", &json!({"fail": true})).await,
         500
     );
 

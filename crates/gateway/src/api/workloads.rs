@@ -22,7 +22,7 @@ use super::{ApiError, AppState, load};
 use crate::proxy::{Filter, Invocation, Via};
 use crate::serve::Stopping;
 use sless_api::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
-use sless_core::logs::{Following, LogLine, LogQuery};
+use sless_core::logs::{Following, LogFilter, LogLine};
 use sless_core::model::{Phase, WorkloadSpec, validate_name};
 use sless_core::quota::Slot;
 use sless_core::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
@@ -278,7 +278,7 @@ const MAX_LOG_SEARCH_BYTES: usize = 256;
 
 impl LogsQuery {
     /// The query, or why it is a bad request.
-    fn log_query(self) -> Result<LogQuery, String> {
+    fn log_query(self) -> Result<LogFilter, String> {
         if let Some(id) = &self.request_id
             && !sless_api::is_valid_request_id(id)
         {
@@ -294,7 +294,7 @@ impl LogsQuery {
                 "q: a search is at most {MAX_LOG_SEARCH_BYTES} bytes"
             ));
         }
-        Ok(LogQuery {
+        Ok(LogFilter {
             tail: self.tail.unwrap_or(100).min(10_000),
             request_id: self.request_id,
             search: self.q.filter(|q| !q.is_empty()),
@@ -339,7 +339,7 @@ const MAX_FOLLOW: Duration = Duration::from_secs(3600);
 /// deleted, the server stops, or after [`MAX_FOLLOW`]; the place is held until then.
 fn log_stream(
     following: Following,
-    query: LogQuery,
+    query: LogFilter,
     place: Slot,
     stopping: Option<Stopping>,
 ) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
@@ -356,7 +356,7 @@ fn log_stream(
         move |(mut new, query, place)| async move {
             loop {
                 match new.recv().await {
-                    Ok(line) if query.keeps(&line) => {
+                    Ok(line) if line.kept_by(&query) => {
                         let event = line_event(&line)?;
                         return Some((event, (new, query, place)));
                     }
@@ -460,7 +460,7 @@ pub async fn invocation<R: WorkloadResource>(
     let logs = state.logs.lines(
         &auth.namespace,
         &name,
-        &LogQuery {
+        &LogFilter {
             tail: CALL_LOG_LINES,
             request_id: Some(request_id.clone()),
             search: None,

@@ -144,6 +144,19 @@ impl<'a> Api<'a> {
         self.upload(&format!("functions/{name}"), files).await;
     }
 
+    /// One POST of `body` to `/fn/<name>` as the call `request_id`; its status.
+    pub async fn call_as(&self, name: &str, request_id: &str, body: &Value) -> StatusCode {
+        self.server
+            .client
+            .post(self.fn_url(name))
+            .header("x-request-id", request_id)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
     /// Calls `/fn/<name>` until its error says `words` (the route changes as the runner
     /// gets on); the last answer after 60 s.
     pub async fn answer_saying(&self, name: &str, words: &str) -> (StatusCode, Value) {
