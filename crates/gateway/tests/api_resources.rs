@@ -634,3 +634,56 @@ async fn concurrent_ensure_and_conflicting_updates(server: TestServer) {
         "{body}"
     );
 }
+
+/// Listings are gzip or brotli when the client asks, plain when it does not.
+#[tokio::test]
+async fn listings_are_compressed_only_when_the_client_accepts_it() {
+    use std::io::Read;
+    let server = TestServer::start_on(StoreKind::Sqlite).await;
+    let alice = user("alice");
+    let base = format!("/v1/namespaces/{}/functions", alice.ns);
+    for i in 0..20 {
+        let (status, body) = send(
+            &server,
+            &alice,
+            reqwest::Method::POST,
+            &base,
+            Some(function(&format!("fn-{i}"))),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let get = |encoding: Option<&'static str>| {
+        let mut request = server
+            .client
+            .get(server.url(&base))
+            .bearer_auth(&alice.token);
+        if let Some(encoding) = encoding {
+            request = request.header("accept-encoding", encoding);
+        }
+        request.send()
+    };
+
+    let plain = get(None).await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+    let plain: Value = plain.json().await.unwrap();
+    assert_eq!(plain.as_array().map(Vec::len), Some(20));
+
+    let gzipped = get(Some("gzip")).await.unwrap();
+    assert_eq!(gzipped.headers()["content-encoding"], "gzip");
+    let bytes = gzipped.bytes().await.unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&bytes[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(
+        bytes.len() < text.len() / 2,
+        "{} of {}",
+        bytes.len(),
+        text.len()
+    );
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), plain);
+
+    let brotli = get(Some("br")).await.unwrap();
+    assert_eq!(brotli.headers()["content-encoding"], "br");
+}

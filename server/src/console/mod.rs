@@ -126,6 +126,7 @@ pub async fn router(
     let files = assets::router().layer(axum::middleware::from_fn(headers::secure));
     Ok(pages
         .merge(files)
+        .layer(gateway::api::compression())
         .layer(axum::middleware::from_fn(gateway::request_id::layer))
         .layer(tower_http::trace::TraceLayer::new_for_http()))
 }

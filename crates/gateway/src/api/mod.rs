@@ -162,8 +162,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .merge(uploads)
         .fallback(unknown_route)
+        .layer(compression())
         .layer(axum::middleware::from_fn(crate::request_id::layer))
         .with_state(state)
+}
+
+/// gzip or brotli for text answers when the client accepts them (listings, logs, the
+/// console's pages), at a level that costs little CPU; event streams and images stay
+/// as they are. `/fn` answers are the function's own and never pass through here.
+pub fn compression() -> tower_http::compression::CompressionLayer {
+    tower_http::compression::CompressionLayer::new()
+        .no_deflate()
+        .no_zstd()
+        .quality(tower_http::compression::CompressionLevel::Precise(4))
 }
 
 /// The routes Functions and Services share, under `/v1/namespaces/{ns}/<kind path>`
