@@ -18,8 +18,8 @@ pub struct SavedCalls {
 /// Written from the proxy's background flusher, never on the invoke path.
 #[async_trait]
 pub trait CallArchive: Send + Sync + 'static {
-    /// Replaces the function's document.
-    async fn save(&self, namespace: &str, name: &str, document: &[u8]) -> Result<()>;
+    /// Replaces each function's document, all of them or none (one write to disk).
+    async fn save(&self, documents: &[SavedCalls]) -> Result<()>;
     /// Every function's document, read once at start.
     async fn load_all(&self) -> Result<Vec<SavedCalls>>;
     /// Drops the function's document (it was deleted); nothing saved is fine.

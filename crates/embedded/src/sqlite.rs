@@ -357,17 +357,21 @@ impl Store for SqliteStore {
 /// The proxy's call records live in the same file, in their own table.
 #[async_trait]
 impl CallArchive for SqliteStore {
-    async fn save(&self, namespace: &str, name: &str, document: &[u8]) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO call_records (namespace, name, document) VALUES (?, ?, ?) \
-             ON CONFLICT (namespace, name) DO UPDATE SET document = excluded.document",
-        )
-        .bind(namespace)
-        .bind(name)
-        .bind(document)
-        .execute(&self.pool)
-        .await
-        .map_err(backend)?;
+    async fn save(&self, documents: &[SavedCalls]) -> Result<()> {
+        let mut tx = self.pool.begin().await.map_err(backend)?;
+        for saved in documents {
+            sqlx::query(
+                "INSERT INTO call_records (namespace, name, document) VALUES (?, ?, ?) \
+                 ON CONFLICT (namespace, name) DO UPDATE SET document = excluded.document",
+            )
+            .bind(&saved.namespace)
+            .bind(&saved.name)
+            .bind(&saved.document)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
         Ok(())
     }
 
@@ -505,9 +509,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = SqliteStore::open(dir.path()).await.unwrap();
-            store.save("ns", "f", b"first").await.unwrap();
-            store.save("ns", "f", b"second").await.unwrap();
-            store.save("ns", "g", b"other").await.unwrap();
+            let saved = |name: &str, document: &[u8]| SavedCalls {
+                namespace: "ns".into(),
+                name: name.into(),
+                document: document.to_vec(),
+            };
+            store.save(&[saved("f", b"first")]).await.unwrap();
+            store
+                .save(&[saved("f", b"second"), saved("g", b"other")])
+                .await
+                .unwrap();
             store.forget("ns", "g").await.unwrap();
             store.forget("ns", "never-saved").await.unwrap();
         }

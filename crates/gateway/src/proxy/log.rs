@@ -351,11 +351,22 @@ impl InvocationLog {
                     .map(|(name, calls)| (namespace.clone(), name.clone(), calls.clone()))
             })
             .collect();
-        for (namespace, name, calls) in changed {
-            if let Err(e) = archive.save(&namespace, &name, &calls.document()).await {
+        if changed.is_empty() {
+            return;
+        }
+        let documents: Vec<SavedCalls> = changed
+            .iter()
+            .map(|(namespace, name, calls)| SavedCalls {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                document: calls.document(),
+            })
+            .collect();
+        if let Err(e) = archive.save(&documents).await {
+            for (_, _, calls) in &changed {
                 calls.changed.store(true, Ordering::Relaxed);
-                tracing::warn!(%namespace, %name, error = %e, "call records not saved");
             }
+            tracing::warn!(functions = changed.len(), error = %e, "call records not saved");
         }
     }
 
@@ -480,13 +491,13 @@ mod tests {
 
     #[async_trait::async_trait]
     impl CallArchive for Shelf {
-        async fn save(&self, namespace: &str, name: &str, document: &[u8]) -> store::Result<()> {
-            self.saves.fetch_add(1, Ordering::Relaxed);
-            let key = (namespace.to_owned(), name.to_owned());
-            self.documents
-                .lock()
-                .unwrap()
-                .insert(key, document.to_vec());
+        async fn save(&self, documents: &[SavedCalls]) -> store::Result<()> {
+            self.saves.fetch_add(documents.len(), Ordering::Relaxed);
+            let mut shelf = self.documents.lock().unwrap();
+            for saved in documents {
+                let key = (saved.namespace.clone(), saved.name.clone());
+                shelf.insert(key, saved.document.clone());
+            }
             Ok(())
         }
 
