@@ -374,6 +374,9 @@ async fn listen(address: SocketAddr, args: &ServeArgs) -> anyhow::Result<Listene
 
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let Platform::Kubernetes = args.platform;
+    // Held to the end: dropping it sends the spans still queued.
+    let _traces =
+        gateway::proxy::export_traces_from_env().context("starting the OTLP trace export")?;
     match args.components {
         Components::Console => return run_console(&args).await,
         Components::Dispatcher => return run_dispatcher(&args).await,

@@ -87,6 +87,9 @@ pub struct UpArgs {
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    // Held to the end: dropping it sends the spans still queued.
+    let _traces =
+        gateway::proxy::export_traces_from_env().context("starting the OTLP trace export")?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data dir {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir)

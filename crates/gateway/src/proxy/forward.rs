@@ -492,6 +492,7 @@ pub(super) fn invocation(
         status: status.as_u16(),
         duration,
         error,
+        trace: Some(ids.trace()),
     }
 }
 

@@ -17,6 +17,7 @@ use sless_core::metrics::{CallMetrics, InFlight, metrics};
 use sless_core::store;
 
 use super::Caller;
+use super::headers::call_id::{self, TraceIds};
 
 /// Which calls a function's records keep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +50,17 @@ pub enum Via {
     Event,
     Cron,
     Console,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Http => "http",
+            Via::Event => "event",
+            Via::Cron => "cron",
+            Via::Console => "console",
+        }
+    }
 }
 
 impl From<Caller> for Via {
@@ -96,6 +108,36 @@ pub struct Invocation {
     /// no code): not counted as the function's error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused: bool,
+    /// The call's W3C trace: its id is shown (to find the call's spans); the span ids
+    /// are only for the export at the end of the call.
+    #[serde(
+        rename = "trace_id",
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "trace_id_hex",
+        deserialize_with = "trace_id_from_hex"
+    )]
+    pub trace: Option<TraceIds>,
+}
+
+fn trace_id_hex<S: Serializer>(trace: &Option<TraceIds>, s: S) -> Result<S::Ok, S::Error> {
+    let mut text = [0u8; 32];
+    let trace_id = trace.map_or([0; 16], |t| t.trace_id);
+    call_id::hex(&trace_id, &mut text);
+    s.serialize_str(std::str::from_utf8(&text).unwrap_or_default())
+}
+
+fn trace_id_from_hex<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TraceIds>, D::Error> {
+    let text = String::deserialize(d)?;
+    let trace_id = u128::from_str_radix(&text, 16)
+        .map_err(serde::de::Error::custom)?
+        .to_be_bytes();
+    Ok(Some(TraceIds {
+        trace_id,
+        call_span_id: [0; 8],
+        caller_span_id: None,
+        sampled: false,
+    }))
 }
 
 fn rfc3339_millis<S: Serializer>(time: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -160,6 +202,8 @@ struct History {
 
 /// One function's calls: looked up once per call, which then counts and records into it.
 pub(crate) struct Calls {
+    namespace: Box<str>,
+    name: Box<str>,
     metrics: CallMetrics,
     history: Mutex<History>,
     /// `Retention::max_count`, at hand for each call.
@@ -175,6 +219,7 @@ impl Calls {
 
     pub(crate) fn record(&self, invocation: Invocation) {
         self.metrics.call(invocation.status, invocation.duration);
+        super::traces::export(&self.namespace, &self.name, &invocation);
         // A panic elsewhere while holding the lock leaves plain counters behind, still
         // fine to read and update.
         let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
@@ -290,6 +335,8 @@ impl InvocationLog {
 
     fn entry(&self, namespace: &str, name: &str, history: History, changed: bool) -> Arc<Calls> {
         Arc::new(Calls {
+            namespace: namespace.into(),
+            name: name.into(),
             metrics: metrics().calls_of(namespace, name),
             history: Mutex::new(history),
             max_count: self.retention.max_count,
@@ -467,6 +514,7 @@ mod tests {
             status,
             duration: Duration::from_nanos((ms * 1e6) as u64),
             error: None,
+            trace: None,
         }
     }
 

@@ -6,6 +6,7 @@ mod fast;
 mod forward;
 mod headers;
 mod log;
+mod traces;
 mod unix;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use unix::UnixConnector;
 pub use error::InvokeError;
 pub(crate) use forward::MAX_TRIGGER_ANSWER_READ;
 pub use log::{CallError, Filter, Invocation, InvocationLog, InvocationStats, Retention, Via};
+pub use traces::{TraceExport, export_from_env as export_traces_from_env};
 
 /// Who calls through the proxy: the public `/fn` route, or sless itself on behalf of
 /// a trigger (which may reach a [`Route::Hidden`] function and set [`TRIGGER_HEADER`]

@@ -19,6 +19,19 @@ pub(crate) struct CallIds {
     request_id: [u8; MAX_REQUEST_ID],
     request_id_len: u8,
     traceparent: [u8; TRACEPARENT_LEN],
+    trace: TraceIds,
+}
+
+/// Where a call sits in its W3C trace, for the spans exported of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceIds {
+    pub trace_id: [u8; 16],
+    /// The span of the call to the function: the parent id the function was given.
+    pub call_span_id: [u8; 8],
+    /// The caller's span, when it sent a valid `traceparent`.
+    pub caller_span_id: Option<[u8; 8]>,
+    /// The caller asked for the trace to be recorded (or sless started it).
+    pub sampled: bool,
 }
 
 impl CallIds {
@@ -28,6 +41,12 @@ impl CallIds {
             request_id: [0; MAX_REQUEST_ID],
             request_id_len: 0,
             traceparent: [0; TRACEPARENT_LEN],
+            trace: TraceIds {
+                trace_id: [0; 16],
+                call_span_id: [0; 8],
+                caller_span_id: None,
+                sampled: false,
+            },
         };
         match request_id.filter(|id| is_valid_request_id(id)) {
             Some(id) => {
@@ -42,10 +61,18 @@ impl CallIds {
                 ids.request_id_len = 32;
             }
         }
-        let (trace_id, flags) = traceparent
-            .and_then(parse_traceparent)
-            .unwrap_or_else(|| (rand::random::<u128>().max(1).to_be_bytes(), 1));
+        let caller = traceparent.and_then(parse_traceparent);
+        let (trace_id, flags) = caller.map_or_else(
+            || (rand::random::<u128>().max(1).to_be_bytes(), 1),
+            |(trace_id, _, flags)| (trace_id, flags),
+        );
         let span_id = rand::random::<u64>().max(1).to_be_bytes();
+        ids.trace = TraceIds {
+            trace_id,
+            call_span_id: span_id,
+            caller_span_id: caller.map(|(_, parent_id, _)| parent_id),
+            sampled: flags & 1 == 1,
+        };
         let out = &mut ids.traceparent;
         out[..3].copy_from_slice(b"00-");
         hex(&trace_id, &mut out[3..35]);
@@ -63,6 +90,10 @@ impl CallIds {
     pub(crate) fn traceparent(&self) -> &[u8] {
         &self.traceparent
     }
+
+    pub(crate) fn trace(&self) -> TraceIds {
+        self.trace
+    }
 }
 
 /// A caller's id sless keeps ([`request_id::is_valid`]).
@@ -70,9 +101,10 @@ fn is_valid_request_id(id: &[u8]) -> bool {
     std::str::from_utf8(id).is_ok_and(request_id::is_valid)
 }
 
-/// The trace id and flags of a valid version-00 `traceparent` (a later version's first
-/// 55 characters are read the same way, as the W3C spec asks); None for anything else.
-fn parse_traceparent(value: &[u8]) -> Option<([u8; 16], u8)> {
+/// The trace id, parent id and flags of a valid version-00 `traceparent` (a later
+/// version's first 55 characters are read the same way, as the W3C spec asks); None for
+/// anything else.
+fn parse_traceparent(value: &[u8]) -> Option<([u8; 16], [u8; 8], u8)> {
     let value = value.trim_ascii();
     if value.len() < TRACEPARENT_LEN
         || (value.len() > TRACEPARENT_LEN && value[TRACEPARENT_LEN] != b'-')
@@ -89,10 +121,10 @@ fn parse_traceparent(value: &[u8]) -> Option<([u8; 16], u8)> {
     let trace_id = unhex::<16>(&value[3..35])?;
     let parent_id = unhex::<8>(&value[36..52])?;
     let flags = unhex::<1>(&value[53..55])?[0];
-    (trace_id != [0; 16] && parent_id != [0; 8]).then_some((trace_id, flags))
+    (trace_id != [0; 16] && parent_id != [0; 8]).then_some((trace_id, parent_id, flags))
 }
 
-fn hex(bytes: &[u8], out: &mut [u8]) {
+pub(crate) fn hex(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for (byte, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
         pair[0] = DIGITS[usize::from(byte >> 4)];
