@@ -92,10 +92,33 @@ pub struct TriggerAnswer {
     pub request_id: String,
 }
 
+/// A job run of a function, made by the runner itself (a process of its own, not a call
+/// through the proxy), told to the proxy to be recorded among the function's calls.
+#[derive(Clone, Debug)]
+pub struct JobRun {
+    pub namespace: String,
+    pub function: String,
+    pub job: String,
+    pub request_id: String,
+    pub started: chrono::DateTime<chrono::Utc>,
+    pub duration: std::time::Duration,
+    pub outcome: JobOutcome,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobOutcome {
+    Succeeded,
+    Failed,
+    TimedOut,
+}
+
 /// The other way across the seam: a runner's scheduler asks the proxy to make its
-/// calls, so that they are routed, timed, limited and recorded like every other call.
+/// calls, so that they are routed, timed, limited and recorded like every other call,
+/// and tells it of the job runs it made itself.
 #[async_trait::async_trait]
 pub trait TriggerCalls: Send + Sync + 'static {
     /// The answer, or why the call could not be made.
     async fn call_for_trigger(&self, call: TriggerCall) -> Result<TriggerAnswer, String>;
+    /// Records an ended job run among its function's calls.
+    fn record_job_run(&self, run: JobRun);
 }

@@ -21,6 +21,7 @@ use sless_core::model::{
     DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_MEMORY_MB, Function, FunctionJob,
     FunctionJobStatus, JOB_LOG_TAIL_BYTES, JobPhase, Kind, Phase, Runtime, now, run_event,
 };
+use sless_core::routes::{JobOutcome, JobRun};
 use sless_core::store::{StoreError, StoreExt, modify_status};
 use sless_core::upload::version_of;
 use sless_core::workload::no_code;
@@ -257,12 +258,26 @@ async fn reconcile(
     let timeout = (spec.timeout_sec > 0).then(|| Duration::from_secs(spec.timeout_sec.into()));
     let task_shared = shared.clone();
     let (task_ns, task_name) = (ns.to_string(), name.to_string());
+    let function = spec.function_ref.clone();
     let task = tokio::spawn(async move {
-        let clock = Instant::now();
+        let (clock, started_at) = (Instant::now(), chrono::Utc::now());
         let outcome = execute(&task_shared, &task_ns, &task_name, &plan, &event, timeout).await;
-        let took = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = clock.elapsed();
+        let took = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        // A run of a function is one of its calls too.
+        if let (Some(function), Some(calls)) = (function, task_shared.trigger_calls.get()) {
+            calls.record_job_run(JobRun {
+                namespace: task_ns.clone(),
+                function,
+                job: task_name.clone(),
+                request_id: request_id.clone(),
+                started: started_at,
+                duration: elapsed,
+                outcome: outcome.end,
+            });
+        }
         let result = write(&task_shared, &task_ns, &task_name, run_id, |s| {
-            s.phase = if outcome.succeeded {
+            s.phase = if outcome.end == JobOutcome::Succeeded {
                 JobPhase::Succeeded
             } else {
                 JobPhase::Failed
@@ -282,7 +297,7 @@ async fn reconcile(
 }
 
 struct Outcome {
-    succeeded: bool,
+    end: JobOutcome,
     message: String,
     log_tail: String,
 }
@@ -321,7 +336,7 @@ async fn execute(
         Ok(reservation) => reservation,
         Err(e) => {
             return Outcome {
-                succeeded: false,
+                end: JobOutcome::Failed,
                 message: e.to_string(),
                 log_tail: String::new(),
             };
@@ -363,7 +378,7 @@ async fn execute(
         Ok(guard) => guard,
         Err(e) => {
             return Outcome {
-                succeeded: false,
+                end: JobOutcome::Failed,
                 message: e.to_string(),
                 log_tail: String::new(),
             };
@@ -386,7 +401,7 @@ async fn execute(
         Ok(child) => child,
         Err(e) => {
             return Outcome {
-                succeeded: false,
+                end: JobOutcome::Failed,
                 message: format!("cannot start {program}: {e}; is it installed?"),
                 log_tail: String::new(),
             };
@@ -394,7 +409,7 @@ async fn execute(
     };
     if let Err(e) = guard.spawned() {
         return Outcome {
-            succeeded: false,
+            end: JobOutcome::Failed,
             message: format!("cannot start the run's egress proxy: {e}"),
             log_tail: String::new(),
         };
@@ -418,7 +433,7 @@ async fn execute(
                 let _ = reader.await;
             }
             return Outcome {
-                succeeded: false,
+                end: JobOutcome::TimedOut,
                 message: format!(
                     "timed out: the job ran longer than its timeout_sec ({} s) and was killed",
                     timeout.map_or(0, |t| t.as_secs())
@@ -441,7 +456,7 @@ async fn execute(
     };
     if let Some(reason) = guard.out_of_memory() {
         return Outcome {
-            succeeded: false,
+            end: JobOutcome::Failed,
             message: reason,
             log_tail: log_tail(&output),
         };
@@ -456,7 +471,7 @@ async fn execute(
     }
     match status {
         Ok(status) if status.success() => Outcome {
-            succeeded: true,
+            end: JobOutcome::Succeeded,
             message: last_stdout.unwrap_or_else(|| "null".into()),
             log_tail: log_tail(&output),
         },
@@ -472,13 +487,13 @@ async fn execute(
                 None => reason,
             };
             Outcome {
-                succeeded: false,
+                end: JobOutcome::Failed,
                 message,
                 log_tail: log_tail(&output),
             }
         }
         Err(e) => Outcome {
-            succeeded: false,
+            end: JobOutcome::Failed,
             message: format!("waiting for the job: {e}"),
             log_tail: log_tail(&output),
         },

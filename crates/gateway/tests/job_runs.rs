@@ -117,6 +117,17 @@ async fn every_run_is_kept_with_its_own_result_and_log() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
+    // Each run is one of the function's calls too, recorded with its job and request id.
+    let listing = api.get("functions/daily/invocations?trigger=job").await;
+    let calls = listing["invocations"].as_array().unwrap();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    for (call, run) in calls.iter().zip(runs) {
+        assert_eq!(call["trigger"], "job");
+        assert_eq!(call["trigger_name"], "nightly");
+        assert_eq!(call["request_id"], run["request_id"]);
+        assert_eq!(call["status"], 200);
+    }
+
     // The runs are in the SQLite file: a second opening of it (what a restart does) has them.
     let reopened = SqliteStore::open(server.data_dir()).await.unwrap();
     let store: &dyn Store = &reopened;

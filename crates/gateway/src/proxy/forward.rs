@@ -27,7 +27,9 @@ use super::headers::call_id::{CallIds, X_REQUEST_ID};
 use super::headers::map;
 use super::log::{CallError, Calls, Via};
 use super::{Caller, Invocation, InvokeError, Proxy, TRIGGER_NAME_HEADER, unix};
-use sless_core::routes::{Address, Route, TriggerAnswer, TriggerCall, TriggerCalls};
+use sless_core::routes::{
+    Address, JobOutcome, JobRun, Route, TriggerAnswer, TriggerCall, TriggerCalls,
+};
 
 /// How often a call waiting for a starting function looks at its route again.
 const START_POLL: Duration = Duration::from_millis(10);
@@ -120,6 +122,34 @@ impl TriggerCalls for TriggerCaller {
         let status = response.status().as_u16();
         let _ = axum::body::to_bytes(response.into_body(), MAX_TRIGGER_ANSWER_READ).await;
         Ok(TriggerAnswer { status, request_id })
+    }
+
+    fn record_job_run(&self, run: JobRun) {
+        let Some(proxy) = self.0.upgrade() else {
+            return;
+        };
+        let (status, error) = match run.outcome {
+            JobOutcome::Succeeded => (StatusCode::OK, None),
+            JobOutcome::Failed => (StatusCode::INTERNAL_SERVER_ERROR, None),
+            JobOutcome::TimedOut => (StatusCode::GATEWAY_TIMEOUT, Some(CallError::Timeout)),
+        };
+        let record = Invocation {
+            request_id: run.request_id.into(),
+            trigger: Via::Job,
+            trigger_name: Some(run.job.into()),
+            refused: false,
+            time: run.started,
+            method: Method::POST,
+            path: "/".into(),
+            status: status.as_u16(),
+            duration: run.duration,
+            error,
+            trace: None,
+        };
+        proxy
+            .invocations()
+            .calls(&run.namespace, &run.function)
+            .record(record);
     }
 }
 

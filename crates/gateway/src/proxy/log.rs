@@ -50,6 +50,8 @@ pub enum Via {
     Event,
     Cron,
     Console,
+    /// A job run of the function (a process of its own, recorded when it ended).
+    Job,
 }
 
 impl Via {
@@ -59,6 +61,7 @@ impl Via {
             Via::Event => "event",
             Via::Cron => "cron",
             Via::Console => "console",
+            Via::Job => "job",
         }
     }
 }
