@@ -13,7 +13,7 @@ use operator::manifests::{
 };
 use operator::{Builder, KubeConfig};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use sless_core::model::{Kind, Runtime, WorkloadSpec};
 
 fn deploy_dir() -> PathBuf {
@@ -105,13 +105,19 @@ fn install_deployments_run_restricted() {
         .filter(|(_, o)| o["kind"] == "Deployment")
         .map(|(_, o)| serde_json::from_value(o).unwrap())
         .collect();
-    let names: Vec<_> = deployments
+    let mut names: Vec<_> = deployments
         .iter()
         .map(|d| d.metadata.name.clone().unwrap())
         .collect();
+    names.sort();
     assert_eq!(
         names,
-        ["sless-console", "sless-dispatcher", "sless-operator"]
+        [
+            "sless-api",
+            "sless-console",
+            "sless-controllers",
+            "sless-dispatcher"
+        ]
     );
     for deployment in deployments {
         let pod = deployment.spec.unwrap().template.spec.unwrap();
@@ -123,6 +129,53 @@ fn install_deployments_run_restricted() {
             assert_eq!(container.args.as_ref().unwrap()[0], "operator");
         }
     }
+}
+
+/// No single point of failure on the call path: the data plane runs two replicas or
+/// more, rolled one at a time, behind a disruption budget, and the Service sends calls
+/// to it alone; the controllers stand by in a second replica.
+#[test]
+fn the_data_plane_is_replicated_and_apart_from_the_controllers() {
+    let objects = install_objects();
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .map(|(_, o)| o)
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .clone()
+    };
+    let component = |deployment: &Value| {
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "SLESS_COMPONENTS")
+            .map(|e| e["value"].clone())
+    };
+    let api = find("Deployment", "sless-api");
+    assert_eq!(component(&api), Some(json!("api")));
+    assert!(api["spec"]["replicas"].as_i64().unwrap() >= 2);
+    assert_eq!(api["spec"]["strategy"]["type"], "RollingUpdate");
+    assert_eq!(
+        api["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        0
+    );
+    let pdb = find("PodDisruptionBudget", "sless-api");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        api["spec"]["selector"]["matchLabels"]
+    );
+    let service = find("Service", "sless-operator");
+    assert_eq!(
+        service["spec"]["selector"],
+        api["spec"]["selector"]["matchLabels"]
+    );
+
+    let controllers = find("Deployment", "sless-controllers");
+    assert_eq!(component(&controllers), Some(json!("controllers")));
+    assert!(controllers["spec"]["replicas"].as_i64().unwrap() >= 2);
 }
 
 /// The rules of the install's ClusterRole `name`.

@@ -430,6 +430,15 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         crate::serve::serve(listener, app, &args.serve).await
     };
 
+    let election = args.leader_election.then(|| {
+        LeaderElection::new(
+            client.clone(),
+            &args.operator_namespace,
+            &args.lease_name,
+            &leader_identity(),
+            Duration::from_secs(args.lease_duration_secs),
+        )
+    });
     let controller_task = async {
         let Some(config) = kube_config else {
             return std::future::pending().await;
@@ -440,28 +449,29 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             Arc::new(S3ContextUrls::new(objects.clone())),
             pod_logs.clone(),
         );
-        let run = operator::run_controllers(ctx, readiness.clone());
-        if !args.leader_election {
-            return run.await;
-        }
-        let election = LeaderElection::new(
-            client.clone(),
-            &args.operator_namespace,
-            &args.lease_name,
-            &leader_identity(),
-            Duration::from_secs(args.lease_duration_secs),
-        );
-        election.acquire().await;
-        // A replica that lost the lease exits; its restart stands by for the next turn.
-        tokio::select! {
-            result = run => result,
-            lost = election.hold() => Err(lost),
+        let Some(election) = &election else {
+            return operator::run_controllers(ctx, readiness.clone()).await;
+        };
+        // A replica that loses the lease stops its controllers only (the API and /fn
+        // in the same process keep serving) and stands by for its next turn.
+        loop {
+            election.acquire().await;
+            tokio::select! {
+                result = operator::run_controllers(ctx.clone(), readiness.clone()) => return result,
+                lost = election.hold() => {
+                    tracing::error!(error = %lost, "controllers stopped; standing by for the lease");
+                }
+            }
         }
     };
 
     // Whichever part stops first (a signal, or an error) stops the process.
-    tokio::select! {
+    let result = tokio::select! {
         result = api_task => result,
         result = controller_task => result,
+    };
+    if let Some(election) = &election {
+        let _ = tokio::time::timeout(Duration::from_secs(2), election.release()).await;
     }
+    result
 }

@@ -466,6 +466,47 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     assert!(writes_by("second") > 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_by_sigterm_releases_its_lease_at_once() {
+    let cluster = cluster().await;
+    // A long lease: a standby that had to wait for it to run out would take 30 s.
+    let long_lease = [("SLESS_LEASE_DURATION_SECS", "30")];
+    let controllers = ["--components", "controllers"];
+    let mut first = cluster.operator_with_env("first", &controllers, &long_lease);
+    wait_ready(&first).await;
+    let holder = || {
+        cluster
+            .get(
+                "coordination.k8s.io/v1",
+                "leases",
+                "sless-system",
+                "sless-operator",
+            )
+            .and_then(|lease| lease["spec"]["holderIdentity"].as_str().map(String::from))
+    };
+    let first_holder = eventually(&first, "the first leader", || holder()).await;
+    let second = cluster.operator_with_env("second", &controllers, &long_lease);
+    wait_ready(&second).await;
+
+    let stopped = Instant::now();
+    assert!(first.terminate().success(), "{}", first.log());
+    assert!(first.log().contains("lease released"), "{}", first.log());
+    // The standby tries every third of the lease (10 s); an unreleased lease would be
+    // free only 20–30 s after the leader's last renewal.
+    let second_holder = eventually_within(
+        &second,
+        "the standby leading",
+        Duration::from_secs(15),
+        || holder().filter(|h| *h != first_holder),
+    )
+    .await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15),
+        "took over after {:?} ({second_holder})",
+        stopped.elapsed()
+    );
+}
+
 #[test]
 fn a_missing_or_unreachable_api_server_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
