@@ -9,6 +9,7 @@
 pub mod context_url;
 pub mod controller;
 pub mod crds;
+pub mod health;
 pub mod leader;
 pub mod logs;
 pub mod manifests;

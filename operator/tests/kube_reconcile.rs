@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service as KubeService};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service as KubeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::{Api, ResourceExt};
 use kube_common::*;
 use operator::controller::{reconcile_function, reconcile_job, reconcile_trigger};
@@ -148,6 +150,49 @@ impl Cluster {
             .get_opt("hello")
             .await
             .unwrap()
+    }
+
+    /// What the Deployment controller reports once every wanted replica is available.
+    async fn roll_out(&self) {
+        let deployment = self.deployment().await.unwrap();
+        let replicas = deployment.spec.unwrap().replicas.unwrap();
+        // kube-fake-client counts every apply as a new generation, even one that
+        // changes nothing (an API server does not): the reconcile's next apply makes it
+        // this one.
+        let generation = deployment.metadata.generation.unwrap_or(0) + 1;
+        let status = json!({"status": {
+            "observedGeneration": generation, "replicas": replicas,
+            "updatedReplicas": replicas, "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "conditions": [{"type": "Available", "status": "True",
+                            "reason": "MinimumReplicasAvailable"}],
+        }});
+        self.api::<Deployment>(DEPLOY_NS)
+            .patch_status("hello", &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .unwrap();
+    }
+
+    /// A pod of the Deployment whose container the kubelet reports waiting for `reason`.
+    async fn waiting_pod(&self, reason: &str, last_exit: &str) {
+        let template = self.deployment().await.unwrap().spec.unwrap().template;
+        let image = template.spec.as_ref().unwrap().containers[0].image.clone();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "hello-7d9f-x2", "namespace": DEPLOY_NS,
+                         "labels": template.metadata.unwrap().labels},
+            "spec": template.spec,
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "function", "image": image, "imageID": "", "ready": false,
+                "restartCount": 5,
+                "state": {"waiting": {"reason": reason, "message": "back-off 2m40s"}},
+                "lastState": {"terminated": {"reason": last_exit, "exitCode": 1}},
+            }]},
+        }))
+        .unwrap();
+        self.api::<Pod>(DEPLOY_NS)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
     }
 
     async fn replicas(&self) -> i32 {
@@ -305,9 +350,23 @@ async fn function_build_deploy_restore_and_cleanup() {
         .unwrap();
     c.reconcile_function().await;
     assert_eq!(c.replicas().await, 1);
+    let status = c.function().await.status.unwrap();
     assert_eq!(
-        c.function().await.status.unwrap().url.as_deref(),
+        status.url.as_deref(),
         Some("https://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
+    );
+    // Not Ready until the Deployment says its replica is available.
+    assert_eq!(status.phase, Phase::Building, "{status:?}");
+    assert!(
+        status.message.as_deref().unwrap().contains("is starting"),
+        "{status:?}"
+    );
+    c.roll_out().await;
+    let action = c.reconcile_function().await;
+    assert_eq!(c.function().await.status.unwrap().phase, Phase::Ready);
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(c.ctx.config.ready_requeue)
     );
 
     // The same upload is never built twice.
@@ -322,11 +381,13 @@ async fn function_build_deploy_restore_and_cleanup() {
         .unwrap();
     assert!(c.deployment().await.is_none());
     let action = c.reconcile_function().await;
+    assert!(c.deployment().await.is_some());
+    // The new Deployment has no available pod yet: looked at again soon.
     assert_eq!(
         action,
-        kube::runtime::controller::Action::requeue(c.ctx.config.ready_requeue)
+        kube::runtime::controller::Action::requeue(c.ctx.config.poll_interval)
     );
-    assert!(c.deployment().await.is_some());
+    assert_eq!(c.function().await.status.unwrap().phase, Phase::Building);
 
     // Deleting the Function: the finalizer removes every child, the build Job too.
     let function = c.function().await;
@@ -1008,7 +1069,16 @@ async fn a_service_is_always_on() {
         .await
         .unwrap();
     let status = svc.status.unwrap();
-    assert_eq!(status.phase, Phase::Ready);
+    assert_eq!(status.phase, Phase::Building, "{status:?}");
+    c.roll_out().await;
+    reconcile().await;
+    let svc = c
+        .api::<sless_core::model::Service>(NS)
+        .get("hello")
+        .await
+        .unwrap();
+    let status = svc.status.unwrap();
+    assert_eq!(status.phase, Phase::Ready, "{status:?}");
     assert_eq!(
         status.url.as_deref(),
         Some("https://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
@@ -1116,4 +1186,51 @@ async fn a_cron_job_the_api_server_refuses_is_reported_in_the_trigger_status() {
             && message.contains("refused by policy"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn a_crash_loop_fails_the_function_with_the_kubelets_reason_until_it_recovers() {
+    let c = cluster().await;
+    c.ready_function().await;
+    c.store
+        .create_typed::<Trigger>(NS, "web", &trigger_spec(TriggerType::Http, true))
+        .await
+        .unwrap();
+    c.reconcile_function().await;
+    c.waiting_pod("CrashLoopBackOff", "OOMKilled").await;
+    c.reconcile_function().await;
+    let status = c.function().await.status.unwrap();
+    assert_eq!(status.phase, Phase::Failed, "{status:?}");
+    let message = status.message.unwrap();
+    assert!(
+        message.starts_with("pod hello-7d9f-x2: CrashLoopBackOff: back-off 2m40s"),
+        "{message}"
+    );
+    assert!(message.contains("last exit: OOMKilled"), "{message}");
+    // The typed Function has no `conditions`: read them as stored.
+    let raw: Api<DynamicObject> =
+        Api::namespaced_with(c.client.clone(), NS, &ApiResource::erase::<Function>(&()));
+    let conditions = raw.get("hello").await.unwrap().data["status"]["conditions"].clone();
+    let condition = |kind: &str| {
+        conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} in {conditions}"))
+    };
+    assert_eq!(condition("Ready")["status"], "False");
+    assert_eq!(condition("Ready")["reason"], "CrashLoopBackOff");
+    assert_eq!(condition("ContainerHealthy")["status"], "False");
+    assert_eq!(condition("ContainerHealthy")["reason"], "CrashLoopBackOff");
+    assert_eq!(condition("ResourcesAvailable")["status"], "False");
+
+    // A failed rollout is not a failed build: the next reconcile looks again, and
+    // once the Deployment is available the function is Ready.
+    c.roll_out().await;
+    c.reconcile_function().await;
+    let status = c.function().await.status.unwrap();
+    assert_eq!(status.phase, Phase::Ready, "{status:?}");
+    assert_eq!(c.builds().await.len(), 1, "never built twice");
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service as KubeService};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service as KubeService};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -295,15 +295,58 @@ where
     K: Resource + Clone + Debug + Serialize + DeserializeOwned,
     S: Serialize,
 {
+    write_status_with(api, object, status, None, &[]).await
+}
+
+/// A condition besides `Ready`, as the reconciler decided it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Condition {
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Condition {
+    pub(crate) fn new(type_: &str, status: &str, reason: &str, message: &str) -> Self {
+        Self {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// [`write_status`] with the `Ready` condition's reason given (default: the phase) and
+/// more conditions after it.
+pub(crate) async fn write_status_with<K, S>(
+    api: &Api<K>,
+    object: &K,
+    status: &S,
+    ready_reason: Option<&str>,
+    more: &[Condition],
+) -> Result<()>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+    S: Serialize,
+{
     let previous = serde_json::to_value(object)?;
+    let previous = previous.pointer("/status/conditions");
     let mut status = serde_json::to_value(status)?;
-    let condition = ready_condition(
-        &status,
-        previous.pointer("/status/conditions"),
-        object.meta().generation,
-        &now(),
+    let now = now();
+    let generation = object.meta().generation;
+    let mut ready = ready_condition(&status, previous, generation, &now);
+    if let Some(reason) = ready_reason {
+        ready["reason"] = json!(reason);
+    }
+    let mut conditions = vec![ready];
+    conditions.extend(
+        more.iter()
+            .map(|c| condition(c, previous, generation, &now)),
     );
-    status["conditions"] = json!([condition]);
+    status["conditions"] = json!(conditions);
     let patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "add", "path": "/status", "value": status}
     ]))?;
@@ -314,6 +357,31 @@ where
     )
     .await?;
     Ok(())
+}
+
+/// A condition as written, its transition time kept while its status stays.
+fn condition(c: &Condition, previous: Option<&Value>, generation: Option<i64>, now: &str) -> Value {
+    let since = transition_time(previous, &c.type_, &c.status).unwrap_or(now);
+    let mut condition = json!({
+        "type": c.type_,
+        "status": c.status,
+        "reason": c.reason,
+        "message": c.message,
+        "lastTransitionTime": since,
+    });
+    if let Some(generation) = generation {
+        condition["observedGeneration"] = json!(generation);
+    }
+    condition
+}
+
+/// When the condition `kind` last changed, if it still has `state`.
+fn transition_time<'a>(previous: Option<&'a Value>, kind: &str, state: &str) -> Option<&'a str> {
+    previous
+        .and_then(Value::as_array)
+        .and_then(|all| all.iter().find(|c| c["type"] == kind))
+        .filter(|c| c["status"] == state)
+        .and_then(|c| c["lastTransitionTime"].as_str())
 }
 
 /// The `Ready` condition `kubectl wait --for=condition=Ready` and other tools read,
@@ -331,23 +399,13 @@ fn ready_condition(
         (None, _) => (false, "Inactive".to_string()),
     };
     let state = if ready { "True" } else { "False" };
-    let since = previous
-        .and_then(Value::as_array)
-        .and_then(|all| all.iter().find(|c| c["type"] == "Ready"))
-        .filter(|c| c["status"] == state)
-        .and_then(|c| c["lastTransitionTime"].as_str())
-        .unwrap_or(now);
-    let mut condition = json!({
-        "type": "Ready",
-        "status": state,
-        "reason": reason,
-        "message": status["message"].as_str().unwrap_or(""),
-        "lastTransitionTime": since,
-    });
-    if let Some(generation) = generation {
-        condition["observedGeneration"] = json!(generation);
-    }
-    condition
+    let message = status["message"].as_str().unwrap_or("");
+    condition(
+        &Condition::new("Ready", state, &reason, message),
+        previous,
+        generation,
+        now,
+    )
 }
 
 /// Sets (`Some`) or removes (`None`) annotations.
@@ -579,7 +637,7 @@ async fn probe_until_listed<K>(
 pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     check_crds(&client).await?;
-    const PARTS: [&str; 9] = [
+    const PARTS: [&str; 10] = [
         "Function (controllers)",
         "Service (controllers)",
         "Trigger (controllers)",
@@ -589,6 +647,7 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         "CronJob (controllers)",
         "core Service (controllers)",
         "Ingress (controllers)",
+        "Pod (controllers)",
     ];
     readiness.expect(PARTS);
     let probes = async {
@@ -603,6 +662,7 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
             probe_until_listed::<CronJob>(c.clone(), PARTS[6], true, r),
             probe_until_listed::<KubeService>(c.clone(), PARTS[7], true, r),
             probe_until_listed::<Ingress>(c.clone(), PARTS[8], true, r),
+            probe_until_listed::<Pod>(c.clone(), PARTS[9], true, r),
         );
     };
 
@@ -630,6 +690,11 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Function)
         })
+        // What the kubelet reports (a crash loop, an image pull error) shows on no
+        // Deployment field: the pods are watched for it.
+        .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
+            owner_ref(p.labels(), Kind::Function)
+        })
         .reconcile_all_on(secret_changes(&ctx))
         .shutdown_on_signal()
         .run(reconcile_function, error_policy, ctx.clone());
@@ -648,6 +713,11 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         )
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Service)
+        })
+        // What the kubelet reports (a crash loop, an image pull error) shows on no
+        // Deployment field: the pods are watched for it.
+        .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
+            owner_ref(p.labels(), Kind::Service)
         })
         .reconcile_all_on(secret_changes(&ctx))
         .shutdown_on_signal()
