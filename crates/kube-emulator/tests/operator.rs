@@ -1,7 +1,9 @@
 //! The operator's controllers, run in process against the emulator over HTTP: a
 //! Function with code gets a build Job, the Job's success makes it Ready (a failure,
-//! Failed with the build log's tail), and deleting it runs the finalizer's cleanup.
-//! The test plays the Job controller.
+//! Failed with the build log's tail), and deleting it runs the finalizer's cleanup; a
+//! running workload is Ready only once its Deployment is available, and Failed with
+//! the kubelet's reason when its pod crash-loops. The test plays the Job and
+//! Deployment controllers and the kubelet.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,8 +68,8 @@ async fn build_job(emu: &Emulator, name: &str) -> String {
     .await
 }
 
-#[tokio::test]
-async fn controllers_build_a_function_and_clean_it_up() {
+/// The emulator with the CRDs installed and the controllers running against it.
+async fn start() -> (Emulator, Client, tokio::task::JoinHandle<impl Sized>) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (emu, addr) = Emulator::start().await.unwrap();
     let client =
@@ -88,6 +90,12 @@ async fn controllers_build_a_function_and_clean_it_up() {
         ctx,
         operator::Readiness::default(),
     ));
+    (emu, client, controllers)
+}
+
+#[tokio::test]
+async fn controllers_build_a_function_and_clean_it_up() {
+    let (emu, client, controllers) = start().await;
 
     emu.create("sless.kube5s.ru/v1alpha1", "functions", function("hello"))
         .unwrap();
@@ -158,5 +166,96 @@ async fn controllers_build_a_function_and_clean_it_up() {
         .then_some(())
     })
     .await;
+    controllers.abort();
+}
+
+fn service_status(emu: &Emulator, name: &str) -> Value {
+    emu.get(
+        "sless.kube5s.ru/v1alpha1",
+        "services",
+        Some("default"),
+        name,
+    )
+    .map(|f| f["status"].clone())
+    .unwrap_or_default()
+}
+
+fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["type"] == kind))
+        .unwrap_or_else(|| panic!("no condition {kind} in {status}"))
+}
+
+#[tokio::test]
+async fn a_workload_is_ready_only_once_its_deployment_is_available_and_a_crash_loop_says_why() {
+    let (emu, _client, controllers) = start().await;
+    let deploy_ns = "sless-fn-default";
+    // A Service always runs one instance.
+    let mut service = function("api");
+    service["spec"]["s3Key"] = json!("default/api/v1.zip");
+    emu.create("sless.kube5s.ru/v1alpha1", "services", service)
+        .unwrap();
+    let job = build_job(&emu, "api").await;
+    emu.complete_job("sless-build-default", &job).unwrap();
+    let starting = eventually("the Deployment, and the Service starting", || {
+        emu.get("apps/v1", "deployments", Some(deploy_ns), "api")?;
+        let s = service_status(&emu, "api");
+        (s["phase"] == "Building" && s["message"].as_str()?.contains("is starting")).then_some(s)
+    })
+    .await;
+    assert_eq!(condition(&starting, "Ready")["status"], "False");
+    assert_eq!(condition(&starting, "Ready")["reason"], "Deploying");
+    assert_eq!(
+        condition(&starting, "ResourcesAvailable")["status"],
+        "Unknown"
+    );
+
+    // The kubelet reports the container crash-looping after an OOM kill.
+    let pod = emu
+        .add_deployment_pod(
+            deploy_ns,
+            "api",
+            Some(kube_emulator::Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off 40s restarting failed container=function".into(),
+                last_exit: Some("OOMKilled".into()),
+            }),
+        )
+        .unwrap();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    let failed = eventually("phase Failed with the kubelet's reason", || {
+        let s = service_status(&emu, "api");
+        (s["phase"] == "Failed").then_some(s)
+    })
+    .await;
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("pod {pod_name}: CrashLoopBackOff: back-off 40s")),
+        "{message}"
+    );
+    assert!(
+        message.contains("last exit: OOMKilled (exit code 137)"),
+        "{message}"
+    );
+    assert_eq!(condition(&failed, "Ready")["reason"], "CrashLoopBackOff");
+    assert_eq!(condition(&failed, "ContainerHealthy")["status"], "False");
+    assert_eq!(condition(&failed, "ContainerHealthy")["message"], message);
+    let warned = emu
+        .list("events.k8s.io/v1", "events", Some("default"))
+        .into_iter()
+        .any(|e| e["reason"] == "CrashLoopBackOff" && e["type"] == "Warning");
+    assert!(warned, "a Warning event for the crash loop");
+
+    // The Deployment controller reports the replica available: Ready.
+    emu.set_deployment_available(deploy_ns, "api", 1).unwrap();
+    let ready = eventually("phase Ready", || {
+        let s = service_status(&emu, "api");
+        (s["phase"] == "Ready").then_some(s)
+    })
+    .await;
+    assert_eq!(condition(&ready, "Ready")["status"], "True");
+    assert_eq!(condition(&ready, "ResourcesAvailable")["status"], "True");
+    assert_eq!(condition(&ready, "ContainerHealthy")["status"], "True");
     controllers.abort();
 }
