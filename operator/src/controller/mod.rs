@@ -17,12 +17,14 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service as KubeService};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, Pod, ResourceQuota, Secret, Service as KubeService,
+};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -30,7 +32,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::manifests::PodSecurity;
-use super::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY, MANAGER, owner_of};
+use super::names::{
+    FIELD_MANAGER, FINALIZER, LABEL_COMPONENT, LABEL_NAMESPACE, MANAGED_BY, MANAGER, owner_of,
+};
 use super::store::{is_conflict, is_not_found};
 use super::{ContextUrls, KubeConfig, PodLogs, Readiness, manifests};
 use sless_core::logs::last_bytes;
@@ -109,6 +113,8 @@ pub struct Context {
     namespaces: Mutex<HashMap<String, Instant>>,
     /// Deploy namespace → (source secret resourceVersion, when it was copied).
     secrets: Mutex<HashMap<String, (String, Instant)>>,
+    /// Deploy namespaces whose boundaries were applied, and when.
+    boundaries: Mutex<HashMap<String, Instant>>,
 }
 
 /// Cached facts about a deploy namespace (it exists, its pull secret is current) are
@@ -136,6 +142,7 @@ impl Context {
             logs,
             namespaces: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
+            boundaries: Mutex::new(HashMap::new()),
         })
     }
 
@@ -161,10 +168,51 @@ impl Context {
         }
     }
 
-    /// A deploy namespace, as [`Context::prepare_namespace`] makes it.
+    /// A deploy namespace, as [`Context::prepare_namespace`] makes it, with the tenant's
+    /// boundaries: NetworkPolicies, ResourceQuota and LimitRange.
     async fn prepare_deploy_namespace(&self, namespace: &str, deploy_ns: &str) -> Result<()> {
         self.prepare_namespace(namespace, deploy_ns, PodSecurity::Restricted)
-            .await
+            .await?;
+        let known = self
+            .boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(deploy_ns)
+            .is_some_and(|at| at.elapsed() < SECRET_RESYNC);
+        if known {
+            return Ok(());
+        }
+        let client = &self.client;
+        let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), deploy_ns);
+        apply(&policies, &manifests::default_deny(namespace)).await?;
+        apply(
+            &policies,
+            &manifests::data_plane_ingress(namespace, &self.config),
+        )
+        .await?;
+        apply(&policies, &manifests::cron_egress(namespace)).await?;
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), deploy_ns);
+        apply(
+            &quotas,
+            &manifests::resource_quota(namespace, &self.config.tenant_quota),
+        )
+        .await?;
+        let limits: Api<LimitRange> = Api::namespaced(client.clone(), deploy_ns);
+        apply(&limits, &manifests::limit_range(namespace)).await?;
+        self.boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(deploy_ns.to_string(), Instant::now());
+        Ok(())
+    }
+
+    /// A boundary of `deploy_ns` changed (or was deleted by hand): the next reconcile
+    /// applies them all again.
+    fn forget_boundaries(&self, deploy_ns: &str) {
+        self.boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(deploy_ns);
     }
 
     /// `target_ns` exists with its Pod Security labels and holds a current copy of the
@@ -508,6 +556,33 @@ pub fn job_outcome(job: &Job) -> JobOutcome {
     JobOutcome::Running
 }
 
+/// A tenant boundary (NetworkPolicy, ResourceQuota, LimitRange of a deploy namespace)
+/// that changed or was deleted: every `K` of its namespace is reconciled, the first of
+/// which applies the boundaries again; a workload's own policy goes to its owner.
+fn boundary_refs<K>(
+    labels: &std::collections::BTreeMap<String, String>,
+    kind: Kind,
+    ctx: &Context,
+    known: &Store<K>,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    if labels.get(LABEL_COMPONENT).map(String::as_str) != Some(manifests::TENANT_COMPONENT) {
+        return owner_ref(labels, kind).into_iter().collect();
+    }
+    let Some(namespace) = labels.get(LABEL_NAMESPACE) else {
+        return Vec::new();
+    };
+    ctx.forget_boundaries(&sless_core::model::deploy_namespace(namespace));
+    known
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
+        .map(|o| ObjectRef::from_obj(&*o))
+        .collect()
+}
+
 /// The owner a labelled child belongs to, as a reconcile request for kind `K`.
 fn owner_ref<K>(
     child_labels: &std::collections::BTreeMap<String, String>,
@@ -637,7 +712,7 @@ async fn probe_until_listed<K>(
 pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     check_crds(&client).await?;
-    const PARTS: [&str; 10] = [
+    const PARTS: [&str; 13] = [
         "Function (controllers)",
         "Service (controllers)",
         "Trigger (controllers)",
@@ -648,6 +723,9 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         "core Service (controllers)",
         "Ingress (controllers)",
         "Pod (controllers)",
+        "NetworkPolicy (controllers)",
+        "ResourceQuota (controllers)",
+        "LimitRange (controllers)",
     ];
     readiness.expect(PARTS);
     let probes = async {
@@ -663,12 +741,16 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
             probe_until_listed::<KubeService>(c.clone(), PARTS[7], true, r),
             probe_until_listed::<Ingress>(c.clone(), PARTS[8], true, r),
             probe_until_listed::<Pod>(c.clone(), PARTS[9], true, r),
+            probe_until_listed::<NetworkPolicy>(c.clone(), PARTS[10], true, r),
+            probe_until_listed::<ResourceQuota>(c.clone(), PARTS[11], true, r),
+            probe_until_listed::<LimitRange>(c.clone(), PARTS[12], true, r),
         );
     };
 
     // Every kind of child is watched, so one deleted by hand comes back at once.
     // The CRs are watched through `tolerant`, so one unreadable object stalls nothing.
     let (function_store, function_events) = tolerant::watch::<Function>(client.clone(), true);
+    let known_functions = function_store.clone();
     let functions = Controller::for_stream(function_events, function_store)
         .watches_stream(
             tolerant::watch::<Trigger>(client.clone(), false).1,
@@ -695,11 +777,24 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
             owner_ref(p.labels(), Kind::Function)
         })
+        .watches(Api::<NetworkPolicy>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_functions.clone());
+            move |p: NetworkPolicy| boundary_refs(p.labels(), Kind::Function, &ctx, &known)
+        })
+        .watches(Api::<ResourceQuota>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_functions.clone());
+            move |q: ResourceQuota| boundary_refs(q.labels(), Kind::Function, &ctx, &known)
+        })
+        .watches(Api::<LimitRange>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_functions.clone());
+            move |l: LimitRange| boundary_refs(l.labels(), Kind::Function, &ctx, &known)
+        })
         .reconcile_all_on(secret_changes(&ctx))
         .shutdown_on_signal()
         .run(reconcile_function, error_policy, ctx.clone());
 
     let (service_store, service_events) = tolerant::watch::<Service>(client.clone(), true);
+    let known_services = service_store.clone();
     let services = Controller::for_stream(service_events, service_store)
         .watches(
             Api::<Deployment>::all(client.clone()),
@@ -718,6 +813,18 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         // Deployment field: the pods are watched for it.
         .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
             owner_ref(p.labels(), Kind::Service)
+        })
+        .watches(Api::<NetworkPolicy>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_services.clone());
+            move |p: NetworkPolicy| boundary_refs(p.labels(), Kind::Service, &ctx, &known)
+        })
+        .watches(Api::<ResourceQuota>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_services.clone());
+            move |q: ResourceQuota| boundary_refs(q.labels(), Kind::Service, &ctx, &known)
+        })
+        .watches(Api::<LimitRange>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_services.clone());
+            move |l: LimitRange| boundary_refs(l.labels(), Kind::Service, &ctx, &known)
         })
         .reconcile_all_on(secret_changes(&ctx))
         .shutdown_on_signal()

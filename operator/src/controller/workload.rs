@@ -6,7 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::{DynamicObject, ListParams, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
@@ -190,10 +190,21 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     );
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &deploy_ns);
     let services: Api<KubeService> = Api::namespaced(ctx.client.clone(), &deploy_ns);
-    let applied = match apply(&deployments, &deployment).await {
-        Ok(deployed) => apply(&services, &manifests::service(K::KIND, &namespace, &name))
-            .await
-            .map(|_| deployed),
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+    let egress = manifests::egress_policy(
+        K::KIND,
+        &namespace,
+        &name,
+        manifests::workload::COMPONENT,
+        &spec.egress,
+    );
+    let applied = match apply(&policies, &egress).await {
+        Ok(_) => match apply(&deployments, &deployment).await {
+            Ok(deployed) => apply(&services, &manifests::service(K::KIND, &namespace, &name))
+                .await
+                .map(|_| deployed),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     if let Some(refused) = refusal(&applied) {
@@ -323,6 +334,12 @@ async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Res
     .await?;
     delete_labelled(
         &Api::<KubeService>::namespaced(client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
+    delete_labelled(
+        &Api::<NetworkPolicy>::namespaced(client.clone(), &deploy_ns),
         &owned,
         None,
     )
