@@ -259,3 +259,105 @@ async fn a_workload_is_ready_only_once_its_deployment_is_available_and_a_crash_l
     assert_eq!(condition(&ready, "ContainerHealthy")["status"], "True");
     controllers.abort();
 }
+
+#[tokio::test]
+async fn each_tenant_gets_its_boundaries_and_they_come_back_when_deleted_by_hand() {
+    let (emu, client, controllers) = start().await;
+    let deploy_ns = "sless-fn-default";
+    emu.create("sless.kube5s.ru/v1alpha1", "functions", function("hello"))
+        .unwrap();
+    let job = build_job(&emu, "hello").await;
+    emu.complete_job("sless-build-default", &job).unwrap();
+    let policy = |name: &str| {
+        emu.get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            Some(deploy_ns),
+            name,
+        )
+    };
+    let egress = eventually("the function's egress policy", || {
+        policy("hello-workload-egress")
+    })
+    .await;
+    let deny = policy("sless-default-deny").expect("default deny");
+    assert_eq!(deny["spec"]["podSelector"], json!({}));
+    assert_eq!(deny["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    let data_plane = policy("sless-data-plane").expect("the data plane's allow");
+    let from = &data_plane["spec"]["ingress"][0]["from"][0];
+    assert_eq!(
+        from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "sless-system"
+    );
+    assert_eq!(data_plane["spec"]["ingress"][0]["ports"][0]["port"], 8080);
+    // The default egress is the internet: public addresses, never metadata.
+    let internet = &egress["spec"]["egress"][1]["to"][0]["ipBlock"];
+    assert_eq!(internet["cidr"], "0.0.0.0/0");
+    assert!(
+        internet["except"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("169.254.0.0/16"))
+    );
+    let quota = emu
+        .get("v1", "resourcequotas", Some(deploy_ns), "sless-quota")
+        .expect("the ResourceQuota");
+    assert_eq!(quota["spec"]["hard"]["limits.memory"], "8192Mi");
+    assert_eq!(quota["spec"]["hard"]["count/deployments.apps"], "100");
+    let limits = emu
+        .get("v1", "limitranges", Some(deploy_ns), "sless-limits")
+        .expect("the LimitRange");
+    assert_eq!(limits["spec"]["limits"][0]["max"]["memory"], "4096Mi");
+
+    // Deleted by hand, each comes back.
+    for (api_version, plural, name) in [
+        (
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            "sless-default-deny",
+        ),
+        (
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            "sless-data-plane",
+        ),
+        (
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            "hello-workload-egress",
+        ),
+        ("v1", "resourcequotas", "sless-quota"),
+        ("v1", "limitranges", "sless-limits"),
+    ] {
+        emu.delete(api_version, plural, Some(deploy_ns), name)
+            .unwrap();
+        eventually(&format!("{plural}/{name} back"), || {
+            emu.get(api_version, plural, Some(deploy_ns), name)
+        })
+        .await;
+    }
+
+    // `egress: none` leaves the function's pods no egress at all.
+    let functions: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("sless.kube5s.ru", "v1alpha1", "Function"),
+            "functions",
+        ),
+    );
+    functions
+        .patch(
+            "hello",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"egress": "none"}})),
+        )
+        .await
+        .unwrap();
+    eventually("an egress policy allowing nothing", || {
+        let rules = policy("hello-workload-egress")?["spec"]["egress"].clone();
+        (rules == json!([]) || rules.is_null()).then_some(())
+    })
+    .await;
+    controllers.abort();
+}
