@@ -10,6 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service as KubeService};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -730,6 +731,32 @@ async fn function_job_run_id_semantics() {
         .unwrap();
     c.reconcile_job("nightly").await;
     let job = c.api::<Job>(DEPLOY_NS).get("nightly-run-1").await.unwrap();
+    // The run's pods get the function's egress (the default, the internet) under the
+    // deploy namespace's default deny.
+    let policy = c
+        .api::<NetworkPolicy>(DEPLOY_NS)
+        .get("nightly-run-egress")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    let pods = policy.pod_selector.unwrap().match_labels.unwrap();
+    assert_eq!(
+        (
+            pods["sless.kube5s.ru/kind"].as_str(),
+            pods["sless.kube5s.ru/component"].as_str()
+        ),
+        ("job", "run")
+    );
+    let egress = policy.egress.unwrap();
+    let cidr = egress[1].to.as_ref().unwrap()[0].ip_block.as_ref().unwrap();
+    assert_eq!(cidr.cidr, "0.0.0.0/0");
+    assert!(
+        c.api::<NetworkPolicy>(DEPLOY_NS)
+            .get("sless-default-deny")
+            .await
+            .is_ok()
+    );
     let container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
     assert_eq!(
         container.image,
