@@ -27,9 +27,12 @@ pub enum Health {
     Available,
     /// Still rolling out; the message says how far.
     Starting { message: String },
-    /// It will not get there without a change: the kubelet's or the Deployment
-    /// controller's reason, and a message naming the pod.
-    Failing { reason: String, message: String },
+    /// A container will not run without a change: the kubelet's reason, and a
+    /// message naming the pod.
+    Unhealthy { reason: String, message: String },
+    /// The rollout gave up (`Progressing=False`, `ProgressDeadlineExceeded`): the
+    /// Deployment controller's reason and message.
+    Stalled { reason: String, message: String },
 }
 
 /// The health of `deployment`, whose pods (those of its selector) are `pods`; only
@@ -51,8 +54,8 @@ pub fn health(deployment: &Deployment, pods: &[Pod], image: &str) -> Health {
     if rollout.is_ok() {
         return Health::Available;
     }
-    if let Some(failing) = current.iter().find_map(|pod| failing_container(pod)) {
-        return failing;
+    if let Some(unhealthy) = current.iter().find_map(|pod| unhealthy_container(pod)) {
+        return unhealthy;
     }
     let status = deployment.status.as_ref();
     let stuck = status
@@ -69,7 +72,7 @@ pub fn health(deployment: &Deployment, pods: &[Pod], image: &str) -> Health {
                 .as_deref()
                 .unwrap_or("the rollout makes no progress")
         );
-        return Health::Failing { reason, message };
+        return Health::Stalled { reason, message };
     }
     let mut message = rollout.unwrap_err();
     if let Some(why) = current.iter().find_map(|pod| unschedulable(pod)) {
@@ -116,7 +119,7 @@ fn runs_image(pod: &Pod, image: &str) -> bool {
 }
 
 /// The first container of `pod` that is stuck, with the kubelet's reason.
-fn failing_container(pod: &Pod) -> Option<Health> {
+fn unhealthy_container(pod: &Pod) -> Option<Health> {
     let name = pod.metadata.name.as_deref().unwrap_or("?");
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     statuses.iter().find_map(|c| {
@@ -149,7 +152,7 @@ fn failing_container(pod: &Pod) -> Option<Health> {
         if reason == "OOMKilled" || message.contains("OOMKilled") {
             message.push_str("; it needs more memory than memoryMb");
         }
-        Some(Health::Failing { reason, message })
+        Some(Health::Unhealthy { reason, message })
     })
 }
 
@@ -252,7 +255,7 @@ mod tests {
             &[pod(IMAGE, crashing())],
             IMAGE,
         );
-        let Health::Failing { reason, message } = health else {
+        let Health::Unhealthy { reason, message } = health else {
             panic!("{health:?}");
         };
         assert_eq!(reason, "CrashLoopBackOff");
@@ -298,13 +301,13 @@ mod tests {
         );
         assert!(matches!(
             health(&deployment(1, status), &[pulling], IMAGE),
-            Health::Failing { reason, .. } if reason == "ImagePullBackOff"
+            Health::Unhealthy { reason, .. } if reason == "ImagePullBackOff"
         ));
         let deadline = json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
             "conditions": [{"type": "Progressing", "status": "False",
                             "reason": "ProgressDeadlineExceeded",
                             "message": "ReplicaSet \"hello-1\" has timed out progressing."}]});
-        let Health::Failing { reason, message } = health(&deployment(1, deadline), &[], IMAGE)
+        let Health::Stalled { reason, message } = health(&deployment(1, deadline), &[], IMAGE)
         else {
             panic!("not failing");
         };

@@ -125,6 +125,38 @@ fn install_deployments_run_restricted() {
     }
 }
 
+#[test]
+fn the_data_plane_the_network_policies_allow_is_the_install_s() {
+    let pod_names: Vec<String> = install_objects()
+        .into_iter()
+        .filter(|(_, o)| o["kind"] == "Deployment" && o["metadata"]["namespace"] == "sless-system")
+        .filter_map(|(_, o)| {
+            o["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    for name in manifests::network::DATA_PLANE_PODS {
+        assert!(
+            pod_names.iter().any(|p| p == name),
+            "{name} in {pod_names:?}"
+        );
+    }
+    let policy = manifests::data_plane_ingress("sless-ab", &KubeConfig::new("r"));
+    let from = &policy.spec.unwrap().ingress.unwrap()[0]
+        .from
+        .clone()
+        .unwrap()[0];
+    let namespace = from
+        .namespace_selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(namespace["kubernetes.io/metadata.name"], "sless-system");
+}
+
 /// The rules of the install's ClusterRole `name`.
 fn cluster_role(name: &str) -> Vec<PolicyRule> {
     let role: ClusterRole = install_objects()

@@ -244,8 +244,14 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
             ));
             (ctx.config.poll_interval, Some(DEPLOYING.to_string()))
         }
-        Health::Failing { reason, message } => {
-            if current.phase != Phase::Failed || current.message.as_deref() != Some(&message) {
+        Health::Unhealthy { reason, message } | Health::Stalled { reason, message } => {
+            // Once per reason, not per back-off the kubelet reports.
+            let reported = current.phase == Phase::Failed
+                && current
+                    .message
+                    .as_deref()
+                    .is_some_and(|m| m.contains(&reason));
+            if !reported {
                 ctx.event(object, true, &reason, &message).await;
             }
             status.phase = Phase::Failed;
@@ -273,11 +279,11 @@ fn health_conditions(health: &Health) -> Vec<Condition> {
             Condition::new("ResourcesAvailable", "Unknown", DEPLOYING, message),
             Condition::new("ContainerHealthy", "Unknown", DEPLOYING, ""),
         ),
-        Health::Failing { reason, message } if message.starts_with("pod ") => (
+        Health::Unhealthy { reason, message } => (
             Condition::new("ResourcesAvailable", "False", reason, message),
             Condition::new("ContainerHealthy", "False", reason, message),
         ),
-        Health::Failing { reason, message } => (
+        Health::Stalled { reason, message } => (
             Condition::new("ResourcesAvailable", "False", reason, message),
             Condition::new("ContainerHealthy", "Unknown", reason, ""),
         ),
