@@ -54,7 +54,7 @@ pub fn health(deployment: &Deployment, pods: &[Pod], image: &str) -> Health {
     if rollout.is_ok() {
         return Health::Available;
     }
-    if let Some(unhealthy) = current.iter().find_map(|pod| unhealthy_container(pod)) {
+    if let Some(unhealthy) = current.iter().copied().find_map(unhealthy_container) {
         return unhealthy;
     }
     let status = deployment.status.as_ref();
@@ -108,6 +108,18 @@ fn rollout(deployment: &Deployment, wanted: i32) -> Result<(), String> {
         return Err(format!("{available} of {wanted} instances available"));
     }
     Ok(())
+}
+
+/// The first stuck container among `pods` (e.g. a job run's): the kubelet's reason and
+/// a message naming the pod.
+pub fn stuck(pods: &[Pod]) -> Option<(String, String)> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .find_map(unhealthy_container)
+        .and_then(|health| match health {
+            Health::Unhealthy { reason, message } => Some((reason, message)),
+            _ => None,
+        })
 }
 
 fn runs_image(pod: &Pod, image: &str) -> bool {

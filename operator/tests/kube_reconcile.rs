@@ -1261,3 +1261,57 @@ async fn a_crash_loop_fails_the_function_with_the_kubelets_reason_until_it_recov
     assert_eq!(status.phase, Phase::Ready, "{status:?}");
     assert_eq!(c.builds().await.len(), 1, "never built twice");
 }
+
+#[tokio::test]
+async fn a_run_whose_image_cannot_be_pulled_fails_with_the_kubelets_reason() {
+    let c = cluster().await;
+    c.ready_function().await;
+    c.store
+        .create_typed::<FunctionJob>(NS, "nightly", &job_spec(1))
+        .await
+        .unwrap();
+    c.reconcile_job("nightly").await;
+    let job = c.api::<Job>(DEPLOY_NS).get("nightly-run-1").await.unwrap();
+    let template = job.spec.unwrap().template;
+    let mut labels = template.metadata.unwrap().labels.unwrap();
+    labels.insert(
+        "batch.kubernetes.io/job-name".into(),
+        "nightly-run-1".into(),
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "nightly-run-1-abcde", "namespace": DEPLOY_NS, "labels": labels},
+        "spec": template.spec,
+        "status": {"phase": "Pending", "containerStatuses": [{
+            "name": "run", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff",
+                                  "message": "Back-off pulling image \"x\""}},
+        }]},
+    }))
+    .unwrap();
+    c.api::<Pod>(DEPLOY_NS)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    c.reconcile_job("nightly").await;
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("nightly")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+    let message = status.message.unwrap();
+    assert!(
+        message.contains("pod nightly-run-1-abcde: ImagePullBackOff: Back-off pulling image"),
+        "{message}"
+    );
+    // Stopped rather than left waiting for its deadline.
+    assert!(
+        c.api::<Job>(DEPLOY_NS)
+            .get_opt("nightly-run-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
@@ -17,6 +18,7 @@ use super::{
     Context, Error, JobOutcome, Result, annotate, apply, delete_labelled, ensure_finalizer,
     job_outcome, namespace_of, write_status,
 };
+use crate::health::stuck;
 use crate::manifests::run::{COMPONENT as RUN_COMPONENT, RUN_CONTAINER};
 use crate::manifests::{self, RunJob};
 use crate::names::{
@@ -88,6 +90,9 @@ fn failure_message(log: &str, reason: &str, timeout_sec: u32) -> String {
         .unwrap_or_else(|| format!("the job failed: {reason}"))
 }
 
+/// The label the Job controller puts on a Job's pods.
+const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
 async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     let namespace = namespace_of(job)?;
     let name = job.name_any();
@@ -141,7 +146,26 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         if status.start_time.is_none() {
             status.start_time = Some(now());
         }
-        let outcome = job_outcome(&running);
+        let mut outcome = job_outcome(&running);
+        // A pod that cannot start (a bad image, a missing secret) or was OOMKilled says
+        // why, which the Job's own status does not.
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+        let pods = pods
+            .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job_name}")))
+            .await?;
+        if let Some((reason, message)) = stuck(&pods.items) {
+            match &mut outcome {
+                JobOutcome::Running => {
+                    // It would wait until its deadline, or forever without one.
+                    delete_labelled(&jobs, &runs, None).await?;
+                    outcome = JobOutcome::Failed {
+                        reason: message.clone(),
+                    };
+                }
+                JobOutcome::Failed { reason: why } if reason == "OOMKilled" => *why = message,
+                _ => {}
+            }
+        }
         let log = match outcome {
             JobOutcome::Running => String::new(),
             _ => ctx
