@@ -210,6 +210,8 @@ async fn a_workload_is_ready_only_once_its_deployment_is_available_and_a_crash_l
         condition(&starting, "ResourcesAvailable")["status"],
         "Unknown"
     );
+    // Timestamps have whole seconds: the next write comes in a later one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
 
     // The kubelet reports the container crash-looping after an OOM kill.
     let pod = emu
@@ -239,6 +241,11 @@ async fn a_workload_is_ready_only_once_its_deployment_is_available_and_a_crash_l
         "{message}"
     );
     assert_eq!(condition(&failed, "Ready")["reason"], "CrashLoopBackOff");
+    assert_eq!(
+        condition(&failed, "Ready")["lastTransitionTime"],
+        condition(&starting, "Ready")["lastTransitionTime"],
+        "Ready stayed False: its transition time stays"
+    );
     assert_eq!(condition(&failed, "ContainerHealthy")["status"], "False");
     assert_eq!(condition(&failed, "ContainerHealthy")["message"], message);
     let warned = emu

@@ -340,7 +340,7 @@ where
 /// are removed, which a merge patch would leave behind.
 pub(crate) async fn write_status<K, S>(api: &Api<K>, object: &K, status: &S) -> Result<()>
 where
-    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     S: Serialize,
 {
     write_status_with(api, object, status, None, &[]).await
@@ -377,11 +377,11 @@ pub(crate) async fn write_status_with<K, S>(
     more: &[Condition],
 ) -> Result<()>
 where
-    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     S: Serialize,
 {
-    let previous = serde_json::to_value(object)?;
-    let previous = previous.pointer("/status/conditions");
+    let stored = stored_conditions(api, object).await?;
+    let previous = stored.as_ref();
     let mut status = serde_json::to_value(status)?;
     let now = now();
     let generation = object.meta().generation;
@@ -405,6 +405,24 @@ where
     )
     .await?;
     Ok(())
+}
+
+/// The conditions as stored: the typed statuses do not carry them, so the object a
+/// reconcile holds cannot tell when one last changed.
+async fn stored_conditions<K>(api: &Api<K>, object: &K) -> Result<Option<Value>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let client = api.clone().into_client();
+    let raw: Api<DynamicObject> = match object.meta().namespace.as_deref() {
+        Some(namespace) => Api::namespaced_with(client, namespace, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    Ok(raw
+        .get_opt(&object.name_any())
+        .await?
+        .and_then(|o| o.data.pointer("/status/conditions").cloned()))
 }
 
 /// A condition as written, its transition time kept while its status stays.
