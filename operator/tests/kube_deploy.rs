@@ -332,6 +332,7 @@ fn controller_objects() -> Vec<Value> {
         serde_json::to_value(manifests::default_deny("sless-ab")).unwrap(),
         serde_json::to_value(manifests::data_plane_ingress("sless-ab", &config)).unwrap(),
         serde_json::to_value(manifests::cron_egress("sless-ab")).unwrap(),
+        serde_json::to_value(manifests::build_boundary("sless-ab")).unwrap(),
         serde_json::to_value(manifests::resource_quota(
             "sless-ab",
             &manifests::TenantQuota::default(),

@@ -287,6 +287,18 @@ async fn each_tenant_gets_its_boundaries_and_they_come_back_when_deleted_by_hand
         policy("hello-workload-egress")
     })
     .await;
+    let build = emu
+        .get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            Some("sless-build-default"),
+            "sless-build",
+        )
+        .expect("the build namespace's policy");
+    assert_eq!(
+        build["spec"]["egress"][0]["to"][1]["ipBlock"]["except"],
+        json!(["169.254.169.254/32"])
+    );
     let deny = policy("sless-default-deny").expect("default deny");
     assert_eq!(deny["spec"]["podSelector"], json!({}));
     assert_eq!(deny["spec"]["policyTypes"], json!(["Ingress", "Egress"]));

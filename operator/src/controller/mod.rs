@@ -173,13 +173,7 @@ impl Context {
     async fn prepare_deploy_namespace(&self, namespace: &str, deploy_ns: &str) -> Result<()> {
         self.prepare_namespace(namespace, deploy_ns, PodSecurity::Restricted)
             .await?;
-        let known = self
-            .boundaries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(deploy_ns)
-            .is_some_and(|at| at.elapsed() < SECRET_RESYNC);
-        if known {
+        if self.knows_boundaries(deploy_ns) {
             return Ok(());
         }
         let client = &self.client;
@@ -206,13 +200,37 @@ impl Context {
         Ok(())
     }
 
-    /// A boundary of `deploy_ns` changed (or was deleted by hand): the next reconcile
-    /// applies them all again.
-    fn forget_boundaries(&self, deploy_ns: &str) {
+    /// A build namespace, as [`Context::prepare_namespace`] makes it, with its
+    /// NetworkPolicy.
+    async fn prepare_build_namespace(&self, namespace: &str, build_ns: &str) -> Result<()> {
+        self.prepare_namespace(namespace, build_ns, PodSecurity::Privileged)
+            .await?;
+        if self.knows_boundaries(build_ns) {
+            return Ok(());
+        }
+        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), build_ns);
+        apply(&policies, &manifests::build_boundary(namespace)).await?;
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(deploy_ns);
+            .insert(build_ns.to_string(), Instant::now());
+        Ok(())
+    }
+
+    fn knows_boundaries(&self, namespace: &str) -> bool {
+        self.boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(namespace)
+            .is_some_and(|at| at.elapsed() < SECRET_RESYNC)
+    }
+
+    /// A boundary of the user namespace's deploy or build namespace changed (or was
+    /// deleted by hand): the next reconcile (or build) applies them again.
+    fn forget_boundaries(&self, namespace: &str) {
+        let mut boundaries = self.boundaries.lock().unwrap_or_else(|e| e.into_inner());
+        boundaries.remove(&sless_core::model::deploy_namespace(namespace));
+        boundaries.remove(&sless_core::model::build_namespace(namespace));
     }
 
     /// `target_ns` exists with its Pod Security labels and holds a current copy of the
@@ -592,7 +610,7 @@ where
     let Some(namespace) = labels.get(LABEL_NAMESPACE) else {
         return Vec::new();
     };
-    ctx.forget_boundaries(&sless_core::model::deploy_namespace(namespace));
+    ctx.forget_boundaries(namespace);
     known
         .state()
         .into_iter()

@@ -20,11 +20,12 @@ use super::{metadata, tenant_labels};
 use crate::KubeConfig;
 use crate::names::{FUNCTION_PORT, LABEL_COMPONENT, LABEL_KIND, LABEL_NAME, component_labels, fit};
 use sless_api::{Egress, EgressRule};
-use sless_core::model::{Kind, deploy_namespace};
+use sless_core::model::{Kind, build_namespace, deploy_namespace};
 
 pub const DEFAULT_DENY: &str = "sless-default-deny";
 pub const DATA_PLANE: &str = "sless-data-plane";
 pub const CRON_EGRESS: &str = "sless-cron-egress";
+pub const BUILD_BOUNDARY: &str = "sless-build";
 /// The component label of a workload's or a job's egress policy.
 pub const EGRESS_COMPONENT: &str = "egress";
 /// The pods of the data plane in the operator's namespace (`operator/deploy/`).
@@ -172,6 +173,43 @@ pub fn cron_egress(namespace: &str) -> NetworkPolicy {
     )
 }
 
+/// Every pod of a build namespace: nothing comes in; out, anything in the cluster (the
+/// DNS, an in-cluster S3 or registry) and anything outside but the cloud metadata
+/// endpoints, whose credentials a dependency's install script must not read.
+pub fn build_boundary(namespace: &str) -> NetworkPolicy {
+    let outside = |cidr: &str| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.into(),
+            except: Some(
+                METADATA
+                    .iter()
+                    .filter(|m| m.contains(':') == cidr.contains(':'))
+                    .map(|m| m.to_string())
+                    .collect(),
+            ),
+        }),
+        ..NetworkPolicyPeer::default()
+    };
+    let in_cluster = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector::default()),
+        ..NetworkPolicyPeer::default()
+    };
+    policy(
+        BUILD_BOUNDARY,
+        &build_namespace(namespace),
+        tenant_labels(namespace),
+        NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            egress: Some(vec![NetworkPolicyEgressRule {
+                to: Some(vec![in_cluster, outside("0.0.0.0/0"), outside("::/0")]),
+                ports: None,
+            }]),
+            ..NetworkPolicySpec::default()
+        },
+    )
+}
+
 /// The cluster DNS (kube-dns / CoreDNS in kube-system).
 fn dns() -> NetworkPolicyEgressRule {
     let port = |protocol: &str| NetworkPolicyPort {
@@ -308,6 +346,23 @@ mod tests {
         }
         assert!(blocks[1].1.contains(&"fc00::/7".to_string()));
         assert_eq!(rules.len(), 2, "DNS and the internet");
+    }
+
+    #[test]
+    fn builds_reach_all_but_cloud_metadata() {
+        let policy = build_boundary("ns").spec.unwrap();
+        let rule = &policy.egress.unwrap()[0];
+        assert_eq!(
+            blocks(std::slice::from_ref(rule)),
+            [
+                (
+                    "0.0.0.0/0".to_string(),
+                    vec!["169.254.169.254/32".to_string()]
+                ),
+                ("::/0".to_string(), vec!["fd00:ec2::254/128".to_string()]),
+            ]
+        );
+        assert!(policy.ingress.is_none(), "nothing comes in");
     }
 
     #[test]
