@@ -356,7 +356,7 @@ async fn each_tenant_gets_its_boundaries_and_they_come_back_when_deleted_by_hand
         .await;
     }
 
-    // `egress: none` leaves the function's pods no egress at all.
+    // A list: its addresses; a name cannot be expressed, so it is blocked and said.
     let functions: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
         "default",
@@ -365,6 +365,27 @@ async fn each_tenant_gets_its_boundaries_and_they_come_back_when_deleted_by_hand
             "functions",
         ),
     );
+    functions
+        .patch(
+            "hello",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"egress": ["10.0.0.5:5432", "api.example.com:443"]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("the listed address allowed, the name said", || {
+        let rules = policy("hello-workload-egress")?["spec"]["egress"].clone();
+        let message = status(&emu, "hello")["message"].as_str()?.to_string();
+        (rules.as_array()?.len() == 1 && message.contains("api.example.com:443")).then_some(())
+    })
+    .await;
+    let rules = policy("hello-workload-egress").unwrap()["spec"]["egress"].clone();
+    assert_eq!(rules[0]["to"][0]["ipBlock"]["cidr"], "10.0.0.5/32");
+    assert_eq!(rules[0]["ports"][0]["port"], 5432);
+
+    // `egress: none` leaves the function's pods no egress at all.
     functions
         .patch(
             "hello",

@@ -232,8 +232,21 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     let (next, reason) = match health {
         Health::Available => {
             status.phase = Phase::Ready;
-            status.message = (replicas == 0)
-                .then(|| format!("{noun} {name:?} has no enabled trigger; it runs 0 instances"));
+            let mut notes = Vec::new();
+            if replicas == 0 {
+                notes.push(format!(
+                    "{noun} {name:?} has no enabled trigger; it runs 0 instances"
+                ));
+            }
+            let names = manifests::network::unenforceable(&spec.egress);
+            if !names.is_empty() {
+                notes.push(format!(
+                    "egress entries by name cannot be enforced by a NetworkPolicy and are \
+                     blocked: {}; list their addresses or CIDRs instead",
+                    names.join(", ")
+                ));
+            }
+            status.message = (!notes.is_empty()).then(|| notes.join("; "));
             (ctx.config.ready_requeue, None)
         }
         Health::Starting { message } => {

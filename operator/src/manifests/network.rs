@@ -265,6 +265,19 @@ pub fn egress_policy(
     )
 }
 
+/// The allow-list entries by name, which a NetworkPolicy cannot express (so they are
+/// blocked), as the user wrote them.
+pub fn unenforceable(egress: &Egress) -> Vec<String> {
+    match egress {
+        Egress::Allow(entries) => entries
+            .iter()
+            .filter(|e| matches!(e, EgressRule::Host { .. }))
+            .map(ToString::to_string)
+            .collect(),
+        Egress::Internet | Egress::None => Vec::new(),
+    }
+}
+
 fn internet() -> NetworkPolicyEgressRule {
     let block = |cidr: &str, except: &[&str]| NetworkPolicyPeer {
         ip_block: Some(IPBlock {
