@@ -9,6 +9,7 @@
 pub mod context_url;
 pub mod controller;
 pub mod crds;
+pub mod health;
 pub mod leader;
 pub mod logs;
 pub mod manifests;
@@ -67,6 +68,9 @@ pub struct IngressConfig {
     pub class: Option<String>,
     /// Host of the Ingress rules and of the URLs written to trigger status.
     pub host: Option<String>,
+    /// The ingress controller's namespace, allowed to call functions by their
+    /// NetworkPolicy (whether or not sless makes the Ingresses).
+    pub namespace: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -97,6 +101,8 @@ pub struct KubeConfig {
     pub poll_interval: Duration,
     /// Runs each job keeps in its status (`--job-runs-kept`).
     pub job_runs_kept: usize,
+    /// The ResourceQuota of every deploy namespace.
+    pub tenant_quota: manifests::TenantQuota,
 }
 
 impl KubeConfig {
@@ -116,6 +122,7 @@ impl KubeConfig {
             ready_requeue: Duration::from_secs(300),
             poll_interval: Duration::from_secs(10),
             job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
+            tenant_quota: manifests::TenantQuota::default(),
         }
     }
 

@@ -79,8 +79,9 @@ fn workload_readiness(deployment: &Deployment) -> Option<((String, String), bool
     Some(((namespace, name), ready > 0))
 }
 
-/// Not Ready yet, or failed: the route that says why. A version being built is
-/// [`Route::Starting`], so the first call after an upload waits for it.
+/// Not Ready yet, or failed, with no version deployed: the route that says why. A
+/// version being built is [`Route::Starting`], so the first call after an upload waits
+/// for it.
 fn not_ready(
     kind: Kind,
     name: &str,
@@ -90,6 +91,10 @@ fn not_ready(
     let noun = kind.noun();
     let reason = match status.phase {
         Phase::Ready => return None,
+        // A version was deployed: its pods serve while the next one is built or rolls
+        // out, or while it fails to (the old pods stay until new ones are available);
+        // with no ready pod, calls wait as after a start.
+        Phase::Building | Phase::Failed if status.image_ref.is_some() => return None,
         Phase::Failed => format!(
             "{noun} {name:?} failed to build: {}",
             first_line(status.message.as_deref().unwrap_or("see its status"))

@@ -178,6 +178,38 @@ fn the_data_plane_is_replicated_and_apart_from_the_controllers() {
     assert!(controllers["spec"]["replicas"].as_i64().unwrap() >= 2);
 }
 
+#[test]
+fn the_data_plane_the_network_policies_allow_is_the_install_s() {
+    let pod_names: Vec<String> = install_objects()
+        .into_iter()
+        .filter(|(_, o)| o["kind"] == "Deployment" && o["metadata"]["namespace"] == "sless-system")
+        .filter_map(|(_, o)| {
+            o["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    for name in manifests::network::DATA_PLANE_PODS {
+        assert!(
+            pod_names.iter().any(|p| p == name),
+            "{name} in {pod_names:?}"
+        );
+    }
+    let policy = manifests::data_plane_ingress("sless-ab", &KubeConfig::new("r"));
+    let from = &policy.spec.unwrap().ingress.unwrap()[0]
+        .from
+        .clone()
+        .unwrap()[0];
+    let namespace = from
+        .namespace_selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(namespace["kubernetes.io/metadata.name"], "sless-system");
+}
+
 /// The rules of the install's ClusterRole `name`.
 fn cluster_role(name: &str) -> Vec<PolicyRule> {
     let role: ClusterRole = install_objects()
@@ -257,6 +289,20 @@ fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
             assert!(allows(group, resource, verb), "{resource} {verb}");
         }
     }
+    for verb in ["list", "watch", "create", "patch", "delete"] {
+        assert!(
+            allows("networking.k8s.io", "networkpolicies", verb),
+            "networkpolicies {verb}"
+        );
+    }
+    for resource in ["resourcequotas", "limitranges"] {
+        for verb in ["list", "watch", "create", "patch"] {
+            assert!(allows("", resource, verb), "{resource} {verb}");
+        }
+    }
+    for verb in ["list", "watch"] {
+        assert!(allows("", "pods", verb), "pods {verb}");
+    }
     assert!(allows("", "namespaces", "create"));
     assert!(allows("", "pods/log", "get"));
     assert!(allows("", "secrets", "patch"));
@@ -270,6 +316,7 @@ fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
 fn controller_objects() -> Vec<Value> {
     let mut config = KubeConfig::new("registry.test/sless");
     config.registry_secret = Some("regcred".into());
+    config.ingress.namespace = Some("ingress-nginx".into());
     let spec = WorkloadSpec {
         runtime: Runtime::Nodejs20,
         entrypoint: "handler.handle".into(),
@@ -335,6 +382,16 @@ fn controller_objects() -> Vec<Value> {
             &config,
         ))
         .unwrap(),
+        serde_json::to_value(manifests::default_deny("sless-ab")).unwrap(),
+        serde_json::to_value(manifests::data_plane_ingress("sless-ab", &config)).unwrap(),
+        serde_json::to_value(manifests::cron_egress("sless-ab")).unwrap(),
+        serde_json::to_value(manifests::build_boundary("sless-ab")).unwrap(),
+        serde_json::to_value(manifests::resource_quota(
+            "sless-ab",
+            &manifests::TenantQuota::default(),
+        ))
+        .unwrap(),
+        serde_json::to_value(manifests::limit_range("sless-ab")).unwrap(),
         serde_json::to_value(pull_secret_copy(
             &Secret {
                 metadata: kube::api::ObjectMeta {
@@ -348,6 +405,22 @@ fn controller_objects() -> Vec<Value> {
         ))
         .unwrap(),
     ];
+    for egress in [
+        "internet",
+        "none",
+        "10.0.0.5:5432,169.254.0.0/16,api.example.com:443",
+    ] {
+        out.push(
+            serde_json::to_value(manifests::egress_policy(
+                Kind::Function,
+                "sless-ab",
+                "hello",
+                "workload",
+                &egress.parse().unwrap(),
+            ))
+            .unwrap(),
+        );
+    }
     for builder in [Builder::BuildKit, Builder::Kaniko] {
         config.builder = builder;
         out.push(
@@ -415,15 +488,20 @@ fn controller_objects_validate_against_the_kubernetes_schemas() {
     ] {
         files.push(deploy_dir().join(name));
     }
-    let output = std::process::Command::new("kubernetes-validate")
-        .args(["--strict", "--quiet", "-k", "1.34.0"])
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "kubernetes-validate --strict failed:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    // The oldest Kubernetes the install is checked on, and the validator's newest.
+    for version in [Some("1.31.0"), None] {
+        let mut validate = std::process::Command::new("kubernetes-validate");
+        validate.args(["--strict", "--quiet"]);
+        if let Some(version) = version {
+            validate.args(["-k", version]);
+        }
+        let output = validate.args(&files).output().unwrap();
+        assert!(
+            output.status.success(),
+            "kubernetes-validate --strict ({}) failed:\n{}{}",
+            version.unwrap_or("newest"),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }

@@ -9,9 +9,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service as KubeService};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service as KubeService};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::{Api, ResourceExt};
 use kube_common::*;
 use operator::controller::{reconcile_function, reconcile_job, reconcile_trigger};
@@ -148,6 +151,49 @@ impl Cluster {
             .get_opt("hello")
             .await
             .unwrap()
+    }
+
+    /// What the Deployment controller reports once every wanted replica is available.
+    async fn roll_out(&self) {
+        let deployment = self.deployment().await.unwrap();
+        let replicas = deployment.spec.unwrap().replicas.unwrap();
+        // kube-fake-client counts every apply as a new generation, even one that
+        // changes nothing (an API server does not): the reconcile's next apply makes it
+        // this one.
+        let generation = deployment.metadata.generation.unwrap_or(0) + 1;
+        let status = json!({"status": {
+            "observedGeneration": generation, "replicas": replicas,
+            "updatedReplicas": replicas, "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "conditions": [{"type": "Available", "status": "True",
+                            "reason": "MinimumReplicasAvailable"}],
+        }});
+        self.api::<Deployment>(DEPLOY_NS)
+            .patch_status("hello", &PatchParams::default(), &Patch::Merge(status))
+            .await
+            .unwrap();
+    }
+
+    /// A pod of the Deployment whose container the kubelet reports waiting for `reason`.
+    async fn waiting_pod(&self, reason: &str, last_exit: &str) {
+        let template = self.deployment().await.unwrap().spec.unwrap().template;
+        let image = template.spec.as_ref().unwrap().containers[0].image.clone();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "hello-7d9f-x2", "namespace": DEPLOY_NS,
+                         "labels": template.metadata.unwrap().labels},
+            "spec": template.spec,
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "function", "image": image, "imageID": "", "ready": false,
+                "restartCount": 5,
+                "state": {"waiting": {"reason": reason, "message": "back-off 2m40s"}},
+                "lastState": {"terminated": {"reason": last_exit, "exitCode": 1}},
+            }]},
+        }))
+        .unwrap();
+        self.api::<Pod>(DEPLOY_NS)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
     }
 
     async fn replicas(&self) -> i32 {
@@ -305,9 +351,23 @@ async fn function_build_deploy_restore_and_cleanup() {
         .unwrap();
     c.reconcile_function().await;
     assert_eq!(c.replicas().await, 1);
+    let status = c.function().await.status.unwrap();
     assert_eq!(
-        c.function().await.status.unwrap().url.as_deref(),
+        status.url.as_deref(),
         Some("https://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
+    );
+    // Not Ready until the Deployment says its replica is available.
+    assert_eq!(status.phase, Phase::Building, "{status:?}");
+    assert!(
+        status.message.as_deref().unwrap().contains("is starting"),
+        "{status:?}"
+    );
+    c.roll_out().await;
+    let action = c.reconcile_function().await;
+    assert_eq!(c.function().await.status.unwrap().phase, Phase::Ready);
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(c.ctx.config.ready_requeue)
     );
 
     // The same upload is never built twice.
@@ -322,11 +382,13 @@ async fn function_build_deploy_restore_and_cleanup() {
         .unwrap();
     assert!(c.deployment().await.is_none());
     let action = c.reconcile_function().await;
+    assert!(c.deployment().await.is_some());
+    // The new Deployment has no available pod yet: looked at again soon.
     assert_eq!(
         action,
-        kube::runtime::controller::Action::requeue(c.ctx.config.ready_requeue)
+        kube::runtime::controller::Action::requeue(c.ctx.config.poll_interval)
     );
-    assert!(c.deployment().await.is_some());
+    assert_eq!(c.function().await.status.unwrap().phase, Phase::Building);
 
     // Deleting the Function: the finalizer removes every child, the build Job too.
     let function = c.function().await;
@@ -669,6 +731,32 @@ async fn function_job_run_id_semantics() {
         .unwrap();
     c.reconcile_job("nightly").await;
     let job = c.api::<Job>(DEPLOY_NS).get("nightly-run-1").await.unwrap();
+    // The run's pods get the function's egress (the default, the internet) under the
+    // deploy namespace's default deny.
+    let policy = c
+        .api::<NetworkPolicy>(DEPLOY_NS)
+        .get("nightly-run-egress")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    let pods = policy.pod_selector.unwrap().match_labels.unwrap();
+    assert_eq!(
+        (
+            pods["sless.kube5s.ru/kind"].as_str(),
+            pods["sless.kube5s.ru/component"].as_str()
+        ),
+        ("job", "run")
+    );
+    let egress = policy.egress.unwrap();
+    let cidr = egress[1].to.as_ref().unwrap()[0].ip_block.as_ref().unwrap();
+    assert_eq!(cidr.cidr, "0.0.0.0/0");
+    assert!(
+        c.api::<NetworkPolicy>(DEPLOY_NS)
+            .get("sless-default-deny")
+            .await
+            .is_ok()
+    );
     let container = job.spec.unwrap().template.spec.unwrap().containers[0].clone();
     assert_eq!(
         container.image,
@@ -1008,7 +1096,16 @@ async fn a_service_is_always_on() {
         .await
         .unwrap();
     let status = svc.status.unwrap();
-    assert_eq!(status.phase, Phase::Ready);
+    assert_eq!(status.phase, Phase::Building, "{status:?}");
+    c.roll_out().await;
+    reconcile().await;
+    let svc = c
+        .api::<sless_core::model::Service>(NS)
+        .get("hello")
+        .await
+        .unwrap();
+    let status = svc.status.unwrap();
+    assert_eq!(status.phase, Phase::Ready, "{status:?}");
     assert_eq!(
         status.url.as_deref(),
         Some("https://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
@@ -1115,5 +1212,106 @@ async fn a_cron_job_the_api_server_refuses_is_reported_in_the_trigger_status() {
         message.starts_with("Kubernetes refused the CronJob: ")
             && message.contains("refused by policy"),
         "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_loop_fails_the_function_with_the_kubelets_reason_until_it_recovers() {
+    let c = cluster().await;
+    c.ready_function().await;
+    c.store
+        .create_typed::<Trigger>(NS, "web", &trigger_spec(TriggerType::Http, true))
+        .await
+        .unwrap();
+    c.reconcile_function().await;
+    c.waiting_pod("CrashLoopBackOff", "OOMKilled").await;
+    c.reconcile_function().await;
+    let status = c.function().await.status.unwrap();
+    assert_eq!(status.phase, Phase::Failed, "{status:?}");
+    let message = status.message.unwrap();
+    assert!(
+        message.starts_with("pod hello-7d9f-x2: CrashLoopBackOff: back-off 2m40s"),
+        "{message}"
+    );
+    assert!(message.contains("last exit: OOMKilled"), "{message}");
+    // The typed Function has no `conditions`: read them as stored.
+    let raw: Api<DynamicObject> =
+        Api::namespaced_with(c.client.clone(), NS, &ApiResource::erase::<Function>(&()));
+    let conditions = raw.get("hello").await.unwrap().data["status"]["conditions"].clone();
+    let condition = |kind: &str| {
+        conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} in {conditions}"))
+    };
+    assert_eq!(condition("Ready")["status"], "False");
+    assert_eq!(condition("Ready")["reason"], "CrashLoopBackOff");
+    assert_eq!(condition("ContainerHealthy")["status"], "False");
+    assert_eq!(condition("ContainerHealthy")["reason"], "CrashLoopBackOff");
+    assert_eq!(condition("ResourcesAvailable")["status"], "False");
+
+    // A failed rollout is not a failed build: the next reconcile looks again, and
+    // once the Deployment is available the function is Ready.
+    c.roll_out().await;
+    c.reconcile_function().await;
+    let status = c.function().await.status.unwrap();
+    assert_eq!(status.phase, Phase::Ready, "{status:?}");
+    assert_eq!(c.builds().await.len(), 1, "never built twice");
+}
+
+#[tokio::test]
+async fn a_run_whose_image_cannot_be_pulled_fails_with_the_kubelets_reason() {
+    let c = cluster().await;
+    c.ready_function().await;
+    c.store
+        .create_typed::<FunctionJob>(NS, "nightly", &job_spec(1))
+        .await
+        .unwrap();
+    c.reconcile_job("nightly").await;
+    let job = c.api::<Job>(DEPLOY_NS).get("nightly-run-1").await.unwrap();
+    let template = job.spec.unwrap().template;
+    let mut labels = template.metadata.unwrap().labels.unwrap();
+    labels.insert(
+        "batch.kubernetes.io/job-name".into(),
+        "nightly-run-1".into(),
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "nightly-run-1-abcde", "namespace": DEPLOY_NS, "labels": labels},
+        "spec": template.spec,
+        "status": {"phase": "Pending", "containerStatuses": [{
+            "name": "run", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff",
+                                  "message": "Back-off pulling image \"x\""}},
+        }]},
+    }))
+    .unwrap();
+    c.api::<Pod>(DEPLOY_NS)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    c.reconcile_job("nightly").await;
+    let status = c
+        .api::<FunctionJob>(NS)
+        .get("nightly")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(status.phase, JobPhase::Failed, "{status:?}");
+    let message = status.message.unwrap();
+    assert!(
+        message.contains("pod nightly-run-1-abcde: ImagePullBackOff: Back-off pulling image"),
+        "{message}"
+    );
+    // Stopped rather than left waiting for its deadline.
+    assert!(
+        c.api::<Job>(DEPLOY_NS)
+            .get_opt("nightly-run-1")
+            .await
+            .unwrap()
+            .is_none()
     );
 }

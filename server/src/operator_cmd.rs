@@ -106,6 +106,14 @@ pub struct OperatorArgs {
     /// Host of http-trigger Ingresses and of their URLs (only without --external-url).
     #[arg(long, env = "SLESS_INGRESS_HOST")]
     pub ingress_host: Option<String>,
+    /// Namespace of the ingress controller, allowed by every deploy namespace's
+    /// NetworkPolicy to call functions (e.g. ingress-nginx).
+    #[arg(long, env = "SLESS_INGRESS_NAMESPACE")]
+    pub ingress_namespace: Option<String>,
+    /// MiB of memory the pods of one deploy namespace may request and be limited to
+    /// together (its ResourceQuota), as `sless up --max-running-memory-mb`.
+    #[arg(long, env = "SLESS_MAX_RUNNING_MEMORY_MB", default_value_t = sless_core::quota::DEFAULT_MAX_RUNNING_MEMORY_MB)]
+    pub max_running_memory_mb: u64,
     /// Registry prefix of the runtime base images named in build contexts.
     #[arg(long, env = "SLESS_BASE_IMAGE_PREFIX", default_value = "sless")]
     pub base_image_prefix: String,
@@ -181,6 +189,13 @@ impl OperatorArgs {
         config.ingress = IngressConfig {
             class: self.ingress_class.clone(),
             host: self.ingress_host.clone(),
+            namespace: self.ingress_namespace.clone(),
+        };
+        let quotas = self.quotas.quotas();
+        config.tenant_quota = operator::manifests::TenantQuota {
+            max_running_memory_mb: self.max_running_memory_mb,
+            max_workloads: quotas.max_workloads,
+            max_triggers: quotas.max_triggers,
         };
         Ok(config)
     }

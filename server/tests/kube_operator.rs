@@ -2,7 +2,8 @@
 //! as a process with a kubeconfig pointing at a Kubernetes API served over HTTP on
 //! loopback (the `kube-emulator` crate), a real S3 endpoint, and the flows driven
 //! through the operator's REST API and through CRs applied as `kubectl apply` would.
-//! The test plays the Job controller and the kubelet (Job conditions, pods, logs).
+//! The test plays the Job and Deployment controllers and the kubelet (Job conditions,
+//! Deployment availability, pods, their waiting reasons and logs).
 
 mod common;
 
@@ -370,6 +371,78 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     })
     .await;
     assert_eq!(replicas(&deployment), 1);
+    // Ready is the cluster's word: a crash-looping pod fails it with the kubelet's
+    // reason, the Deployment's availability makes it Ready.
+    let (_, body) = alice.get("services/always").await;
+    assert_eq!(body["phase"], "Building", "{body}");
+    cluster
+        .emu
+        .add_deployment_pod(
+            &deploy_ns,
+            "always",
+            Some(kube_emulator::Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off 20s restarting failed container=function".into(),
+                last_exit: Some("Error".into()),
+            }),
+        )
+        .unwrap();
+    let failed = eventually(
+        &operator,
+        "the Service Failed with CrashLoopBackOff",
+        || {
+            cluster
+                .get(FUNCTIONS, "services", &ns, "always")
+                .filter(|s| s["status"]["phase"] == "Failed")
+        },
+    )
+    .await;
+    let message = failed["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("CrashLoopBackOff: back-off 20s"),
+        "{message}"
+    );
+    assert!(
+        message.contains("last exit: Error (exit code 1)"),
+        "{message}"
+    );
+    let (_, body) = alice.get("services/always").await;
+    assert_eq!(body["message"], message, "the API shows the reason");
+    cluster
+        .emu
+        .set_deployment_available(&deploy_ns, "always", 1)
+        .unwrap();
+    eventually(&operator, "the Service Ready once available", || {
+        cluster
+            .get(FUNCTIONS, "services", &ns, "always")
+            .filter(|s| s["status"]["phase"] == "Ready")
+    })
+    .await;
+    // The tenant's boundaries stand in its deploy namespace.
+    for (api_version, plural, name) in [
+        (
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            "sless-default-deny",
+        ),
+        (
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            "sless-data-plane",
+        ),
+        (
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            "always-workload-egress",
+        ),
+        ("v1", "resourcequotas", "sless-quota"),
+        ("v1", "limitranges", "sless-limits"),
+    ] {
+        assert!(
+            cluster.get(api_version, plural, &deploy_ns, name).is_some(),
+            "{plural}/{name}"
+        );
+    }
 
     // A CR the schema refuses never reaches the controllers (kubectl apply gets 422).
     let resource = ApiResource::erase::<sless_core::model::Function>(&());

@@ -316,6 +316,100 @@ impl Emulator {
         Ok(created)
     }
 
+    /// Reports a Deployment the way the Deployment controller does once `available` of
+    /// its replicas run the newest template and are available (`Available` and
+    /// `Progressing` conditions included).
+    pub fn set_deployment_available(
+        &self,
+        namespace: &str,
+        name: &str,
+        available: i64,
+    ) -> Result<Value, ApiError> {
+        let found = self
+            .get("apps/v1", "deployments", Some(namespace), name)
+            .ok_or_else(|| ApiError::not_found("apps", "deployments", name))?;
+        let wanted = found["spec"]["replicas"].as_i64().unwrap_or(1);
+        let now = store::now();
+        let enough = available >= wanted;
+        let condition = |kind: &str, status: bool, reason: &str, message: &str| {
+            json!({"type": kind, "status": if status { "True" } else { "False" },
+                   "reason": reason, "message": message,
+                   "lastUpdateTime": now, "lastTransitionTime": now})
+        };
+        let status = json!({
+            "observedGeneration": found["metadata"]["generation"],
+            "replicas": wanted, "updatedReplicas": wanted, "readyReplicas": available,
+            "availableReplicas": available, "unavailableReplicas": (wanted - available).max(0),
+            "conditions": [
+                if enough {
+                    condition("Available", true, "MinimumReplicasAvailable",
+                              "Deployment has minimum availability.")
+                } else {
+                    condition("Available", false, "MinimumReplicasUnavailable",
+                              "Deployment does not have minimum availability.")
+                },
+                condition("Progressing", true,
+                          if enough { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
+                          &format!("ReplicaSet \"{name}\" is progressing.")),
+            ],
+        });
+        self.update_status("apps/v1", "deployments", Some(namespace), name, status)
+    }
+
+    /// Creates a pod of a Deployment from its template, as its ReplicaSet would, whose
+    /// containers run and are ready, or (with `waiting`) wait for that reason as the
+    /// kubelet reports it, e.g. `CrashLoopBackOff` after an exit by `OOMKilled`.
+    pub fn add_deployment_pod(
+        &self,
+        namespace: &str,
+        deployment: &str,
+        waiting: Option<Waiting>,
+    ) -> Result<Value, ApiError> {
+        let found = self
+            .get("apps/v1", "deployments", Some(namespace), deployment)
+            .ok_or_else(|| ApiError::not_found("apps", "deployments", deployment))?;
+        let template = &found["spec"]["template"];
+        let containers = template["spec"]["containers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let statuses: Vec<Value> = containers
+            .iter()
+            .map(|c| {
+                let mut status = json!({
+                    "name": c["name"], "image": c["image"], "imageID": "",
+                    "ready": waiting.is_none(), "started": waiting.is_none(),
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": store::now()}},
+                });
+                if let Some(w) = &waiting {
+                    status["state"] =
+                        json!({"waiting": {"reason": w.reason, "message": w.message}});
+                    if let Some(exit) = &w.last_exit {
+                        status["restartCount"] = json!(3);
+                        status["lastState"] = json!({"terminated": {
+                            "reason": exit, "exitCode": if exit == "OOMKilled" { 137 } else { 1 },
+                        }});
+                    }
+                }
+                status
+            })
+            .collect();
+        let mut pod = json!({
+            "metadata": {
+                "generateName": format!("{deployment}-"),
+                "namespace": namespace,
+                "labels": template["metadata"]["labels"],
+            },
+            "spec": template["spec"],
+            "status": {"phase": "Running", "containerStatuses": statuses},
+        });
+        if let Some(annotations) = template["metadata"].get("annotations") {
+            pod["metadata"]["annotations"] = annotations.clone();
+        }
+        self.create("v1", "pods", pod)
+    }
+
     /// What `/api/v1/namespaces/{namespace}/pods/{pod}/log` serves.
     pub fn set_pod_log(&self, namespace: &str, pod: &str, log: &str) {
         self.state().set_log(namespace, pod, log);
@@ -363,6 +457,16 @@ impl Emulator {
             status,
         });
     }
+}
+
+/// A container's waiting state, as the kubelet reports it.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    /// `CrashLoopBackOff`, `ImagePullBackOff`, `ContainerCreating`, ...
+    pub reason: String,
+    pub message: String,
+    /// The reason the previous run ended (`Error`, `OOMKilled`), if it ran.
+    pub last_exit: Option<String>,
 }
 
 fn kubeconfig(server: &str) -> String {

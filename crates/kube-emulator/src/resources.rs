@@ -80,6 +80,16 @@ pub(crate) fn builtins() -> Vec<Resource> {
             true,
             true,
         ),
+        builtin(
+            "networking.k8s.io",
+            "v1",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+            false,
+        ),
+        builtin("", "v1", "resourcequotas", "ResourceQuota", true, true),
+        builtin("", "v1", "limitranges", "LimitRange", true, false),
         builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
         builtin("events.k8s.io", "v1", "events", "Event", true, false),
         builtin(

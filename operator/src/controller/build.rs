@@ -6,7 +6,6 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome};
-use crate::manifests::PodSecurity;
 use crate::manifests::build::{BUILD_CONTAINER, COMPONENT, FETCH_CONTAINER};
 use crate::manifests::{self, BuildJob};
 use crate::names::{build_job_name, component_labels, selector};
@@ -35,7 +34,7 @@ pub(super) enum BuildState {
 /// Starts the build of `target.s3_key` if it has no Job yet, or reports how it went.
 pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<BuildState> {
     let build_ns = build_namespace(target.namespace);
-    ctx.prepare_namespace(target.namespace, &build_ns, PodSecurity::Privileged)
+    ctx.prepare_build_namespace(target.namespace, &build_ns)
         .await?;
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &build_ns);
     let job_name = build_job_name(target.name, target.s3_key);

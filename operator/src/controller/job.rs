@@ -6,22 +6,26 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 
 use super::build::{BuildState, BuildTarget, build};
 use super::{
-    Context, Error, JobOutcome, Result, annotate, delete_labelled, ensure_finalizer, job_outcome,
-    namespace_of, write_status,
+    Context, Error, JobOutcome, Result, annotate, apply, delete_labelled, ensure_finalizer,
+    job_outcome, namespace_of, write_status,
 };
+use crate::health::stuck;
 use crate::manifests::run::{COMPONENT as RUN_COMPONENT, RUN_CONTAINER};
 use crate::manifests::{self, RunJob};
 use crate::names::{
     ANNOTATION_BUILD_FAILED, FINALIZER, component_labels, owner_selector, run_job_name, selector,
 };
 use crate::store::is_already_exists;
+use sless_api::Egress;
 use sless_core::logs::last_bytes;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB,
@@ -54,6 +58,8 @@ struct Plan {
     cpu_millis: u32,
     disk_mb: u32,
     read_only_root: bool,
+    /// Where the run may connect: the job's own `egress`, else its function's.
+    egress: Egress,
 }
 
 enum Planned {
@@ -83,6 +89,9 @@ fn failure_message(log: &str, reason: &str, timeout_sec: u32) -> String {
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
         .unwrap_or_else(|| format!("the job failed: {reason}"))
 }
+
+/// The label the Job controller puts on a Job's pods.
+const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
 async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     let namespace = namespace_of(job)?;
@@ -137,7 +146,26 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         if status.start_time.is_none() {
             status.start_time = Some(now());
         }
-        let outcome = job_outcome(&running);
+        let mut outcome = job_outcome(&running);
+        // A pod that cannot start (a bad image, a missing secret) or was OOMKilled says
+        // why, which the Job's own status does not.
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+        let pods = pods
+            .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job_name}")))
+            .await?;
+        if let Some((reason, message)) = stuck(&pods.items) {
+            match &mut outcome {
+                JobOutcome::Running => {
+                    // It would wait until its deadline, or forever without one.
+                    delete_labelled(&jobs, &runs, None).await?;
+                    outcome = JobOutcome::Failed {
+                        reason: message.clone(),
+                    };
+                }
+                JobOutcome::Failed { reason: why } if reason == "OOMKilled" => *why = message,
+                _ => {}
+            }
+        }
         let log = match outcome {
             JobOutcome::Running => String::new(),
             _ => ctx
@@ -254,6 +282,17 @@ async fn start_run(
     );
     ctx.prepare_deploy_namespace(&namespace, &deploy_namespace(&namespace))
         .await?;
+    // Before the run's pod exists, so it never runs unconstrained.
+    let policies: Api<NetworkPolicy> =
+        Api::namespaced(ctx.client.clone(), &deploy_namespace(&namespace));
+    let egress = manifests::egress_policy(
+        Kind::FunctionJob,
+        &namespace,
+        &name,
+        RUN_COMPONENT,
+        &plan.egress,
+    );
+    apply(&policies, &egress).await?;
     match jobs.create(&PostParams::default(), &manifest).await {
         Ok(_) => {
             tracing::info!(%namespace, %name, run_id, job = %job_name, "job run started");
@@ -290,20 +329,26 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
         };
         let workload = &function.spec.workload;
         let status = function.status.clone().unwrap_or_default();
-        return Ok(match (status.phase, &workload.s3_key) {
-            (Phase::Ready, Some(key)) => {
+        // The current upload is built: its image runs, whatever its Deployment does
+        // (a crash-looping or still rolling out function still has a runnable image).
+        let built = workload
+            .s3_key
+            .as_deref()
+            .map(|key| workload_image(&ctx.config.registry, namespace, function_name, key))
+            .filter(|image| status.image_ref.as_deref() == Some(image.as_str()));
+        return Ok(match (status.phase, built) {
+            (_, Some(image)) => {
                 let mut env = workload.env.clone();
                 env.extend(spec.env.clone());
                 Planned::Ready(Plan {
-                    image: status.image_ref.clone().unwrap_or_else(|| {
-                        workload_image(&ctx.config.registry, namespace, function_name, key)
-                    }),
+                    image,
                     entrypoint: workload.entrypoint.clone(),
                     env,
                     memory_mb: workload.memory_mb,
                     cpu_millis: spec.cpu_millis.unwrap_or(workload.cpu_millis),
                     disk_mb: spec.disk_mb.unwrap_or(workload.disk_mb),
                     read_only_root: workload.runtime.descriptor().read_only_root,
+                    egress: spec.egress_or(Some(workload)),
                 })
             }
             (Phase::Failed, _) => {
@@ -388,6 +433,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
         cpu_millis: spec.cpu_millis.unwrap_or(DEFAULT_CPU_MILLIS),
         disk_mb: spec.disk_mb.unwrap_or(DEFAULT_DISK_MB),
         read_only_root: runtime.descriptor().read_only_root,
+        egress: spec.egress_or(None),
     }))
 }
 
@@ -399,5 +445,8 @@ async fn cleanup_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &job_namespace);
         delete_labelled(&jobs, &owned, None).await?;
     }
+    let policies: Api<NetworkPolicy> =
+        Api::namespaced(ctx.client.clone(), &deploy_namespace(&namespace));
+    delete_labelled(&policies, &owned, None).await?;
     Ok(Action::await_change())
 }

@@ -17,12 +17,14 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobCondition};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service as KubeService};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, Pod, ResourceQuota, Secret, Service as KubeService,
+};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -30,7 +32,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::manifests::PodSecurity;
-use super::names::{FIELD_MANAGER, FINALIZER, MANAGED_BY, MANAGER, owner_of};
+use super::names::{
+    FIELD_MANAGER, FINALIZER, LABEL_COMPONENT, LABEL_NAMESPACE, MANAGED_BY, MANAGER, owner_of,
+};
 use super::store::{is_conflict, is_not_found};
 use super::{ContextUrls, KubeConfig, PodLogs, Readiness, manifests};
 use sless_core::logs::last_bytes;
@@ -109,6 +113,8 @@ pub struct Context {
     namespaces: Mutex<HashMap<String, Instant>>,
     /// Deploy namespace → (source secret resourceVersion, when it was copied).
     secrets: Mutex<HashMap<String, (String, Instant)>>,
+    /// Deploy namespaces whose boundaries were applied, and when.
+    boundaries: Mutex<HashMap<String, Instant>>,
 }
 
 /// Cached facts about a deploy namespace (it exists, its pull secret is current) are
@@ -136,6 +142,7 @@ impl Context {
             logs,
             namespaces: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
+            boundaries: Mutex::new(HashMap::new()),
         })
     }
 
@@ -161,10 +168,69 @@ impl Context {
         }
     }
 
-    /// A deploy namespace, as [`Context::prepare_namespace`] makes it.
+    /// A deploy namespace, as [`Context::prepare_namespace`] makes it, with the tenant's
+    /// boundaries: NetworkPolicies, ResourceQuota and LimitRange.
     async fn prepare_deploy_namespace(&self, namespace: &str, deploy_ns: &str) -> Result<()> {
         self.prepare_namespace(namespace, deploy_ns, PodSecurity::Restricted)
-            .await
+            .await?;
+        if self.knows_boundaries(deploy_ns) {
+            return Ok(());
+        }
+        let client = &self.client;
+        let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), deploy_ns);
+        apply(&policies, &manifests::default_deny(namespace)).await?;
+        apply(
+            &policies,
+            &manifests::data_plane_ingress(namespace, &self.config),
+        )
+        .await?;
+        apply(&policies, &manifests::cron_egress(namespace)).await?;
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), deploy_ns);
+        apply(
+            &quotas,
+            &manifests::resource_quota(namespace, &self.config.tenant_quota),
+        )
+        .await?;
+        let limits: Api<LimitRange> = Api::namespaced(client.clone(), deploy_ns);
+        apply(&limits, &manifests::limit_range(namespace)).await?;
+        self.boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(deploy_ns.to_string(), Instant::now());
+        Ok(())
+    }
+
+    /// A build namespace, as [`Context::prepare_namespace`] makes it, with its
+    /// NetworkPolicy.
+    async fn prepare_build_namespace(&self, namespace: &str, build_ns: &str) -> Result<()> {
+        self.prepare_namespace(namespace, build_ns, PodSecurity::Privileged)
+            .await?;
+        if self.knows_boundaries(build_ns) {
+            return Ok(());
+        }
+        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), build_ns);
+        apply(&policies, &manifests::build_boundary(namespace)).await?;
+        self.boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(build_ns.to_string(), Instant::now());
+        Ok(())
+    }
+
+    fn knows_boundaries(&self, namespace: &str) -> bool {
+        self.boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(namespace)
+            .is_some_and(|at| at.elapsed() < SECRET_RESYNC)
+    }
+
+    /// A boundary of the user namespace's deploy or build namespace changed (or was
+    /// deleted by hand): the next reconcile (or build) applies them again.
+    fn forget_boundaries(&self, namespace: &str) {
+        let mut boundaries = self.boundaries.lock().unwrap_or_else(|e| e.into_inner());
+        boundaries.remove(&sless_core::model::deploy_namespace(namespace));
+        boundaries.remove(&sless_core::model::build_namespace(namespace));
     }
 
     /// `target_ns` exists with its Pod Security labels and holds a current copy of the
@@ -292,18 +358,61 @@ where
 /// are removed, which a merge patch would leave behind.
 pub(crate) async fn write_status<K, S>(api: &Api<K>, object: &K, status: &S) -> Result<()>
 where
-    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     S: Serialize,
 {
-    let previous = serde_json::to_value(object)?;
+    write_status_with(api, object, status, None, &[]).await
+}
+
+/// A condition besides `Ready`, as the reconciler decided it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Condition {
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Condition {
+    pub(crate) fn new(type_: &str, status: &str, reason: &str, message: &str) -> Self {
+        Self {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// [`write_status`] with the `Ready` condition's reason given (default: the phase) and
+/// more conditions after it.
+pub(crate) async fn write_status_with<K, S>(
+    api: &Api<K>,
+    object: &K,
+    status: &S,
+    ready_reason: Option<&str>,
+    more: &[Condition],
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+    S: Serialize,
+{
+    let stored = stored_conditions(api, object).await?;
+    let previous = stored.as_ref();
     let mut status = serde_json::to_value(status)?;
-    let condition = ready_condition(
-        &status,
-        previous.pointer("/status/conditions"),
-        object.meta().generation,
-        &now(),
+    let now = now();
+    let generation = object.meta().generation;
+    let mut ready = ready_condition(&status, previous, generation, &now);
+    if let Some(reason) = ready_reason {
+        ready["reason"] = json!(reason);
+    }
+    let mut conditions = vec![ready];
+    conditions.extend(
+        more.iter()
+            .map(|c| condition(c, previous, generation, &now)),
     );
-    status["conditions"] = json!([condition]);
+    status["conditions"] = json!(conditions);
     let patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "add", "path": "/status", "value": status}
     ]))?;
@@ -314,6 +423,49 @@ where
     )
     .await?;
     Ok(())
+}
+
+/// The conditions as stored: the typed statuses do not carry them, so the object a
+/// reconcile holds cannot tell when one last changed.
+async fn stored_conditions<K>(api: &Api<K>, object: &K) -> Result<Option<Value>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let client = api.clone().into_client();
+    let raw: Api<DynamicObject> = match object.meta().namespace.as_deref() {
+        Some(namespace) => Api::namespaced_with(client, namespace, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    Ok(raw
+        .get_opt(&object.name_any())
+        .await?
+        .and_then(|o| o.data.pointer("/status/conditions").cloned()))
+}
+
+/// A condition as written, its transition time kept while its status stays.
+fn condition(c: &Condition, previous: Option<&Value>, generation: Option<i64>, now: &str) -> Value {
+    let since = transition_time(previous, &c.type_, &c.status).unwrap_or(now);
+    let mut condition = json!({
+        "type": c.type_,
+        "status": c.status,
+        "reason": c.reason,
+        "message": c.message,
+        "lastTransitionTime": since,
+    });
+    if let Some(generation) = generation {
+        condition["observedGeneration"] = json!(generation);
+    }
+    condition
+}
+
+/// When the condition `kind` last changed, if it still has `state`.
+fn transition_time<'a>(previous: Option<&'a Value>, kind: &str, state: &str) -> Option<&'a str> {
+    previous
+        .and_then(Value::as_array)
+        .and_then(|all| all.iter().find(|c| c["type"] == kind))
+        .filter(|c| c["status"] == state)
+        .and_then(|c| c["lastTransitionTime"].as_str())
 }
 
 /// The `Ready` condition `kubectl wait --for=condition=Ready` and other tools read,
@@ -331,23 +483,13 @@ fn ready_condition(
         (None, _) => (false, "Inactive".to_string()),
     };
     let state = if ready { "True" } else { "False" };
-    let since = previous
-        .and_then(Value::as_array)
-        .and_then(|all| all.iter().find(|c| c["type"] == "Ready"))
-        .filter(|c| c["status"] == state)
-        .and_then(|c| c["lastTransitionTime"].as_str())
-        .unwrap_or(now);
-    let mut condition = json!({
-        "type": "Ready",
-        "status": state,
-        "reason": reason,
-        "message": status["message"].as_str().unwrap_or(""),
-        "lastTransitionTime": since,
-    });
-    if let Some(generation) = generation {
-        condition["observedGeneration"] = json!(generation);
-    }
-    condition
+    let message = status["message"].as_str().unwrap_or("");
+    condition(
+        &Condition::new("Ready", state, &reason, message),
+        previous,
+        generation,
+        now,
+    )
 }
 
 /// Sets (`Some`) or removes (`None`) annotations.
@@ -448,6 +590,33 @@ pub fn job_outcome(job: &Job) -> JobOutcome {
         return JobOutcome::Succeeded;
     }
     JobOutcome::Running
+}
+
+/// A tenant boundary (NetworkPolicy, ResourceQuota, LimitRange of a deploy namespace)
+/// that changed or was deleted: every `K` of its namespace is reconciled, the first of
+/// which applies the boundaries again; a workload's own policy goes to its owner.
+fn boundary_refs<K>(
+    labels: &std::collections::BTreeMap<String, String>,
+    kind: Kind,
+    ctx: &Context,
+    known: &Store<K>,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    if labels.get(LABEL_COMPONENT).map(String::as_str) != Some(manifests::TENANT_COMPONENT) {
+        return owner_ref(labels, kind).into_iter().collect();
+    }
+    let Some(namespace) = labels.get(LABEL_NAMESPACE) else {
+        return Vec::new();
+    };
+    ctx.forget_boundaries(namespace);
+    known
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
+        .map(|o| ObjectRef::from_obj(&*o))
+        .collect()
 }
 
 /// The owner a labelled child belongs to, as a reconcile request for kind `K`.
@@ -579,7 +748,7 @@ async fn probe_until_listed<K>(
 pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     check_crds(&client).await?;
-    const PARTS: [&str; 9] = [
+    const PARTS: [&str; 13] = [
         "Function (controllers)",
         "Service (controllers)",
         "Trigger (controllers)",
@@ -589,6 +758,10 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         "CronJob (controllers)",
         "core Service (controllers)",
         "Ingress (controllers)",
+        "Pod (controllers)",
+        "NetworkPolicy (controllers)",
+        "ResourceQuota (controllers)",
+        "LimitRange (controllers)",
     ];
     readiness.expect(PARTS);
     let probes = async {
@@ -603,12 +776,17 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
             probe_until_listed::<CronJob>(c.clone(), PARTS[6], true, r),
             probe_until_listed::<KubeService>(c.clone(), PARTS[7], true, r),
             probe_until_listed::<Ingress>(c.clone(), PARTS[8], true, r),
+            probe_until_listed::<Pod>(c.clone(), PARTS[9], true, r),
+            probe_until_listed::<NetworkPolicy>(c.clone(), PARTS[10], true, r),
+            probe_until_listed::<ResourceQuota>(c.clone(), PARTS[11], true, r),
+            probe_until_listed::<LimitRange>(c.clone(), PARTS[12], true, r),
         );
     };
 
     // Every kind of child is watched, so one deleted by hand comes back at once.
     // The CRs are watched through `tolerant`, so one unreadable object stalls nothing.
     let (function_store, function_events) = tolerant::watch::<Function>(client.clone(), true);
+    let known_functions = function_store.clone();
     let functions = Controller::for_stream(function_events, function_store)
         .watches_stream(
             tolerant::watch::<Trigger>(client.clone(), false).1,
@@ -630,11 +808,29 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Function)
         })
+        // What the kubelet reports (a crash loop, an image pull error) shows on no
+        // Deployment field: the pods are watched for it.
+        .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
+            owner_ref(p.labels(), Kind::Function)
+        })
+        .watches(Api::<NetworkPolicy>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_functions.clone());
+            move |p: NetworkPolicy| boundary_refs(p.labels(), Kind::Function, &ctx, &known)
+        })
+        .watches(Api::<ResourceQuota>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_functions.clone());
+            move |q: ResourceQuota| boundary_refs(q.labels(), Kind::Function, &ctx, &known)
+        })
+        .watches(Api::<LimitRange>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_functions.clone());
+            move |l: LimitRange| boundary_refs(l.labels(), Kind::Function, &ctx, &known)
+        })
         .reconcile_all_on(secret_changes(&ctx))
         .shutdown_on_signal()
         .run(reconcile_function, error_policy, ctx.clone());
 
     let (service_store, service_events) = tolerant::watch::<Service>(client.clone(), true);
+    let known_services = service_store.clone();
     let services = Controller::for_stream(service_events, service_store)
         .watches(
             Api::<Deployment>::all(client.clone()),
@@ -648,6 +844,23 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         )
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Service)
+        })
+        // What the kubelet reports (a crash loop, an image pull error) shows on no
+        // Deployment field: the pods are watched for it.
+        .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
+            owner_ref(p.labels(), Kind::Service)
+        })
+        .watches(Api::<NetworkPolicy>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_services.clone());
+            move |p: NetworkPolicy| boundary_refs(p.labels(), Kind::Service, &ctx, &known)
+        })
+        .watches(Api::<ResourceQuota>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_services.clone());
+            move |q: ResourceQuota| boundary_refs(q.labels(), Kind::Service, &ctx, &known)
+        })
+        .watches(Api::<LimitRange>::all(client.clone()), managed(), {
+            let (ctx, known) = (ctx.clone(), known_services.clone());
+            move |l: LimitRange| boundary_refs(l.labels(), Kind::Service, &ctx, &known)
         })
         .reconcile_all_on(secret_changes(&ctx))
         .shutdown_on_signal()

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::manifests::{self, CronTrigger};
 use crate::names::{FINALIZER, owner_selector};
+use sless_api::text::first_line;
 use sless_core::model::{
     Function, Kind, Phase, Trigger, TriggerStatus, TriggerType, deploy_namespace,
 };
@@ -104,7 +105,17 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
         last_schedule_time: current.last_schedule_time.clone(),
         message: match phase {
             Phase::Ready => None,
-            Phase::Failed => Some(format!("function {function_name:?} failed to build")),
+            // A failed build or a failing rollout: its status says which.
+            Phase::Failed => Some(format!(
+                "function {function_name:?} failed: {}",
+                first_line(
+                    function
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .unwrap_or("see its status")
+                )
+            )),
             Phase::Pending | Phase::Building => Some(format!(
                 "function {function_name:?} is {}; the trigger starts when it is Ready",
                 phase.as_str()

@@ -5,20 +5,23 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::Service as KubeService;
-use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{DynamicObject, ObjectMeta};
+use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use kube::api::{DynamicObject, ListParams, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 
 use super::build::{BuildState, BuildTarget, build};
 use super::{
-    Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer, namespace_of,
-    refusal, write_status,
+    Condition, Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer,
+    namespace_of, refusal, write_status, write_status_with,
 };
+use crate::health::{Health, health};
 use crate::manifests::{self, Workload};
-use crate::names::{FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, owner_selector};
+use crate::names::{
+    FINALIZER, LABEL_FUNCTION, MANAGED_BY, MANAGER, component_labels, owner_selector, selector,
+};
 use crate::store::api_resource;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
@@ -154,14 +157,17 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                     .await;
                 status.last_built_at = Some(now());
                 status.image_ref = Some(image.clone());
-                status.phase = Phase::Ready;
-                status.message = None;
+                // Ready only once the Deployment says so (below).
+                status.phase = Phase::Building;
+                status.message = Some(format!("version {} built; starting it", version_of(key)));
                 write_status(&api, object, &status).await?;
                 mark_built(&api, &name, key).await?;
             }
         }
-    } else if current.phase == Phase::Failed {
-        // The same upload is never built twice; a new upload changes the key.
+    } else if current.phase == Phase::Failed && current.image_ref.as_deref() != Some(&image) {
+        // The build of this upload failed: the same upload is never built twice; a new
+        // upload changes the key. (Failed with this image is a rollout that failed,
+        // looked at again below.)
         return Ok(Action::await_change());
     }
 
@@ -184,10 +190,21 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
     );
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &deploy_ns);
     let services: Api<KubeService> = Api::namespaced(ctx.client.clone(), &deploy_ns);
-    let applied = match apply(&deployments, &deployment).await {
-        Ok(_) => apply(&services, &manifests::service(K::KIND, &namespace, &name))
-            .await
-            .map(|_| ()),
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+    let egress = manifests::egress_policy(
+        K::KIND,
+        &namespace,
+        &name,
+        manifests::workload::COMPONENT,
+        &spec.egress,
+    );
+    let applied = match apply(&policies, &egress).await {
+        Ok(_) => match apply(&deployments, &deployment).await {
+            Ok(deployed) => apply(&services, &manifests::service(K::KIND, &namespace, &name))
+                .await
+                .map(|_| deployed),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     if let Some(refused) = refusal(&applied) {
@@ -197,17 +214,94 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         write_status(&api, object, &status).await?;
         return Ok(Action::await_change());
     }
-    applied?;
+    let deployed = applied?;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+    let pods = pods
+        .list(&ListParams::default().labels(&selector(&component_labels(
+            K::KIND,
+            &namespace,
+            &name,
+            manifests::workload::COMPONENT,
+        ))))
+        .await?;
+    let health = health(&deployed, &pods.items, &image);
 
-    status.phase = Phase::Ready;
     status.image_ref = Some(image);
     status.url = url;
-    status.message = (replicas == 0)
-        .then(|| format!("{noun} {name:?} has no enabled trigger; it runs 0 instances"));
+    let conditions = health_conditions(&health);
+    let (next, reason) = match health {
+        Health::Available => {
+            status.phase = Phase::Ready;
+            let mut notes = Vec::new();
+            if replicas == 0 {
+                notes.push(format!(
+                    "{noun} {name:?} has no enabled trigger; it runs 0 instances"
+                ));
+            }
+            let names = manifests::network::unenforceable(&spec.egress);
+            if !names.is_empty() {
+                notes.push(format!(
+                    "egress entries by name cannot be enforced by a NetworkPolicy and are \
+                     blocked: {}; list their addresses or CIDRs instead",
+                    names.join(", ")
+                ));
+            }
+            status.message = (!notes.is_empty()).then(|| notes.join("; "));
+            (ctx.config.ready_requeue, None)
+        }
+        Health::Starting { message } => {
+            status.phase = Phase::Building;
+            status.message = Some(format!(
+                "version {} is starting: {message}",
+                version_of(key)
+            ));
+            (ctx.config.poll_interval, Some(DEPLOYING.to_string()))
+        }
+        Health::Unhealthy { reason, message } | Health::Stalled { reason, message } => {
+            // Once per reason, not per back-off the kubelet reports.
+            let reported = current.phase == Phase::Failed
+                && current
+                    .message
+                    .as_deref()
+                    .is_some_and(|m| m.contains(&reason));
+            if !reported {
+                ctx.event(object, true, &reason, &message).await;
+            }
+            status.phase = Phase::Failed;
+            status.message = Some(message);
+            (ctx.config.poll_interval, Some(reason))
+        }
+    };
     if status != current {
-        write_status(&api, object, &status).await?;
+        write_status_with(&api, object, &status, reason.as_deref(), &conditions).await?;
     }
-    Ok(Action::requeue(ctx.config.ready_requeue))
+    Ok(Action::requeue(next))
+}
+
+/// The reason of `Ready=False` while a built version rolls out.
+const DEPLOYING: &str = "Deploying";
+
+/// `ResourcesAvailable` and `ContainerHealthy`, as Knative reports them next to `Ready`.
+fn health_conditions(health: &Health) -> Vec<Condition> {
+    let (available, healthy) = match health {
+        Health::Available => (
+            Condition::new("ResourcesAvailable", "True", "Available", ""),
+            Condition::new("ContainerHealthy", "True", "Healthy", ""),
+        ),
+        Health::Starting { message } => (
+            Condition::new("ResourcesAvailable", "Unknown", DEPLOYING, message),
+            Condition::new("ContainerHealthy", "Unknown", DEPLOYING, ""),
+        ),
+        Health::Unhealthy { reason, message } => (
+            Condition::new("ResourcesAvailable", "False", reason, message),
+            Condition::new("ContainerHealthy", "False", reason, message),
+        ),
+        Health::Stalled { reason, message } => (
+            Condition::new("ResourcesAvailable", "False", reason, message),
+            Condition::new("ContainerHealthy", "Unknown", reason, ""),
+        ),
+    };
+    vec![available, healthy]
 }
 
 /// Functions and Services share names (both become the Deployment and Service of that
@@ -259,6 +353,12 @@ async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Res
     .await?;
     delete_labelled(
         &Api::<KubeService>::namespaced(client.clone(), &deploy_ns),
+        &owned,
+        None,
+    )
+    .await?;
+    delete_labelled(
+        &Api::<NetworkPolicy>::namespaced(client.clone(), &deploy_ns),
         &owned,
         None,
     )

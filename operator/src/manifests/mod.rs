@@ -3,6 +3,8 @@
 
 pub mod build;
 pub mod cron;
+pub mod network;
+pub mod quota;
 pub mod run;
 pub mod workload;
 
@@ -17,6 +19,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use build::{BuildJob, build_job};
 pub use cron::{CronTrigger, cron_job, http_ingress};
+pub use network::{build_boundary, cron_egress, data_plane_ingress, default_deny, egress_policy};
+pub use quota::{TenantQuota, limit_range, resource_quota};
 pub use run::{RunJob, run_job};
 pub use workload::{Workload, deployment, service};
 
@@ -55,6 +59,25 @@ pub fn namespace(
         },
         ..Namespace::default()
     }
+}
+
+/// The component label of the objects that bound a whole deploy namespace
+/// (NetworkPolicies, ResourceQuota, LimitRange).
+pub const TENANT_COMPONENT: &str = "tenant";
+
+/// Labels of a deploy namespace's own objects: whose namespace they bound.
+pub fn tenant_labels(user_namespace: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_string(), MANAGER.to_string()),
+        (
+            super::names::LABEL_NAMESPACE.to_string(),
+            user_namespace.to_string(),
+        ),
+        (
+            super::names::LABEL_COMPONENT.to_string(),
+            TENANT_COMPONENT.to_string(),
+        ),
+    ])
 }
 
 /// The Pod Security Standard a namespace enforces (its `pod-security.kubernetes.io`

@@ -1,0 +1,406 @@
+//! The NetworkPolicies of a deploy namespace (docs/kubernetes.md, "Tenant boundaries"):
+//! everything denied, then only what sless needs allowed. Ingress to functions comes
+//! from the data plane (the operator's `/fn`, the dispatcher), the namespace's own cron
+//! pods and, when set, the ingress controller's namespace; egress follows each
+//! workload's `egress` field. NetworkPolicy knows no DNS names, so an allow-list entry
+//! by name cannot be enforced and is not allowed.
+
+use std::collections::BTreeMap;
+
+use ipnet::IpNet;
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::cron::CRON_COMPONENT;
+use super::{metadata, tenant_labels};
+use crate::KubeConfig;
+use crate::names::{FUNCTION_PORT, LABEL_COMPONENT, LABEL_KIND, LABEL_NAME, component_labels, fit};
+use sless_api::{Egress, EgressRule};
+use sless_core::model::{Kind, build_namespace, deploy_namespace};
+
+pub const DEFAULT_DENY: &str = "sless-default-deny";
+pub const DATA_PLANE: &str = "sless-data-plane";
+pub const CRON_EGRESS: &str = "sless-cron-egress";
+pub const BUILD_BOUNDARY: &str = "sless-build";
+/// The component label of a workload's or a job's egress policy.
+pub const EGRESS_COMPONENT: &str = "egress";
+/// The pods of the data plane in the operator's namespace (`operator/deploy/`).
+pub const DATA_PLANE_PODS: [&str; 2] = ["sless-api", "sless-dispatcher"];
+const APP_NAME: &str = "app.kubernetes.io/name";
+const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
+
+/// Never reachable, even when listed: cloud metadata endpoints (AWS, GCP, Azure, and
+/// AWS's IPv6 one).
+pub const METADATA: [&str; 2] = ["169.254.169.254/32", "fd00:ec2::254/128"];
+/// What `internet` leaves out: private, shared, loopback, link-local (metadata),
+/// multicast and reserved ranges, so other tenants' pods, the operator and an
+/// in-cluster S3 are out of reach too.
+const NOT_INTERNET_V4: [&str; 9] = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+const NOT_INTERNET_V6: [&str; 5] = ["::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8"];
+
+fn policy(
+    name: &str,
+    namespace: &str,
+    labels: BTreeMap<String, String>,
+    spec: NetworkPolicySpec,
+) -> NetworkPolicy {
+    NetworkPolicy {
+        metadata: metadata(name, namespace, labels, BTreeMap::new()),
+        spec: Some(spec),
+    }
+}
+
+fn select(labels: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..LabelSelector::default()
+    }
+}
+
+fn namespace_named(name: &str) -> LabelSelector {
+    select(&[(NAMESPACE_NAME, name)])
+}
+
+fn tcp(port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        protocol: Some("TCP".into()),
+        port: Some(IntOrString::Int(port)),
+        ..NetworkPolicyPort::default()
+    }
+}
+
+/// Every pod of the deploy namespace: no traffic in or out but what another policy
+/// allows.
+pub fn default_deny(namespace: &str) -> NetworkPolicy {
+    policy(
+        DEFAULT_DENY,
+        &deploy_namespace(namespace),
+        tenant_labels(namespace),
+        NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ..NetworkPolicySpec::default()
+        },
+    )
+}
+
+/// Calls to functions on 8080: from the data plane's pods, the namespace's cron pods
+/// and the ingress controller's namespace (when configured).
+pub fn data_plane_ingress(namespace: &str, config: &KubeConfig) -> NetworkPolicy {
+    let mut from = vec![
+        NetworkPolicyPeer {
+            namespace_selector: Some(namespace_named(&config.operator_namespace)),
+            pod_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: APP_NAME.into(),
+                    operator: "In".into(),
+                    values: Some(DATA_PLANE_PODS.map(String::from).to_vec()),
+                }]),
+                ..LabelSelector::default()
+            }),
+            ..NetworkPolicyPeer::default()
+        },
+        NetworkPolicyPeer {
+            pod_selector: Some(select(&[(LABEL_COMPONENT, CRON_COMPONENT)])),
+            ..NetworkPolicyPeer::default()
+        },
+    ];
+    if let Some(ingress_ns) = &config.ingress.namespace {
+        from.push(NetworkPolicyPeer {
+            namespace_selector: Some(namespace_named(ingress_ns)),
+            ..NetworkPolicyPeer::default()
+        });
+    }
+    policy(
+        DATA_PLANE,
+        &deploy_namespace(namespace),
+        tenant_labels(namespace),
+        NetworkPolicySpec {
+            pod_selector: Some(select(&[(LABEL_COMPONENT, super::workload::COMPONENT)])),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(from),
+                ports: Some(vec![tcp(FUNCTION_PORT)]),
+            }]),
+            ..NetworkPolicySpec::default()
+        },
+    )
+}
+
+/// Cron pods resolve the function's Service name and call it.
+pub fn cron_egress(namespace: &str) -> NetworkPolicy {
+    policy(
+        CRON_EGRESS,
+        &deploy_namespace(namespace),
+        tenant_labels(namespace),
+        NetworkPolicySpec {
+            pod_selector: Some(select(&[(LABEL_COMPONENT, CRON_COMPONENT)])),
+            policy_types: Some(vec!["Egress".into()]),
+            egress: Some(vec![
+                dns(),
+                NetworkPolicyEgressRule {
+                    to: Some(vec![NetworkPolicyPeer {
+                        pod_selector: Some(select(&[(
+                            LABEL_COMPONENT,
+                            super::workload::COMPONENT,
+                        )])),
+                        ..NetworkPolicyPeer::default()
+                    }]),
+                    ports: Some(vec![tcp(FUNCTION_PORT)]),
+                },
+            ]),
+            ..NetworkPolicySpec::default()
+        },
+    )
+}
+
+/// Every pod of a build namespace: nothing comes in; out, anything in the cluster (the
+/// DNS, an in-cluster S3 or registry) and anything outside but the cloud metadata
+/// endpoints, whose credentials a dependency's install script must not read.
+pub fn build_boundary(namespace: &str) -> NetworkPolicy {
+    let outside = |cidr: &str| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.into(),
+            except: Some(
+                METADATA
+                    .iter()
+                    .filter(|m| m.contains(':') == cidr.contains(':'))
+                    .map(|m| m.to_string())
+                    .collect(),
+            ),
+        }),
+        ..NetworkPolicyPeer::default()
+    };
+    let in_cluster = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector::default()),
+        ..NetworkPolicyPeer::default()
+    };
+    policy(
+        BUILD_BOUNDARY,
+        &build_namespace(namespace),
+        tenant_labels(namespace),
+        NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            egress: Some(vec![NetworkPolicyEgressRule {
+                to: Some(vec![in_cluster, outside("0.0.0.0/0"), outside("::/0")]),
+                ports: None,
+            }]),
+            ..NetworkPolicySpec::default()
+        },
+    )
+}
+
+/// The cluster DNS (kube-dns / CoreDNS in kube-system).
+fn dns() -> NetworkPolicyEgressRule {
+    let port = |protocol: &str| NetworkPolicyPort {
+        protocol: Some(protocol.into()),
+        port: Some(IntOrString::Int(53)),
+        ..NetworkPolicyPort::default()
+    };
+    NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(namespace_named("kube-system")),
+            pod_selector: Some(select(&[("k8s-app", "kube-dns")])),
+            ..NetworkPolicyPeer::default()
+        }]),
+        ports: Some(vec![port("UDP"), port("TCP")]),
+    }
+}
+
+/// Where the pods of one workload (`component` `workload`) or one job's runs
+/// (`run`) may connect, from its `egress` field:
+/// - `internet`: DNS and every public address (never private, link-local or metadata
+///   ranges);
+/// - `none`: nothing (answers to calls it receives still go back);
+/// - a list: each address or CIDR entry, on its port (TCP) or every port; entries by
+///   name cannot be expressed and are left out (no DNS either).
+pub fn egress_policy(
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    component: &str,
+    egress: &Egress,
+) -> NetworkPolicy {
+    let labels = component_labels(kind, namespace, name, EGRESS_COMPONENT);
+    let pods = [
+        (LABEL_NAME, name),
+        (LABEL_KIND, kind.noun()),
+        (LABEL_COMPONENT, component),
+    ];
+    let rules = match egress {
+        Egress::None => Vec::new(),
+        Egress::Internet => vec![dns(), internet()],
+        Egress::Allow(entries) => entries.iter().filter_map(allowed).collect(),
+    };
+    policy(
+        &fit(name, &format!("-{component}-egress"), 63),
+        &deploy_namespace(namespace),
+        labels,
+        NetworkPolicySpec {
+            pod_selector: Some(select(&pods)),
+            policy_types: Some(vec!["Egress".into()]),
+            egress: Some(rules),
+            ..NetworkPolicySpec::default()
+        },
+    )
+}
+
+/// The allow-list entries by name, which a NetworkPolicy cannot express (so they are
+/// blocked), as the user wrote them.
+pub fn unenforceable(egress: &Egress) -> Vec<String> {
+    match egress {
+        Egress::Allow(entries) => entries
+            .iter()
+            .filter(|e| matches!(e, EgressRule::Host { .. }))
+            .map(ToString::to_string)
+            .collect(),
+        Egress::Internet | Egress::None => Vec::new(),
+    }
+}
+
+fn internet() -> NetworkPolicyEgressRule {
+    let block = |cidr: &str, except: &[&str]| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.into(),
+            except: Some(except.iter().map(|e| e.to_string()).collect()),
+        }),
+        ..NetworkPolicyPeer::default()
+    };
+    NetworkPolicyEgressRule {
+        to: Some(vec![
+            block("0.0.0.0/0", &NOT_INTERNET_V4),
+            block("::/0", &NOT_INTERNET_V6),
+        ]),
+        ports: None,
+    }
+}
+
+/// One allow-list entry as a rule: its network without the metadata endpoints; `None`
+/// for a name, or for an entry that is nothing but a metadata endpoint.
+fn allowed(entry: &EgressRule) -> Option<NetworkPolicyEgressRule> {
+    let EgressRule::Net { net, port } = entry else {
+        return None;
+    };
+    let metadata: Vec<IpNet> = METADATA.iter().filter_map(|m| m.parse().ok()).collect();
+    if metadata.iter().any(|m| m.contains(net)) {
+        return None;
+    }
+    let except: Vec<String> = metadata
+        .iter()
+        .filter(|m| net.contains(*m))
+        .map(ToString::to_string)
+        .collect();
+    Some(NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: net.to_string(),
+                except: (!except.is_empty()).then_some(except),
+            }),
+            ..NetworkPolicyPeer::default()
+        }]),
+        ports: port.map(|p| vec![tcp(i32::from(p))]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(egress: &str) -> Vec<NetworkPolicyEgressRule> {
+        let egress: Egress = egress.parse().unwrap();
+        egress_policy(Kind::Function, "ns", "f", "workload", &egress)
+            .spec
+            .unwrap()
+            .egress
+            .unwrap()
+    }
+
+    fn blocks(rules: &[NetworkPolicyEgressRule]) -> Vec<(String, Vec<String>)> {
+        rules
+            .iter()
+            .flat_map(|r| r.to.clone().unwrap_or_default())
+            .filter_map(|p| p.ip_block)
+            .map(|b| (b.cidr, b.except.unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn internet_is_public_addresses_and_dns_only() {
+        let rules = rules("internet");
+        let blocks = blocks(&rules);
+        assert_eq!(blocks[0].0, "0.0.0.0/0");
+        for private in [
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "169.254.0.0/16",
+        ] {
+            assert!(blocks[0].1.contains(&private.to_string()), "{private}");
+        }
+        assert!(blocks[1].1.contains(&"fc00::/7".to_string()));
+        assert_eq!(rules.len(), 2, "DNS and the internet");
+    }
+
+    #[test]
+    fn builds_reach_all_but_cloud_metadata() {
+        let policy = build_boundary("ns").spec.unwrap();
+        let rule = &policy.egress.unwrap()[0];
+        assert_eq!(
+            blocks(std::slice::from_ref(rule)),
+            [
+                (
+                    "0.0.0.0/0".to_string(),
+                    vec!["169.254.169.254/32".to_string()]
+                ),
+                ("::/0".to_string(), vec!["fd00:ec2::254/128".to_string()]),
+            ]
+        );
+        assert!(policy.ingress.is_none(), "nothing comes in");
+    }
+
+    #[test]
+    fn none_allows_nothing() {
+        assert!(rules("none").is_empty());
+    }
+
+    #[test]
+    fn a_list_allows_its_addresses_never_metadata_and_never_names() {
+        let rules = rules("10.0.0.5:5432,169.254.0.0/16,169.254.169.254,api.example.com:443");
+        let blocks = blocks(&rules);
+        assert_eq!(
+            blocks,
+            [
+                ("10.0.0.5/32".to_string(), vec![]),
+                (
+                    "169.254.0.0/16".to_string(),
+                    vec!["169.254.169.254/32".to_string()]
+                ),
+            ]
+        );
+        assert_eq!(
+            rules[0].ports.as_ref().unwrap()[0].port,
+            Some(IntOrString::Int(5432))
+        );
+        assert_eq!(rules[1].ports, None);
+    }
+}
