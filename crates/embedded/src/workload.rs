@@ -306,6 +306,11 @@ impl Actor {
             self.name,
             delay.as_secs()
         ));
+        // The status first: whoever reads the line finds the status saying so.
+        let message = restarting(delay, &cause);
+        if let Err(e) = self.write_failed(&message, None).await {
+            tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "crash not written to status");
+        }
         self.log(
             version,
             &format!(
@@ -313,10 +318,6 @@ impl Actor {
                 delay.as_secs()
             ),
         );
-        let message = restarting(delay, &cause);
-        if let Err(e) = self.write_failed(&message, None).await {
-            tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "crash not written to status");
-        }
         tokio::time::sleep(delay).await;
     }
 
