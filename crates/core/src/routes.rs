@@ -301,3 +301,76 @@ pub trait TriggerCalls: Send + Sync + 'static {
     /// The answer, or why the call could not be made.
     async fn call_for_trigger(&self, call: TriggerCall) -> Result<TriggerAnswer, String>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scaled(slots: &[Arc<Slot>], target: u32) -> (Instances, Arc<Scaler>) {
+        let scaler = Scaler::new(target);
+        let instances = Instances::Scaled {
+            ready: slots.iter().cloned().collect(),
+            scaler: scaler.clone(),
+        };
+        (instances, scaler)
+    }
+
+    fn slot(name: &str) -> Arc<Slot> {
+        Slot::new(Address::Tcp(name.into()))
+    }
+
+    #[test]
+    fn calls_go_to_the_instance_with_the_fewest_in_flight() {
+        let (a, b) = (slot("a"), slot("b"));
+        let (instances, _) = scaled(&[a.clone(), b.clone()], 10);
+        let first = instances.lease().unwrap();
+        let second = instances.lease().unwrap();
+        assert_ne!(first.address(), second.address());
+        assert_eq!((a.in_flight(), b.in_flight()), (1, 1));
+        drop(first);
+        let third = instances.lease().unwrap();
+        assert_eq!(a.in_flight() + b.in_flight(), 2);
+        drop((second, third));
+        assert_eq!(
+            (a.in_flight(), b.in_flight(), a.leased() + b.leased()),
+            (0, 0, 3)
+        );
+    }
+
+    #[test]
+    fn a_closing_instance_takes_no_call_and_counts_those_it_has() {
+        let (a, b) = (slot("a"), slot("b"));
+        let (instances, _) = scaled(&[a.clone(), b.clone()], 10);
+        let on_a = instances.lease().unwrap();
+        assert_eq!(on_a.address(), a.address());
+        assert_eq!(a.close(), 1, "the call in flight is reported");
+        for _ in 0..3 {
+            assert_eq!(instances.lease().unwrap().address(), b.address());
+        }
+        drop(on_a);
+        assert_eq!(a.in_flight(), 0);
+        b.close();
+        assert!(instances.lease().is_none());
+    }
+
+    #[tokio::test]
+    async fn no_instance_or_every_one_past_the_target_asks_for_another() {
+        let (empty, scaler) = scaled(&[], 1);
+        assert!(empty.lease().is_none());
+        tokio::time::timeout(std::time::Duration::from_secs(1), scaler.wanted())
+            .await
+            .expect("an empty pool asks for an instance");
+
+        let (one, scaler) = scaled(&[slot("a")], 1);
+        let _first = one.lease().unwrap();
+        let asked = tokio::time::timeout(std::time::Duration::from_millis(50), scaler.wanted());
+        assert!(
+            asked.await.is_err(),
+            "one call in flight is the target, not past it"
+        );
+        let _second = one.lease().unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(1), scaler.wanted())
+            .await
+            .expect("past the target asks for another");
+    }
+}

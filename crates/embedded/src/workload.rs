@@ -378,6 +378,12 @@ impl Actor {
         self.shared.set_route(&self.ns, &self.name, route);
     }
 
+    /// Whether a start past a failed one (while others served) may be tried yet.
+    fn may_start_more(&self) -> bool {
+        self.scale_up_after
+            .is_none_or(|after| Instant::now() >= after)
+    }
+
     /// How often to look for idle instances: while more than `min_instances` run.
     fn idle_check(&self) -> Option<Duration> {
         let min = self.serving.as_ref()?.scaling.min_instances;
@@ -446,11 +452,7 @@ impl Actor {
         let Some(serving) = &self.serving else {
             return;
         };
-        if self.running.len() >= serving.scaling.max_instances as usize
-            || self
-                .scale_up_after
-                .is_some_and(|after| Instant::now() < after)
-        {
+        if self.running.len() >= serving.scaling.max_instances as usize || !self.may_start_more() {
             return;
         }
         let (dir, spec, config) = (
@@ -674,11 +676,7 @@ impl Actor {
             }
             self.proven = Some(wanted.clone());
         }
-        while self.running.len() < scaling.min_instances as usize
-            && !self
-                .scale_up_after
-                .is_some_and(|after| Instant::now() < after)
-        {
+        while self.running.len() < scaling.min_instances as usize && self.may_start_more() {
             match self.start_one(&dir, &spec, wanted.clone()).await {
                 Ok(()) => {}
                 Err(message) if self.failed_start.is_some() => {
