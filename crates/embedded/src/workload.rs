@@ -277,7 +277,13 @@ impl Actor {
         self.failures += 1;
         sless_core::metrics::metrics().restart(&self.ns, &self.name);
         let delay = self.backoff();
-        self.publish();
+        // Others left take the calls now. The last one stays in the route (closed)
+        // until the reason replaces it, for a call that found it unreachable.
+        if self.running.is_empty() {
+            self.shared.set_endpoint(&self.ns, &self.name, None);
+        } else {
+            self.publish();
+        }
         // Give the output readers a moment to drain what the process printed last.
         tokio::time::sleep(OUTPUT_DRAIN).await;
         let version = &running.config.version;
@@ -452,7 +458,17 @@ impl Actor {
         let Some(serving) = &self.serving else {
             return;
         };
-        if self.running.len() >= serving.scaling.max_instances as usize || !self.may_start_more() {
+        // Asked before the last start answered (or before a crash): still needed?
+        let target = u64::from(serving.scaling.target_concurrency);
+        let needed = self
+            .running
+            .iter()
+            .filter(|r| r.config == serving.config && !r.slot.is_closing())
+            .all(|r| r.slot.in_flight() > target);
+        if !needed
+            || self.running.len() >= serving.scaling.max_instances as usize
+            || !self.may_start_more()
+        {
             return;
         }
         let (dir, spec, config) = (

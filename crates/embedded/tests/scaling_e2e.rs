@@ -134,6 +134,9 @@ async fn an_idle_function_stops_and_the_next_call_starts_one_and_waits() {
     let second = pid_of_call(&api, "napper", json!({})).await;
     assert_ne!(second, first);
     assert_eq!(runner.pids(&api.user.ns, "napper"), vec![second]);
+    // The call asked for one instance, not one per look while it waited.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(runner.pids(&api.user.ns, "napper").len() <= 1);
 
     let log = api.get("functions/napper/logs?tail=200").await;
     assert!(
