@@ -221,6 +221,11 @@ pub fn render_text(view: &FunctionView) -> String {
     let _ = writeln!(out, "cpu:         {} millicores", w.cpu_millis);
     let _ = writeln!(out, "disk:        {} MB", w.disk_mb);
     let _ = writeln!(out, "timeout:     {} s", w.timeout_sec);
+    let _ = writeln!(
+        out,
+        "instances:   {}-{}, target {} calls each",
+        w.min_instances, w.max_instances, w.target_concurrency
+    );
     let _ = writeln!(out, "egress:      {}", w.egress);
     let env: Vec<&str> = w.env_vars.keys().map(String::as_str).collect();
     let env = env.join(",");

@@ -17,7 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
 use sless_api::text::first_line;
 use sless_core::model::{Function, Kind, Phase, Service, Trigger, WorkloadSpec, WorkloadStatus};
-use sless_core::routes::{Address, Route, RouteTable};
+use sless_core::routes::{Address, Instances, Route, RouteTable};
 use sless_core::store::{Object, Resource, Store, StoreError, WorkloadResource};
 use sless_core::workload::{Demand, demand, no_code};
 
@@ -43,11 +43,16 @@ impl RouteTable for KubeRoutes {
                 .cloned()
                 .unwrap_or(Route::Unknown)
         };
-        let (Route::Ready { kind, address, .. } | Route::Hidden { kind, address, .. }) = &mut route
+        let (Route::Ready {
+            kind, instances, ..
+        }
+        | Route::Hidden {
+            kind, instances, ..
+        }) = &mut route
         else {
             return route;
         };
-        if let Address::Tcp(authority) = address
+        if let Instances::One(Address::Tcp(authority)) = instances
             && let Some(dialled) = self.connect_to.get(&**authority)
         {
             *authority = dialled.clone();

@@ -327,6 +327,9 @@ fn controller_objects() -> Vec<Value> {
         env: BTreeMap::from([("A".to_string(), "1".to_string())]),
         s3_key: Some("contexts/sless-ab/hello/20250101120000.tar.gz".into()),
         replicas: Some(2),
+        min_instances: None,
+        max_instances: None,
+        target_concurrency: None,
         egress: Default::default(),
     };
     let image = "registry.test/sless/sless-sless-ab-hello:0123456789ab";

@@ -42,6 +42,9 @@ fn spec() -> WorkloadSpec {
         ]),
         s3_key: Some(KEY.into()),
         replicas: None,
+        min_instances: None,
+        max_instances: None,
+        target_concurrency: None,
         egress: Default::default(),
     }
 }

@@ -70,6 +70,9 @@ fn function_spec(key: Option<&str>) -> FunctionSpec {
             env: BTreeMap::from([("GREETING".to_string(), "hi".to_string())]),
             s3_key: key.map(String::from),
             replicas: None,
+            min_instances: None,
+            max_instances: None,
+            target_concurrency: None,
             egress: Default::default(),
         },
     }

@@ -74,6 +74,9 @@ fn spec() -> FunctionSpec {
             env: Default::default(),
             s3_key: None,
             replicas: None,
+            min_instances: None,
+            max_instances: None,
+            target_concurrency: None,
             egress: Default::default(),
         },
     }
@@ -258,7 +261,7 @@ async fn routes_follow_the_store() {
         route,
         Route::Ready {
             kind: Kind::Function,
-            address: Address::Tcp("hello.sless-fn-sless-ab.svc.cluster.local:8080".into()),
+            instances: Address::Tcp("hello.sless-fn-sless-ab.svc.cluster.local:8080".into()).into(),
             timeout: Some(Duration::from_secs(30)),
         }
     );

@@ -44,6 +44,12 @@ pub struct UpArgs {
     /// to; an instance past it does not start and its status says why.
     #[arg(long, env = "SLESS_MAX_RUNNING_MEMORY_MB", default_value_t = 8192)]
     pub max_running_memory_mb: u64,
+    /// Seconds without a call after which a function instance stops, down to its
+    /// `min_instances`; the next call starts one and waits for it.
+    #[arg(long, env = "SLESS_SCALE_TO_ZERO_AFTER", value_name = "SECONDS",
+          default_value_t = sless_embedded::DEFAULT_SCALE_TO_ZERO_AFTER.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub scale_to_zero_after: u64,
     /// Run functions even on a kernel without Landlock, where nothing confines them.
     #[arg(long, env = "SLESS_ALLOW_UNSANDBOXED")]
     pub allow_unsandboxed: bool,
@@ -147,6 +153,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     runner_config.allow_unsandboxed = args.allow_unsandboxed;
     runner_config.max_running_memory_mb = args.max_running_memory_mb;
     runner_config.max_pids = args.max_pids;
+    runner_config.scale_to_zero_after = std::time::Duration::from_secs(args.scale_to_zero_after);
     runner_config.job_runs_kept = args.quotas.job_runs_kept();
     if args.test_cron_time_scale != 1 {
         let scale = args.test_cron_time_scale;

@@ -308,6 +308,10 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
     let (memory, timeout) = limits(w.memory_mb, w.timeout_sec);
     let cpu = cpu(w.cpu_millis);
     let disk = format!("{} MB", w.disk_mb);
+    let instances = format!(
+        "{}–{}, another past {} calls in flight each",
+        w.min_instances, w.max_instances, w.target_concurrency
+    );
     let env = if w.env_vars.is_empty() {
         "none".to_string()
     } else {
@@ -332,6 +336,7 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
                 <dt>"CPU"</dt><dd>{cpu}</dd>
                 <dt>"Disk"</dt><dd>{disk}</dd>
                 <dt>"Timeout"</dt><dd>{timeout}</dd>
+                <dt>"Instances"</dt><dd>{instances}</dd>
                 <dt>"Egress"</dt><dd>{w.egress.to_string()}</dd>
                 <dt>"Env vars"</dt><dd class="env" title="Values are not shown">{env}</dd>
             </dl>

@@ -14,6 +14,9 @@ pub const DEFAULT_ENTRYPOINT: &str = "handler.handle";
 /// Applied when a request gives no timeout; 0 (no limit) must be asked for.
 pub const DEFAULT_TIMEOUT_SEC: u32 = 60;
 
+/// Instances a Function or Service may run when the request does not say.
+pub const DEFAULT_MAX_INSTANCES: u32 = 4;
+
 pub const DEFAULT_EVENT_CONCURRENCY: u32 = 1;
 pub const DEFAULT_EVENT_RETRIES: u32 = 5;
 
@@ -126,6 +129,15 @@ pub struct WorkloadRequest {
     /// Where its code may connect; absent = `"internet"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Egress>,
+    /// Instances kept running (0-100; default 0 for a Function, 1 for a Service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_instances: Option<u32>,
+    /// Instances started at most (1-100; default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
+    /// Calls in flight per instance before another is started (default per runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_concurrency: Option<u32>,
     /// Optional optimistic-concurrency guard for PUT: a stale value is a 409.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
@@ -145,6 +157,13 @@ pub struct WorkloadResponse {
     pub env_vars: BTreeMap<String, String>,
     #[serde(default)]
     pub egress: Egress,
+    /// The scaling in effect, defaults filled in.
+    #[serde(default)]
+    pub min_instances: u32,
+    #[serde(default)]
+    pub max_instances: u32,
+    #[serde(default)]
+    pub target_concurrency: u32,
     pub phase: Phase,
     pub message: Option<String>,
     pub image_ref: Option<String>,

@@ -17,6 +17,10 @@ pub const DISK_MB_MIN: u32 = 16;
 pub const DISK_MB_MAX: u32 = 65_536;
 pub const MAX_TIMEOUT_SEC: u32 = 900;
 pub const MAX_REPLICAS: i32 = 100;
+/// Instances one Function or Service may run at once (`min_instances`, `max_instances`).
+pub const MAX_INSTANCES: u32 = 100;
+/// Calls in flight per instance before another is started (`target_concurrency`).
+pub const MAX_TARGET_CONCURRENCY: u32 = 1000;
 pub const MAX_NAME_LEN: usize = 63;
 pub const MAX_EVENT_CONCURRENCY: u32 = 64;
 pub const MAX_EVENT_RETRIES: u32 = 100;
@@ -184,6 +188,53 @@ fn in_range(field: &str, value: u32, min: u32, max: u32, unit: &str) -> Result {
             format!("{value} is out of range: must be between {min} and {max} ({unit})"),
         ))
     }
+}
+
+/// The scaling fields as given (unset ones take defaults that are in range): each in
+/// range, and the least no more than the most.
+pub fn validate_scaling(
+    min_instances: Option<u32>,
+    max_instances: Option<u32>,
+    target_concurrency: Option<u32>,
+) -> Result {
+    if let Some(min) = min_instances {
+        in_range(
+            "min_instances",
+            min,
+            0,
+            MAX_INSTANCES,
+            "instances kept running; 0 lets it scale to zero",
+        )?;
+    }
+    if let Some(max) = max_instances {
+        in_range(
+            "max_instances",
+            max,
+            1,
+            MAX_INSTANCES,
+            "instances started at most",
+        )?;
+    }
+    if let Some(target) = target_concurrency {
+        in_range(
+            "target_concurrency",
+            target,
+            1,
+            MAX_TARGET_CONCURRENCY,
+            "calls in flight per instance before another is started",
+        )?;
+    }
+    if let (Some(min), Some(max)) = (min_instances, max_instances)
+        && min > max
+    {
+        return Err(ValidationError::new(
+            "min_instances",
+            format!(
+                "{min} is more than max_instances ({max}): raise max_instances or lower min_instances"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub fn validate_timeout_sec(field: &str, value: u32) -> Result {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::model::{Kind, TriggerSpec, TriggerType};
-use crate::routes::{Address, Route};
+use crate::routes::{Instances, Route};
 
 /// What a workload's triggers ask of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,19 +58,25 @@ pub fn demand<'a>(
 }
 
 impl Demand {
-    /// The route of a workload whose instance is ready at `address`: callers of `/fn`
+    /// The route of a workload whose instances answer at `instances`: callers of `/fn`
     /// reach it only if it is exposed, its event and cron triggers whenever they run.
-    pub fn ready_route(&self, kind: Kind, address: Address, timeout: Option<Duration>) -> Route {
+    pub fn ready_route(
+        &self,
+        kind: Kind,
+        instances: impl Into<Instances>,
+        timeout: Option<Duration>,
+    ) -> Route {
+        let instances = instances.into();
         match &self.exposed {
             Ok(()) => Route::Ready {
                 kind,
-                address,
+                instances,
                 timeout,
             },
             Err(reason) if self.dispatched => Route::Hidden {
                 reason: reason.clone(),
                 kind,
-                address,
+                instances,
                 timeout,
             },
             Err(reason) => Route::Unavailable {
@@ -120,6 +126,7 @@ fn no_http_trigger(function: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routes::Address;
 
     fn trigger(trigger_type: TriggerType, function_ref: &str, enabled: bool) -> TriggerSpec {
         TriggerSpec {

@@ -21,6 +21,7 @@ mod workload;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ use sless_core::model::{Function, Kind, Trigger, TriggerType};
 use sless_core::quota::MemoryLedger;
 use sless_core::routes::{Route, RouteTable, TriggerCalls};
 use sless_core::s3::ObjectStore;
-use sless_core::store::{Store, StoreExt};
+use sless_core::store::{SpecWrite, Store, StoreExt};
 use sless_core::upload::UploadLimits;
 use socket::SocketDir;
 
@@ -76,7 +77,13 @@ pub struct RunnerConfig {
     pub max_running_memory_mb: u64,
     /// Runs each job keeps in its history (`--job-runs-kept`).
     pub job_runs_kept: usize,
+    /// An instance with no call for this long stops, down to its workload's
+    /// `min_instances` (`--scale-to-zero-after`); the next call starts one.
+    pub scale_to_zero_after: Duration,
 }
+
+/// `--scale-to-zero-after`'s default.
+pub const DEFAULT_SCALE_TO_ZERO_AFTER: Duration = Duration::from_secs(300);
 
 impl RunnerConfig {
     pub fn new(data_dir: PathBuf, external_url: String) -> Self {
@@ -95,14 +102,15 @@ impl RunnerConfig {
             standby_pool: 4,
             max_running_memory_mb: sless_core::quota::DEFAULT_MAX_RUNNING_MEMORY_MB,
             job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
+            scale_to_zero_after: DEFAULT_SCALE_TO_ZERO_AFTER,
         }
     }
 }
 
-/// The running instance of a workload (tests look at its process).
+/// The running instances of a workload (tests look at their processes), oldest first.
 #[derive(Clone, Debug)]
 struct Endpoint {
-    pid: Option<u32>,
+    pids: Vec<u32>,
 }
 
 type Key = (String, String);
@@ -115,6 +123,12 @@ struct Shared {
     sockets: SocketDir,
     /// Namespace → name → route, so the invoke path looks up borrowed strings.
     routes: RwLock<HashMap<String, HashMap<String, Route>>>,
+    /// Workloads with a spec write (theirs or a trigger's) their actor has not
+    /// reconciled yet, with the write's number: their route is not to be believed
+    /// unless ready, and calls wait for the actor (read your writes).
+    unsettled: Mutex<HashMap<Key, u64>>,
+    /// Numbers the writes in `unsettled`.
+    writes: std::sync::atomic::AtomicU64,
     endpoints: RwLock<HashMap<Key, Endpoint>>,
     actors: Mutex<HashMap<(Kind, String, String), mpsc::Sender<()>>>,
     /// Trigger → the function it last named, so a change (or deletion, which no longer
@@ -136,12 +150,21 @@ pub struct LocalRunner {
 
 impl RouteTable for LocalRunner {
     fn route(&self, namespace: &str, name: &str) -> Route {
-        let routes = self.shared.routes.read().unwrap_or_else(|e| e.into_inner());
-        routes
-            .get(namespace)
-            .and_then(|names| names.get(name))
-            .cloned()
-            .unwrap_or(Route::Unknown)
+        let route = {
+            let routes = self.shared.routes.read().unwrap_or_else(|e| e.into_inner());
+            routes
+                .get(namespace)
+                .and_then(|names| names.get(name))
+                .cloned()
+                .unwrap_or(Route::Unknown)
+        };
+        // The common call costs no second look.
+        if matches!(route, Route::Ready { .. }) || !self.shared.is_unsettled(namespace, name) {
+            return route;
+        }
+        Route::Starting {
+            reason: format!("{name:?} is being updated"),
+        }
     }
 }
 
@@ -176,6 +199,8 @@ impl LocalRunner {
             logs: Arc::new(LogBook::new(config.log_lines)),
             sockets: SocketDir::prepare(config.data_dir.join("run"))?,
             routes: RwLock::new(HashMap::new()),
+            unsettled: Mutex::new(HashMap::new()),
+            writes: std::sync::atomic::AtomicU64::new(0),
             endpoints: RwLock::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
             trigger_functions: Mutex::new(HashMap::new()),
@@ -185,6 +210,12 @@ impl LocalRunner {
             store,
             config,
         });
+        let weak = Arc::downgrade(&shared);
+        shared.store.hook_spec_writes(Arc::new(move |write| {
+            if let Some(shared) = weak.upgrade() {
+                shared.spec_written(write);
+            }
+        }));
         let changes = shared.store.subscribe();
         tokio::spawn(watch(shared.clone(), changes));
         tokio::spawn(cron::schedule(shared.clone()));
@@ -203,9 +234,17 @@ impl LocalRunner {
         self.shared.logs.clone()
     }
 
-    /// The process serving a workload now, if one is.
+    /// The process serving a workload now (its oldest instance), if one is.
     pub fn pid(&self, namespace: &str, name: &str) -> Option<u32> {
-        self.shared.endpoint(namespace, name).and_then(|e| e.pid)
+        self.pids(namespace, name).first().copied()
+    }
+
+    /// The processes of every running instance of a workload, oldest first.
+    pub fn pids(&self, namespace: &str, name: &str) -> Vec<u32> {
+        self.shared
+            .endpoint(namespace, name)
+            .map(|e| e.pids)
+            .unwrap_or_default()
     }
 }
 
@@ -279,6 +318,73 @@ impl Shared {
             .entry(namespace.to_string())
             .or_default()
             .insert(name.to_string(), route);
+    }
+
+    /// A spec was written: the workloads it concerns are unsettled until their actor
+    /// has reconciled it. A trigger concerns the function it names now and before, if
+    /// that function exists (an unknown name stays a 404).
+    fn spec_written(&self, write: &SpecWrite<'_>) {
+        let function = |spec: &serde_json::Value| {
+            spec.get("functionRef")
+                .and_then(|f| f.as_str())
+                .map(str::to_string)
+        };
+        let names: Vec<String> = match write.kind {
+            Kind::Function | Kind::Service => vec![write.name.to_string()],
+            Kind::Trigger => {
+                let before = self
+                    .trigger_functions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&(write.namespace.to_string(), write.name.to_string()))
+                    .cloned();
+                write
+                    .spec
+                    .and_then(function)
+                    .into_iter()
+                    .chain(before)
+                    .filter(|f| self.is_known(write.namespace, f))
+                    .collect()
+            }
+            Kind::FunctionJob => return,
+        };
+        let number = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut unsettled = self.unsettled.lock().unwrap_or_else(|e| e.into_inner());
+        for name in names {
+            unsettled.insert((write.namespace.to_string(), name), number);
+        }
+    }
+
+    /// A workload this runner has a route for, or one just written.
+    fn is_known(&self, namespace: &str, name: &str) -> bool {
+        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        routes
+            .get(namespace)
+            .is_some_and(|names| names.contains_key(name))
+            || self.is_unsettled(namespace, name)
+    }
+
+    fn is_unsettled(&self, namespace: &str, name: &str) -> bool {
+        self.unsettled_write(namespace, name).is_some()
+    }
+
+    /// The number of the last write of this workload its actor has not reconciled.
+    fn unsettled_write(&self, namespace: &str, name: &str) -> Option<u64> {
+        let unsettled = self.unsettled.lock().unwrap_or_else(|e| e.into_inner());
+        unsettled
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// The actor reconciled what was written up to write `number` (None: nothing was
+    /// unsettled when it began): later writes keep the workload unsettled.
+    fn settled(&self, namespace: &str, name: &str, number: Option<u64>) {
+        let Some(number) = number else { return };
+        let mut unsettled = self.unsettled.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), name.to_string());
+        if unsettled.get(&key) == Some(&number) {
+            unsettled.remove(&key);
+        }
     }
 
     fn remove_route(&self, namespace: &str, name: &str) {

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::RwLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,13 +15,16 @@ use tokio::sync::broadcast;
 use sless_core::calls::{CallArchive, SavedCalls};
 use sless_core::error_text::BoxError;
 use sless_core::model::{Kind, now};
-use sless_core::store::{Change, Meta, Part, RawObject, Result, Store, StoreError};
+use sless_core::store::{
+    Change, Meta, Part, RawObject, Result, SpecWrite, SpecWriteHook, Store, StoreError,
+};
 
 /// The embedded store: one SQLite file in WAL mode. `synchronous=FULL` makes every
 /// acknowledged write survive a crash of the process (and of the machine).
 pub struct SqliteStore {
     pool: SqlitePool,
     changes: broadcast::Sender<Change>,
+    spec_hooks: RwLock<Vec<SpecWriteHook>>,
 }
 
 fn backend(e: impl Into<BoxError>) -> StoreError {
@@ -89,7 +93,11 @@ impl SqliteStore {
             .await
             .map_err(|e| open_error("migrating", &path, e))?;
         let (changes, _) = broadcast::channel(1024);
-        Ok(Self { pool, changes })
+        Ok(Self {
+            pool,
+            changes,
+            spec_hooks: RwLock::new(Vec::new()),
+        })
     }
 
     /// The pool, for other tables that live in the same file (console sessions).
@@ -104,6 +112,30 @@ impl SqliteStore {
             namespace: namespace.to_string(),
             name: name.to_string(),
         });
+    }
+
+    /// Tells the spec hooks of a write, before it returns.
+    fn spec_written(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        spec: Option<&serde_json::Value>,
+    ) {
+        let write = SpecWrite {
+            kind,
+            namespace,
+            name,
+            spec,
+        };
+        for hook in self
+            .spec_hooks
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            hook(&write);
+        }
     }
 
     fn expected_version(object: &RawObject) -> Result<i64> {
@@ -124,6 +156,7 @@ impl SqliteStore {
         &self,
         query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
         object: &'q RawObject,
+        part: Part,
     ) -> Result<RawObject> {
         let row = query
             .bind(object.kind.as_str())
@@ -136,6 +169,14 @@ impl SqliteStore {
         match row {
             Some(row) => {
                 let updated = row_to_object(&row)?;
+                if part == Part::Spec {
+                    self.spec_written(
+                        object.kind,
+                        &object.meta.namespace,
+                        &object.meta.name,
+                        Some(&updated.spec),
+                    );
+                }
                 self.announce(object.kind, &object.meta.namespace, &object.meta.name);
                 Ok(updated)
             }
@@ -253,6 +294,7 @@ impl Store for SqliteStore {
             });
         };
         let object = row_to_object(&row)?;
+        self.spec_written(kind, namespace, name, Some(&object.spec));
         self.announce(kind, namespace, name);
         Ok(object)
     }
@@ -265,7 +307,7 @@ impl Store for SqliteStore {
         )
         .bind(object.spec.to_string())
         .bind(annotations);
-        self.conditional_update(query, object).await
+        self.conditional_update(query, object, Part::Spec).await
     }
 
     async fn update_status(&self, object: &RawObject) -> Result<RawObject> {
@@ -274,7 +316,7 @@ impl Store for SqliteStore {
              WHERE kind = ? AND namespace = ? AND name = ? AND resource_version = ? RETURNING *",
         )
         .bind(object.status.to_string());
-        self.conditional_update(query, object).await
+        self.conditional_update(query, object, Part::Status).await
     }
 
     /// One IMMEDIATE transaction: the write lock is taken before the read, so no other
@@ -330,6 +372,9 @@ impl Store for SqliteStore {
             .map_err(backend)?;
         let updated = row_to_object(&row)?;
         tx.commit().await.map_err(backend)?;
+        if part == Part::Spec {
+            self.spec_written(kind, namespace, name, Some(&updated.spec));
+        }
         self.announce(kind, namespace, name);
         Ok(updated)
     }
@@ -344,6 +389,7 @@ impl Store for SqliteStore {
             .map_err(backend)?;
         let deleted = done.rows_affected() == 1;
         if deleted {
+            self.spec_written(kind, namespace, name, None);
             self.announce(kind, namespace, name);
         }
         Ok(deleted)
@@ -351,6 +397,14 @@ impl Store for SqliteStore {
 
     fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
+    }
+
+    fn hook_spec_writes(&self, hook: SpecWriteHook) -> bool {
+        self.spec_hooks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(hook);
+        true
     }
 }
 
@@ -421,6 +475,9 @@ mod tests {
                 env: BTreeMap::new(),
                 s3_key: None,
                 replicas: None,
+                min_instances: None,
+                max_instances: None,
+                target_concurrency: None,
                 egress: Default::default(),
             },
         }

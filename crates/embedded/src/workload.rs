@@ -1,9 +1,12 @@
-//! The actor of one Function or Service: build each upload once, keep one healthy
-//! instance of the latest build running while something needs it, roll new versions
-//! in before the old one stops, restart crashes with backoff, publish its route.
+//! The actor of one Function or Service: build each upload once, start each new
+//! version once to prove it starts, then run between `min_instances` and
+//! `max_instances` instances of the latest build while something needs it: one more
+//! when calls ask (none ready, or every one past the target concurrency), one fewer
+//! when one has had no call for the idle time. New versions roll in before the old
+//! instances stop; crashes restart with backoff; the route lists the ready instances.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,17 +18,22 @@ use crate::{Endpoint, Shared};
 use sless_api::text::names_an_error;
 use sless_core::logs::Stream;
 use sless_core::model::{
-    ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Trigger, TriggerStatus, TriggerType,
-    WorkloadSpec, WorkloadStatus, now,
+    ANNOTATION_LAST_BUILT_S3KEY, Kind, Phase, Runtime, Scaling, Trigger, TriggerStatus,
+    TriggerType, WorkloadSpec, WorkloadStatus, now,
 };
 use sless_core::quota::MemoryReservation;
-use sless_core::routes::{Address, Route};
+use sless_core::routes::{Address, Instances, Route, Scaler, Slot};
 use sless_core::store::{Object, RawObject, StoreError, StoreExt};
 use sless_core::upload::version_of;
-use sless_core::workload::{demand, no_code};
+use sless_core::workload::{Demand, demand, no_code};
 
-/// How long the old instance keeps serving calls already sent to it after a switch.
+/// How long an old instance has to finish the calls sent to it before a switch.
 const DRAIN: Duration = Duration::from_secs(1);
+/// How long an idle instance that stops waits for its calls in flight, for a function
+/// without a timeout.
+const MAX_RETIRE_WAIT: Duration = Duration::from_secs(900);
+/// How often a stopping instance looks whether its calls are answered.
+const RETIRE_POLL: Duration = Duration::from_millis(10);
 const STOP_GRACE: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// An instance up this long has recovered: its crash count starts over.
@@ -65,6 +73,49 @@ struct Running {
     started: Instant,
     /// Its share of the namespace's running memory, given back when it is dropped.
     memory: MemoryReservation,
+    /// What the proxy leases calls on.
+    slot: Arc<Slot>,
+    /// Calls leased at the last idle check, and since when that number has not moved.
+    leased: u64,
+    quiet_since: Instant,
+}
+
+impl Running {
+    fn new(config: LaunchConfig, instance: Instance, memory: MemoryReservation) -> Self {
+        let slot = Slot::new(Address::Unix(instance.socket().clone()));
+        Self {
+            config,
+            instance,
+            started: Instant::now(),
+            memory,
+            slot,
+            leased: 0,
+            quiet_since: Instant::now(),
+        }
+    }
+
+    /// Stops it once the calls it has in flight are answered (at most `wait`): no new
+    /// call comes to it from now on.
+    fn retire(self, wait: Duration) {
+        self.slot.close();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + wait;
+            while self.slot.in_flight() > 0 && Instant::now() < deadline {
+                tokio::time::sleep(RETIRE_POLL).await;
+            }
+            self.instance.stop(STOP_GRACE).await;
+            drop(self.memory);
+        });
+    }
+}
+
+/// What the last reconcile decided to serve: what scaling between reconciles starts.
+struct Serving {
+    dir: PathBuf,
+    spec: WorkloadSpec,
+    config: LaunchConfig,
+    demand: Demand,
+    scaling: Scaling,
 }
 
 /// A pre-started runtime process waiting to be told which version to serve: it can
@@ -82,12 +133,24 @@ struct Actor {
     kind: Kind,
     ns: String,
     name: String,
-    running: Option<Running>,
+    /// The instances, oldest first.
+    running: Vec<Running>,
     standby: Option<Standby>,
     /// Consecutive crashes or failed starts, for the backoff.
     failures: u32,
     /// A version that built but would not start; it is retried after the backoff.
     failed_start: Option<(LaunchConfig, String)>,
+    /// Where calls ask for more instances; shared with the route.
+    scaler: Arc<Scaler>,
+    serving: Option<Serving>,
+    /// The settings an instance has started with: with `min_instances` 0 a version
+    /// starts once to prove it can, then only for calls.
+    proven: Option<LaunchConfig>,
+    /// A start for calls failed while others served: the next waits until then.
+    scale_up_after: Option<Instant>,
+    /// Before the first reconcile of this actor's life: a Ready status of the current
+    /// version then says it was proven by the sless before a restart.
+    first_pass: bool,
 }
 
 pub(super) async fn run(
@@ -102,24 +165,36 @@ pub(super) async fn run(
         kind,
         ns,
         name,
-        running: None,
+        running: Vec::new(),
         standby: None,
         failures: 0,
         failed_start: None,
+        scaler: Scaler::new(1),
+        serving: None,
+        proven: None,
+        scale_up_after: None,
+        first_pass: true,
     };
+    let mut reconcile = true;
     loop {
-        match actor.reconcile().await {
-            Ok(true) => {}
-            Ok(false) => {
-                actor.deleted().await;
-                return;
+        if reconcile {
+            let write = actor.shared.unsettled_write(&actor.ns, &actor.name);
+            match actor.reconcile().await {
+                Ok(true) => actor.shared.settled(&actor.ns, &actor.name, write),
+                Ok(false) => {
+                    actor.deleted().await;
+                    actor.shared.settled(&actor.ns, &actor.name, write);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %actor.kind, ns = %actor.ns, name = %actor.name, error = %e, "reconcile failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    continue;
+                }
             }
-            Err(e) => {
-                tracing::warn!(kind = %actor.kind, ns = %actor.ns, name = %actor.name, error = %e, "reconcile failed; retrying");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                continue;
-            }
+            actor.first_pass = false;
         }
+        reconcile = true;
         if actor.failed_start.is_some() {
             let delay = actor.backoff();
             tokio::select! {
@@ -128,18 +203,33 @@ pub(super) async fn run(
             }
             continue;
         }
+        let idle_check = actor.idle_check();
+        let scaler = actor.scaler.clone();
         tokio::select! {
             poke = pokes.recv() => if poke.is_none() { return },
-            status = exited(&mut actor.running) => actor.crashed(status).await,
+            (index, status) = exited(&mut actor.running) => actor.crashed(index, status).await,
+            () = scaler.wanted(), if actor.serving.is_some() => {
+                actor.scale_up().await;
+                reconcile = false;
+            }
+            () = tokio::time::sleep(idle_check.unwrap_or_default()), if idle_check.is_some() => {
+                actor.stop_idle();
+                reconcile = false;
+            }
         }
     }
 }
 
-async fn exited(running: &mut Option<Running>) -> String {
-    match running {
-        Some(running) => running.instance.exited().await,
-        None => std::future::pending().await,
+/// The first instance to exit: its index and how it ended.
+async fn exited(running: &mut [Running]) -> (usize, String) {
+    if running.is_empty() {
+        return std::future::pending().await;
     }
+    let exits = running
+        .iter_mut()
+        .enumerate()
+        .map(|(index, running)| Box::pin(async move { (index, running.instance.exited().await) }));
+    futures::future::select_all(exits).await.0
 }
 
 impl Actor {
@@ -175,17 +265,25 @@ impl Actor {
             .set_route(&self.ns, &self.name, Route::Unavailable { reason });
     }
 
-    async fn crashed(&mut self, status: String) {
-        let Some(running) = self.running.take() else {
+    async fn crashed(&mut self, index: usize, status: String) {
+        if index >= self.running.len() {
             return;
-        };
+        }
+        let running = self.running.remove(index);
+        running.slot.close();
         if running.started.elapsed() > HEALTHY_RESET {
             self.failures = 0;
         }
         self.failures += 1;
         sless_core::metrics::metrics().restart(&self.ns, &self.name);
         let delay = self.backoff();
-        self.shared.set_endpoint(&self.ns, &self.name, None);
+        // Others left take the calls now. The last one stays in the route (closed)
+        // until the reason replaces it, for a call that found it unreachable.
+        if self.running.is_empty() {
+            self.shared.set_endpoint(&self.ns, &self.name, None);
+        } else {
+            self.publish();
+        }
         // Give the output readers a moment to drain what the process printed last.
         tokio::time::sleep(OUTPUT_DRAIN).await;
         let version = &running.config.version;
@@ -194,12 +292,31 @@ impl Actor {
             None => format!("exited with {status}"),
         };
         let cause = self.shared.public_line(&cause, None);
+        if !self.running.is_empty() {
+            // The others serve; the next reconcile starts one again if fewer than
+            // min_instances are left.
+            self.log(
+                version,
+                &format!(
+                    "an instance of version {version} crashed: {cause}; {} other(s) serve",
+                    self.running.len()
+                ),
+            );
+            return;
+        }
+        // The last one: its version is started again after the backoff, as a new one.
+        self.proven = None;
         self.unavailable(format!(
             "{} {:?} crashed and is restarting in {} s: {cause}",
             self.kind.noun(),
             self.name,
             delay.as_secs()
         ));
+        // The status first: whoever reads the line finds the status saying so.
+        let message = restarting(delay, &cause);
+        if let Err(e) = self.write_failed(&message, None).await {
+            tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "crash not written to status");
+        }
         self.log(
             version,
             &format!(
@@ -207,20 +324,13 @@ impl Actor {
                 delay.as_secs()
             ),
         );
-        let message = restarting(delay, &cause);
-        if let Err(e) = self.write_failed(&message, None).await {
-            tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "crash not written to status");
-        }
         tokio::time::sleep(delay).await;
     }
 
     async fn deleted(&mut self) {
         self.standby = None;
         self.shared.remove_route(&self.ns, &self.name);
-        self.shared.set_endpoint(&self.ns, &self.name, None);
-        if let Some(running) = self.running.take() {
-            running.instance.stop(STOP_GRACE).await;
-        }
+        self.stop_instances().await;
         self.shared.logs.forget(&self.ns, &self.name);
         let root = self.shared.builds_root(self.kind, &self.ns, &self.name);
         if let Err(e) = tokio::fs::remove_dir_all(&root).await
@@ -235,10 +345,187 @@ impl Actor {
         }
     }
 
-    async fn stop_instance(&mut self) {
+    async fn stop_instances(&mut self) {
+        self.serving = None;
         self.shared.set_endpoint(&self.ns, &self.name, None);
-        if let Some(running) = self.running.take() {
-            running.instance.stop(STOP_GRACE).await;
+        let stops = self.running.drain(..).map(|running| {
+            running.slot.close();
+            running.instance.stop(STOP_GRACE)
+        });
+        futures::future::join_all(stops).await;
+    }
+
+    /// Tells the proxy which instances serve the current version now.
+    fn publish(&self) {
+        let Some(serving) = &self.serving else {
+            return;
+        };
+        let ready: Arc<[Arc<Slot>]> = self
+            .running
+            .iter()
+            .filter(|r| r.config == serving.config)
+            .map(|r| r.slot.clone())
+            .collect();
+        let endpoint = (!self.running.is_empty()).then(|| Endpoint {
+            pids: self
+                .running
+                .iter()
+                .filter_map(|r| r.instance.pid())
+                .collect(),
+        });
+        self.shared.set_endpoint(&self.ns, &self.name, endpoint);
+        let instances = Instances::Scaled {
+            ready,
+            scaler: self.scaler.clone(),
+        };
+        let route = serving
+            .demand
+            .ready_route(self.kind, instances, serving.spec.timeout());
+        self.shared.set_route(&self.ns, &self.name, route);
+    }
+
+    /// Whether a start past a failed one (while others served) may be tried yet.
+    fn may_start_more(&self) -> bool {
+        self.scale_up_after
+            .is_none_or(|after| Instant::now() >= after)
+    }
+
+    /// How often to look for idle instances: while more than `min_instances` run.
+    fn idle_check(&self) -> Option<Duration> {
+        let min = self.serving.as_ref()?.scaling.min_instances;
+        (self.running.len() > min as usize).then(|| {
+            (self.shared.config.scale_to_zero_after / 4)
+                .clamp(Duration::from_millis(10), Duration::from_secs(5))
+        })
+    }
+
+    /// Stops the instances that have had no call for the idle time, newest first,
+    /// down to `min_instances`. Their calls in flight finish; new calls go to the
+    /// others, or wait for an instance the next call starts.
+    fn stop_idle(&mut self) {
+        let Some(serving) = &self.serving else {
+            return;
+        };
+        let min = serving.scaling.min_instances as usize;
+        let idle = self.shared.config.scale_to_zero_after;
+        let now = Instant::now();
+        for running in &mut self.running {
+            let leased = running.slot.leased();
+            if leased != running.leased || running.slot.in_flight() > 0 {
+                running.leased = leased;
+                running.quiet_since = now;
+            }
+        }
+        let mut stopped = Vec::new();
+        let mut index = self.running.len();
+        while index > 0 && self.running.len() > min {
+            index -= 1;
+            if now.duration_since(self.running[index].quiet_since) >= idle {
+                stopped.push(self.running.remove(index));
+            }
+        }
+        if stopped.is_empty() {
+            return;
+        }
+        self.publish();
+        let wait = serving
+            .spec
+            .timeout()
+            .unwrap_or(MAX_RETIRE_WAIT)
+            .saturating_add(STOP_GRACE);
+        for running in stopped {
+            let version = running.config.version.clone();
+            running.retire(wait);
+            self.log(
+                &version,
+                &format!(
+                    "an instance of version {version} stopped after {} s without calls; {} left",
+                    idle.as_secs(),
+                    self.running.len()
+                ),
+            );
+        }
+        if self.running.is_empty()
+            && let Some(spec) = self.serving.as_ref().map(|s| s.spec.clone())
+        {
+            self.keep_standby(&spec);
+        }
+    }
+
+    /// Calls asked for one more instance (none is ready, or all are past the target
+    /// concurrency): start it, up to `max_instances`.
+    async fn scale_up(&mut self) {
+        let Some(serving) = &self.serving else {
+            return;
+        };
+        // Asked before the last start answered (or before a crash): still needed?
+        let target = u64::from(serving.scaling.target_concurrency);
+        let needed = self
+            .running
+            .iter()
+            .filter(|r| r.config == serving.config && !r.slot.is_closing())
+            .all(|r| r.slot.in_flight() > target);
+        if !needed
+            || self.running.len() >= serving.scaling.max_instances as usize
+            || !self.may_start_more()
+        {
+            return;
+        }
+        let (dir, spec, config) = (
+            serving.dir.clone(),
+            serving.spec.clone(),
+            serving.config.clone(),
+        );
+        let Err(message) = self.start_one(&dir, &spec, config).await else {
+            return;
+        };
+        if self.failed_start.is_none() {
+            // Others serve (the quota may be full): calls queue on them; more are
+            // tried after the backoff.
+            self.scale_up_after = Some(Instant::now() + self.backoff());
+        } else if let Err(e) = self.write_failed(&message, None).await {
+            tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "start failure not written to status");
+        }
+    }
+
+    /// Starts one more instance of `config` and publishes it; on failure, logs the
+    /// attempt, sets the backoff and returns the status message. With no instance left
+    /// serving, calls are answered with the cause.
+    async fn start_one(
+        &mut self,
+        dir: &Path,
+        spec: &WorkloadSpec,
+        config: LaunchConfig,
+    ) -> Result<(), String> {
+        let starting = Instant::now();
+        match self.start(dir, spec, &config).await {
+            Ok((instance, memory)) => {
+                self.scale_up_after = None;
+                self.switch_to(instance, memory, config, starting.elapsed());
+                self.publish();
+                Ok(())
+            }
+            Err(cause) => {
+                self.failures += 1;
+                let delay = self.backoff();
+                let cause = self.shared.public_line(&cause, Some(dir));
+                let version = &config.version;
+                let noun = self.kind.noun();
+                // One line per attempt: what the process printed is in the log already.
+                self.log(
+                    version,
+                    &format!(
+                        "version {version} did not start: {cause}; trying again in {} s",
+                        delay.as_secs()
+                    ),
+                );
+                let message = restarting(delay, &cause);
+                if !self.running.iter().any(|r| r.config == config) {
+                    self.unavailable(format!("{noun} {:?} did not start: {cause}", self.name));
+                    self.failed_start = Some((config, message.clone()));
+                }
+                Err(message)
+            }
         }
     }
 
@@ -262,7 +549,7 @@ impl Actor {
         let url = demand.has_url.then(|| self.shared.url(&self.ns, name));
 
         let Some(key) = spec.s3_key.clone() else {
-            self.stop_instance().await;
+            self.stop_instances().await;
             self.keep_standby(&spec);
             let reason = no_code(self.kind, name);
             match demand.exposed {
@@ -296,7 +583,7 @@ impl Actor {
         // Why this pass's build failed; the status read before it does not say yet.
         let mut build_failure = None;
         if !dir.is_dir() && !failed_before {
-            if self.running.is_none() {
+            if self.running.is_empty() {
                 let reason = format!("{noun} {name:?} is building version {version}");
                 if demand.exposed.is_ok() {
                     // A first call right after the upload waits for the build like one
@@ -319,7 +606,7 @@ impl Actor {
         }
         if !dir.is_dir() {
             // The build failed: an older instance, if any, keeps serving its code.
-            if self.running.is_none() {
+            if self.running.is_empty() {
                 let reason = build_failure
                     .or_else(|| status.message.clone())
                     .unwrap_or_default();
@@ -340,7 +627,7 @@ impl Actor {
         }
 
         if !demand.needed {
-            self.stop_instance().await;
+            self.stop_instances().await;
             self.keep_standby(&spec);
             self.unavailable(
                 demand
@@ -356,7 +643,23 @@ impl Actor {
         }
 
         let wanted = LaunchConfig::of(&spec, &version);
-        if self.running.as_ref().map(|r| &r.config) != Some(&wanted) {
+        let scaling = spec.scaling(self.kind);
+        self.scaler.target_concurrency.store(
+            scaling.target_concurrency,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if self.first_pass
+            && status.phase == Phase::Ready
+            && status.image_ref.as_deref() == Some(self.image(&version).as_str())
+        {
+            // Started before sless restarted: it comes back with the next call.
+            self.proven = Some(wanted.clone());
+        }
+        let serves_wanted = self.running.iter().any(|r| r.config == wanted);
+        let serves_older = self.running.iter().any(|r| r.config != wanted);
+        let must_start = !serves_wanted
+            && (serves_older || scaling.min_instances > 0 || self.proven.as_ref() != Some(&wanted));
+        if must_start {
             if let Some((config, message)) = &self.failed_start
                 && config == &wanted
             {
@@ -364,7 +667,7 @@ impl Actor {
                 self.write_failed(&message, None).await?;
                 return Ok(true);
             }
-            if self.running.is_none() && demand.exposed.is_ok() {
+            if self.running.is_empty() && demand.exposed.is_ok() {
                 // Callers wait for this instance rather than fail while it starts.
                 self.shared.set_route(
                     &self.ns,
@@ -374,45 +677,35 @@ impl Actor {
                     },
                 );
             }
-            let starting = Instant::now();
-            match self.start(&dir, &spec, &wanted).await {
-                Ok((instance, memory)) => {
-                    self.switch_to(instance, memory, wanted, starting.elapsed())
-                }
-                Err(cause) => {
-                    self.failures += 1;
-                    let delay = self.backoff();
-                    let cause = self.shared.public_line(&cause, Some(&dir));
-                    // One line per attempt: what the process printed is in the log already.
-                    self.log(
-                        &version,
-                        &format!(
-                            "version {version} did not start: {cause}; trying again in {} s",
-                            delay.as_secs()
-                        ),
-                    );
-                    if self.running.is_none() {
-                        self.unavailable(format!("{noun} {name:?} did not start: {cause}"));
-                    }
-                    let message = restarting(delay, &cause);
+        }
+        self.serving = Some(Serving {
+            dir: dir.clone(),
+            spec: spec.clone(),
+            config: wanted.clone(),
+            demand: demand.clone(),
+            scaling,
+        });
+        if must_start {
+            if let Err(message) = self.start_one(&dir, &spec, wanted.clone()).await {
+                self.write_failed(&message, built_at.as_deref()).await?;
+                return Ok(true);
+            }
+            self.proven = Some(wanted.clone());
+        }
+        while self.running.len() < scaling.min_instances as usize && self.may_start_more() {
+            match self.start_one(&dir, &spec, wanted.clone()).await {
+                Ok(()) => {}
+                Err(message) if self.failed_start.is_some() => {
                     self.write_failed(&message, built_at.as_deref()).await?;
-                    self.failed_start = Some((wanted, message));
                     return Ok(true);
                 }
+                // Others serve: tried again later, as for calls.
+                Err(_) => self.scale_up_after = Some(Instant::now() + self.backoff()),
             }
         }
-        let timeout = spec.timeout();
-        if let Some(running) = &self.running {
-            let socket = running.instance.socket().clone();
-            self.shared.set_endpoint(
-                &self.ns,
-                name,
-                Some(Endpoint {
-                    pid: running.instance.pid(),
-                }),
-            );
-            let route = demand.ready_route(self.kind, Address::Unix(socket), timeout);
-            self.shared.set_route(&self.ns, name, route);
+        self.publish();
+        if self.running.is_empty() {
+            self.keep_standby(&spec);
         }
         self.write_ready(&version, url.clone(), built_at.clone())
             .await?;
@@ -474,13 +767,18 @@ impl Actor {
         }
     }
 
+    /// The status's `imageRef` of a version.
+    fn image(&self, version: &str) -> String {
+        format!("local/{}/{}:{version}", self.ns, self.name)
+    }
+
     async fn write_ready(
         &self,
         version: &str,
         url: Option<String>,
         built_at: Option<String>,
     ) -> Result<(), StoreError> {
-        let image = format!("local/{}/{}:{version}", self.ns, self.name);
+        let image = self.image(version);
         self.write_status(|s| {
             s.phase = Phase::Ready;
             s.message = None;
@@ -558,7 +856,7 @@ impl Actor {
         self.standby = None;
         if self.kind != Kind::Function
             || !spec.runtime.descriptor().standby
-            || self.running.is_some()
+            || !self.running.is_empty()
         {
             return;
         }
@@ -588,14 +886,16 @@ impl Actor {
         config: &LaunchConfig,
     ) -> Result<(Instance, MemoryReservation), String> {
         // The instance it replaces is not counted twice (the old one drains briefly).
+        // A new version's first instance replaces an older one.
+        let replaced = self
+            .running
+            .iter()
+            .find(|r| r.config != *config)
+            .map(|r| &r.memory);
         let memory = self
             .shared
             .memory
-            .reserve(
-                &self.ns,
-                u64::from(config.memory_mb),
-                self.running.as_ref().map(|r| &r.memory),
-            )
+            .reserve(&self.ns, u64::from(config.memory_mb), replaced)
             .map_err(|e| e.to_string())?;
         let unbound = LaunchConfig::of(spec, "");
         let standby = self
@@ -626,7 +926,8 @@ impl Actor {
         }
     }
 
-    /// The new instance is healthy: it takes the traffic, the old one drains and stops.
+    /// The new instance is healthy: it takes calls; instances of older settings take
+    /// no more, finish theirs and stop.
     fn switch_to(
         &mut self,
         instance: Instance,
@@ -643,16 +944,13 @@ impl Actor {
             ),
         );
         self.failed_start = None;
-        if let Some(old) = self.running.replace(Running {
-            config,
-            instance,
-            started: Instant::now(),
-            memory,
-        }) {
-            tokio::spawn(async move {
-                tokio::time::sleep(DRAIN).await;
-                old.instance.stop(STOP_GRACE).await;
-            });
+        let (older, current): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|r| r.config != config);
+        self.running = current;
+        self.running.push(Running::new(config, instance, memory));
+        for old in older {
+            old.retire(DRAIN);
         }
     }
 

@@ -40,7 +40,7 @@ async fn main() -> std::io::Result<()> {
     };
     let routes = Arc::new(StaticRoute(Route::Ready {
         kind: Kind::Function,
-        address: Address::Tcp(format!("127.0.0.1:{upstream}").into()),
+        instances: Address::Tcp(format!("127.0.0.1:{upstream}").into()).into(),
         timeout: Some(Duration::from_secs(30)),
     }));
     let proxy = Arc::new(Proxy::new(routes, ProxyConfig::default()));

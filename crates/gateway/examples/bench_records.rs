@@ -75,7 +75,7 @@ async fn main() -> Result<(), BoxError> {
     let store = Arc::new(SqliteStore::open(dir.path()).await?);
     let routes = Arc::new(AnyBench(Route::Ready {
         kind: Kind::Function,
-        address: Address::Tcp(upstream_address.to_string().into()),
+        instances: Address::Tcp(upstream_address.to_string().into()).into(),
         timeout: Some(Duration::from_secs(30)),
     }));
     let proxy = Arc::new(Proxy::new(routes, ProxyConfig::default()));

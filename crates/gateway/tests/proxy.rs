@@ -47,7 +47,7 @@ impl RouteTable for TestRoutes {
 fn ready(authority: &str, timeout: Option<Duration>) -> Route {
     Route::Ready {
         kind: Kind::Function,
-        address: Address::Tcp(authority.into()),
+        instances: Address::Tcp(authority.into()).into(),
         timeout,
     }
 }
@@ -1238,7 +1238,7 @@ async fn functions_on_unix_sockets_are_called_on_both_paths() {
     }));
     let route = Route::Ready {
         kind: Kind::Function,
-        address: Address::Unix(socket.clone().into()),
+        instances: Address::Unix(socket.clone().into()).into(),
         timeout: Some(Duration::from_secs(30)),
     };
     h.routes.set("ns", "u", route);
@@ -1272,7 +1272,7 @@ async fn functions_on_unix_sockets_are_called_on_both_paths() {
     // No socket there: both paths answer 502 without naming the server's path.
     let gone = Route::Ready {
         kind: Kind::Function,
-        address: Address::Unix(dir.path().join("gone").into()),
+        instances: Address::Unix(dir.path().join("gone").into()).into(),
         timeout: None,
     };
     h.routes.set("ns", "gone", gone);

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sless_api::text::{first_line, last_lines};
 use sless_api::validation::{
     parse_runtime, validate_cpu_millis, validate_disk_mb, validate_entrypoint, validate_env,
-    validate_memory_mb, validate_name, validate_timeout_sec,
+    validate_memory_mb, validate_name, validate_scaling, validate_timeout_sec,
 };
 use sless_api::{
     DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_ENTRYPOINT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC,
@@ -37,6 +37,9 @@ pub struct WorkloadState {
     cpu_millis: Value<i64>,
     disk_mb: Value<i64>,
     timeout_sec: Value<i64>,
+    min_instances: Value<i64>,
+    max_instances: Value<i64>,
+    target_concurrency: Value<i64>,
     env_vars: Value<BTreeMap<String, String>>,
     egress: Value<String>,
     source_dir: Value<String>,
@@ -80,6 +83,9 @@ impl WorkloadResource {
             timeout_sec: to_u32(diags, "timeout_sec", &state.timeout_sec),
             env_vars: state.env_vars.as_ref_option().cloned(),
             egress: parse_egress(diags, &state.egress),
+            min_instances: to_u32(diags, "min_instances", &state.min_instances),
+            max_instances: to_u32(diags, "max_instances", &state.max_instances),
+            target_concurrency: to_u32(diags, "target_concurrency", &state.target_concurrency),
             resource_version: None,
         }
     }
@@ -92,6 +98,9 @@ impl WorkloadResource {
             || prior.cpu_millis != planned.cpu_millis
             || prior.disk_mb != planned.disk_mb
             || prior.timeout_sec != planned.timeout_sec
+            || prior.min_instances != planned.min_instances
+            || prior.max_instances != planned.max_instances
+            || prior.target_concurrency != planned.target_concurrency
             || prior.env_vars != planned.env_vars
             || prior.egress != planned.egress
     }
@@ -261,6 +270,16 @@ fn fill(state: &mut WorkloadState, workload: &WorkloadResponse) {
     if !(state.timeout_sec.is_null() && workload.timeout_sec == DEFAULT_TIMEOUT_SEC) {
         state.timeout_sec = Value::Value(workload.timeout_sec.into());
     }
+    // Scaling left unset stays null: the server's default depends on kind and runtime.
+    for (field, value) in [
+        (&mut state.min_instances, workload.min_instances),
+        (&mut state.max_instances, workload.max_instances),
+        (&mut state.target_concurrency, workload.target_concurrency),
+    ] {
+        if !field.is_null() {
+            *field = Value::Value(value.into());
+        }
+    }
     if !(state.env_vars.is_null() && workload.env_vars.is_empty()) {
         state.env_vars = Value::Value(workload.env_vars.clone());
     }
@@ -357,6 +376,32 @@ impl Resource for WorkloadResource {
                             "Request timeout, 0 = none, 1-900 (server default 60 when unset).",
                         ),
                     ),
+                    (
+                        "min_instances".into(),
+                        attribute(
+                            Number,
+                            Optional,
+                            "Instances kept running, 0-100 (default 0 for a function: it \
+                             stops when idle; 1 for a service).",
+                        ),
+                    ),
+                    (
+                        "max_instances".into(),
+                        attribute(
+                            Number,
+                            Optional,
+                            "Instances started at most under load, 1-100 (default 4).",
+                        ),
+                    ),
+                    (
+                        "target_concurrency".into(),
+                        attribute(
+                            Number,
+                            Optional,
+                            "Calls in flight per instance before another starts, 1-1000 \
+                             (default per runtime).",
+                        ),
+                    ),
                     ("env_vars".into(), env_vars),
                     (
                         "egress".into(),
@@ -446,6 +491,12 @@ impl Resource for WorkloadResource {
         if let Some(timeout) = to_u32(diags, "timeout_sec", &config.timeout_sec) {
             check(diags, validate_timeout_sec("timeout_sec", timeout));
         }
+        let scaling = validate_scaling(
+            to_u32(diags, "min_instances", &config.min_instances),
+            to_u32(diags, "max_instances", &config.max_instances),
+            to_u32(diags, "target_concurrency", &config.target_concurrency),
+        );
+        check(diags, scaling);
         if let Value::Value(env) = &config.env_vars {
             check(diags, validate_env("env_vars", env));
         }

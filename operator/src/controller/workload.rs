@@ -171,8 +171,10 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         return Ok(Action::await_change());
     }
 
+    // Kubernetes does not scale to zero (yet): a needed workload keeps its least
+    // number of instances, and at least one.
     let replicas = if demand.needed {
-        spec.replicas.unwrap_or(1)
+        i32::try_from(spec.scaling(K::KIND).min_instances.max(1)).unwrap_or(1)
     } else {
         0
     };

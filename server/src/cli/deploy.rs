@@ -58,6 +58,17 @@ pub struct DeployArgs {
     /// Request timeout in seconds (0 = none, default 60).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u32>,
+    /// Instances kept running (0-100; default 0 for a function, which then stops when
+    /// idle, 1 for a service); kept on update when omitted.
+    #[arg(long, value_name = "N")]
+    pub min_instances: Option<u32>,
+    /// Instances started at most under load (1-100, default 4); kept on update when omitted.
+    #[arg(long, value_name = "N")]
+    pub max_instances: Option<u32>,
+    /// Calls in flight per instance before another starts (default per runtime:
+    /// python3.11 8, nodejs20 and go1.23 32); kept on update when omitted.
+    #[arg(long, value_name = "CALLS")]
+    pub target_concurrency: Option<u32>,
     /// An environment variable; repeat for more. Given at all, it replaces all of them.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -163,6 +174,9 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                 timeout_sec: args.timeout,
                 env_vars: env,
                 egress: args.egress.clone(),
+                min_instances: args.min_instances,
+                max_instances: args.max_instances,
+                target_concurrency: args.target_concurrency,
                 resource_version: None,
             };
             client
@@ -193,6 +207,12 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
                     args.egress
                         .clone()
                         .unwrap_or_else(|| current.egress.clone()),
+                ),
+                min_instances: Some(args.min_instances.unwrap_or(current.min_instances)),
+                max_instances: Some(args.max_instances.unwrap_or(current.max_instances)),
+                target_concurrency: Some(
+                    args.target_concurrency
+                        .unwrap_or(current.target_concurrency),
                 ),
                 resource_version: Some(current.resource_version.clone()),
             };

@@ -41,6 +41,8 @@ pub static GO123: RuntimeDescriptor = RuntimeDescriptor {
     },
     // The binary is built per version: nothing to start before the code is known.
     standby: false,
+    // Goroutines per call: many at once.
+    target_concurrency: 32,
     tags_call_logs: false,
     etc_paths: &[],
     build_variables: &["GOPROXY", "GONOSUMDB", "GOFLAGS"],

@@ -89,6 +89,10 @@ pub struct RuntimeDescriptor {
     /// Embedded: a process can start before its code is known (a standby that loads
     /// the code when bound), which takes the interpreter's start-up off a cold start.
     pub standby: bool,
+    /// Calls in flight per instance before embedded mode starts another, when the
+    /// function does not say (`target_concurrency`): what one process of the runtime
+    /// serves well at once.
+    pub target_concurrency: u32,
     /// Its wrapper tags each line a call prints with the call's request id
     /// ([`crate::split_call_tag`]); other runtimes' lines are kept as printed.
     pub tags_call_logs: bool,

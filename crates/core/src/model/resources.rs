@@ -6,13 +6,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sless_api::validation::{
     CPU_MILLIS_MAX, CPU_MILLIS_MIN, DISK_MB_MAX, DISK_MB_MIN, ENTRYPOINT_PATTERN,
-    MAX_EVENT_CONCURRENCY, MAX_EVENT_RETRIES, MAX_NAME_LEN, MAX_REPLICAS, MAX_TIMEOUT_SEC,
-    MEMORY_MB_MAX, MEMORY_MB_MIN, NAME_PATTERN, SCHEDULE_PATTERN,
+    MAX_EVENT_CONCURRENCY, MAX_EVENT_RETRIES, MAX_INSTANCES, MAX_NAME_LEN, MAX_REPLICAS,
+    MAX_TARGET_CONCURRENCY, MAX_TIMEOUT_SEC, MEMORY_MB_MAX, MEMORY_MB_MIN, NAME_PATTERN,
+    SCHEDULE_PATTERN,
 };
 pub use sless_api::{
     DEFAULT_CPU_MILLIS, DEFAULT_DISK_MB, DEFAULT_ENTRYPOINT, DEFAULT_EVENT_CONCURRENCY,
-    DEFAULT_EVENT_RETRIES, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, Egress, JobPhase, Kind, Phase,
-    Runtime, TriggerType, WorkloadKind,
+    DEFAULT_EVENT_RETRIES, DEFAULT_MAX_INSTANCES, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_SEC, Egress,
+    JobPhase, Kind, Phase, Runtime, TriggerType, WorkloadKind,
 };
 
 pub const API_GROUP: &str = "sless.kube5s.ru";
@@ -107,12 +108,53 @@ pub struct WorkloadSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
+    /// Instances kept running; unset: 0 for a Function, 1 for a Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = MAX_INSTANCES))]
+    pub min_instances: Option<u32>,
+    /// Instances started at most; unset: 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_INSTANCES))]
+    pub max_instances: Option<u32>,
+    /// Calls in flight per instance before another is started; unset: the runtime's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_TARGET_CONCURRENCY))]
+    pub target_concurrency: Option<u32>,
     /// Where its code may connect (default `"internet"`: public addresses only).
     #[serde(default, skip_serializing_if = "Egress::is_internet")]
     pub egress: Egress,
 }
 
+/// How many instances a workload runs, defaults filled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scaling {
+    pub min_instances: u32,
+    pub max_instances: u32,
+    pub target_concurrency: u32,
+}
+
 impl WorkloadSpec {
+    /// The scaling of a workload of `kind`. `replicas` (sless's own field, from before
+    /// the scaling fields) still means min = max = replicas where those are unset.
+    pub fn scaling(&self, kind: Kind) -> Scaling {
+        let replicas = self.replicas.map(|r| u32::try_from(r).unwrap_or(0));
+        let default_min = if kind == Kind::Service { 1 } else { 0 };
+        let min_instances = self.min_instances.or(replicas).unwrap_or(default_min);
+        let max_instances = self
+            .max_instances
+            .or(replicas.filter(|r| *r > 0))
+            // Room for the instances kept, when only those are given.
+            .unwrap_or(DEFAULT_MAX_INSTANCES.max(min_instances))
+            .max(1);
+        Scaling {
+            min_instances,
+            max_instances,
+            target_concurrency: self
+                .target_concurrency
+                .unwrap_or(self.runtime.descriptor().target_concurrency),
+        }
+    }
+
     /// How long a call may take; `None` = no limit.
     pub fn timeout(&self) -> Option<Duration> {
         (self.timeout_sec > 0).then(|| Duration::from_secs(self.timeout_sec.into()))

@@ -21,7 +21,11 @@ impl WorkloadSpec {
                 format!("{replicas} is out of range: must be between 0 and {MAX_REPLICAS}"),
             ));
         }
-        Ok(())
+        validate_scaling(
+            self.min_instances,
+            self.max_instances,
+            self.target_concurrency,
+        )
     }
 }
 
@@ -167,6 +171,9 @@ mod tests {
             env: BTreeMap::new(),
             s3_key: None,
             replicas: None,
+            min_instances: None,
+            max_instances: None,
+            target_concurrency: None,
             egress: sless_api::Egress::None,
         };
         assert_eq!(spec.egress_or(Some(&function)), sless_api::Egress::None);

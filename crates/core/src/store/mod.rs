@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::NamespaceResourceScope;
@@ -119,8 +120,30 @@ pub struct Change {
     pub name: String,
 }
 
+/// A write of an object's spec (create, update, delete), as a [`SpecWriteHook`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct SpecWrite<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The spec written; None when the object was deleted.
+    pub spec: Option<&'a serde_json::Value>,
+}
+
+/// Told of every spec write before the write returns, so that what must know of an
+/// acknowledged object (the embedded route table) knows before the writer's answer;
+/// [`Store::subscribe`]'s notifications come later.
+pub type SpecWriteHook = Arc<dyn Fn(&SpecWrite<'_>) + Send + Sync>;
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// Calls `hook` with each spec write from now on, before the write returns; false
+    /// for a store that cannot (its watchers learn of writes only by
+    /// [`Store::subscribe`]).
+    fn hook_spec_writes(&self, hook: SpecWriteHook) -> bool {
+        let _ = hook;
+        false
+    }
     /// Records the namespace; `true` if this call created it. Idempotent under concurrency.
     async fn ensure_namespace(&self, namespace: &str) -> Result<bool>;
     /// Objects of a kind in one namespace, or in all namespaces (`None`), ordered by name.

@@ -35,6 +35,9 @@ pub fn workload_spec(
         env: request.env_vars.clone().unwrap_or_default(),
         s3_key: None,
         replicas: None,
+        min_instances: request.min_instances,
+        max_instances: request.max_instances,
+        target_concurrency: request.target_concurrency,
         egress: request.egress.clone().unwrap_or_default(),
     };
     spec.validate()?;
@@ -43,6 +46,7 @@ pub fn workload_spec(
 
 pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadResponse {
     let spec = R::workload(&object.spec);
+    let scaling = spec.scaling(R::WORKLOAD.into());
     let status = &object.status;
     WorkloadResponse {
         namespace: object.meta.namespace.clone(),
@@ -56,6 +60,9 @@ pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadRes
         timeout_sec: spec.timeout_sec,
         env_vars: spec.env.clone(),
         egress: spec.egress.clone(),
+        min_instances: scaling.min_instances,
+        max_instances: scaling.max_instances,
+        target_concurrency: scaling.target_concurrency,
         phase: status.phase,
         message: status.message.clone(),
         image_ref: status.image_ref.clone(),

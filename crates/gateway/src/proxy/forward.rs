@@ -28,11 +28,14 @@ use super::headers::map;
 use super::log::{CallError, Calls, Via};
 use super::{Caller, Invocation, InvokeError, Proxy, TRIGGER_NAME_HEADER, unix};
 use sless_core::routes::{
-    Address, JobOutcome, JobRun, Route, TriggerAnswer, TriggerCall, TriggerCalls,
+    Address, JobOutcome, JobRun, Lease, Route, TriggerAnswer, TriggerCall, TriggerCalls,
 };
 
 /// How often a call waiting for a starting function looks at its route again.
 const START_POLL: Duration = Duration::from_millis(10);
+/// How often a call waiting for an instance of a scaled-to-zero function looks again:
+/// often, as the wait is the first call's latency.
+const WAKE_POLL: Duration = Duration::from_millis(1);
 /// How long a call whose function went away waits to learn why: the runner gives the
 /// route the reason (a crash, an out-of-memory kill) once it sees the process exit.
 const EXIT_WAIT: Duration = Duration::from_millis(500);
@@ -200,7 +203,24 @@ async fn route_and_forward(
         Route::Hidden { reason, .. } if !caller.is_trigger() => Route::Unavailable { reason },
         route => route,
     };
-    let (address, timeout) = match route {
+    let refuse = |reason: String| {
+        let response = InvokeError::Unavailable(reason).into_response();
+        let calls = proxy.invocations.calls(target.namespace, target.name);
+        let mut record = invocation(
+            parts.method.clone(),
+            target.rest.to_owned(),
+            response.status(),
+            started,
+            None,
+            ids,
+            caller.into(),
+        );
+        record.refused = true;
+        record.trigger_name = trigger_name.clone();
+        calls.record(record);
+        response
+    };
+    let (instances, timeout) = match route {
         // Not recorded: random names must not grow the log.
         Route::Unknown => {
             return InvokeError::Unknown {
@@ -210,29 +230,24 @@ async fn route_and_forward(
             .into_response();
         }
         Route::Unavailable { reason } | Route::Starting { reason } | Route::NoCode { reason } => {
-            let response = InvokeError::Unavailable(reason).into_response();
-            let calls = proxy.invocations.calls(target.namespace, target.name);
-            let mut record = invocation(
-                parts.method,
-                target.rest.to_owned(),
-                response.status(),
-                started,
-                None,
-                ids,
-                caller.into(),
-            );
-            record.refused = true;
-            record.trigger_name = trigger_name;
-            calls.record(record);
-            return response;
+            return refuse(reason);
         }
         Route::Ready {
-            address, timeout, ..
+            instances, timeout, ..
         }
         | Route::Hidden {
-            address, timeout, ..
-        } => (address, timeout),
+            instances, timeout, ..
+        } => (instances, timeout),
     };
+    // None ready (scaled to zero): the runner was asked for one, the call waits for it.
+    let lease = match instances.lease() {
+        Some(lease) => lease,
+        None => match proxy.wait_for_instance(&target, caller).await {
+            Ok(lease) => lease,
+            Err(reason) => return refuse(reason),
+        },
+    };
+    let address = lease.address().clone();
     let calls = proxy.invocations.calls(target.namespace, target.name);
     let in_flight = calls.in_flight();
 
@@ -265,7 +280,7 @@ async fn route_and_forward(
                 method,
                 parts.status,
                 started,
-                in_flight,
+                (in_flight, lease),
                 (ids, caller, trigger_name),
             );
             let body = ResponseBody::new(first, rest, deadline, record);
@@ -350,6 +365,38 @@ impl Proxy {
         }
     }
 
+    /// A place on an instance of a workload that has none ready (scaled to zero, or
+    /// its instances closing): the runner was asked for one; the call waits for it up
+    /// to the start wait. Err is why not, for the caller's 503 (the start's failure).
+    async fn wait_for_instance(
+        &self,
+        target: &Target<'_>,
+        caller: Caller,
+    ) -> Result<Lease, String> {
+        let deadline = Instant::now() + self.config.start_wait;
+        loop {
+            tokio::time::sleep(WAKE_POLL).await;
+            match self.routes.route(target.namespace, target.name) {
+                Route::Hidden { reason, .. } if !caller.is_trigger() => return Err(reason),
+                Route::Ready { instances, .. } | Route::Hidden { instances, .. } => {
+                    if let Some(lease) = instances.lease() {
+                        return Ok(lease);
+                    }
+                }
+                Route::Starting { .. } | Route::NoCode { .. } => {}
+                Route::Unavailable { reason } => return Err(reason),
+                Route::Unknown => return Err(format!("{:?} was deleted", target.name)),
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{:?} has no instance ready after {} s",
+                    target.name,
+                    self.config.start_wait.as_secs()
+                ));
+            }
+        }
+    }
+
     /// An unreachable function whose instance has just exited: the reason the runner
     /// gives its route joins the error. A live instance's route stays as it was.
     pub(super) async fn why_unreachable(
@@ -370,8 +417,8 @@ impl Proxy {
                         detail: format!("{detail}; {reason}"),
                     };
                 }
-                Route::Ready { address: now, .. } | Route::Hidden { address: now, .. }
-                    if now == *address && Instant::now() < deadline =>
+                Route::Ready { instances, .. } | Route::Hidden { instances, .. }
+                    if instances.contains(address) && Instant::now() < deadline =>
                 {
                     tokio::time::sleep(START_POLL).await;
                 }
@@ -482,13 +529,14 @@ fn record_later(
     method: Method,
     status: StatusCode,
     started: Instant,
-    in_flight: InFlight,
+    // Held until the answer ends: the call counts as in flight on its instance.
+    held: (InFlight, Lease),
     (ids, caller, trigger_name): (&CallIds, Caller, Option<Box<str>>),
 ) -> impl FnOnce(Option<CallError>) + Send + 'static {
     let path = target.rest.to_owned();
     let ids = *ids;
     move |error| {
-        drop(in_flight);
+        drop(held);
         let mut record = invocation(method, path, status, started, error, &ids, caller.into());
         record.trigger_name = trigger_name;
         calls.record(record);

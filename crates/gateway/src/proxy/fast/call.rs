@@ -74,7 +74,7 @@ impl Connection<'_> {
                     InvokeError::Unreachable { name, detail } => {
                         let target = call.function.target();
                         self.proxy
-                            .why_unreachable(&target, &call.address, name, detail)
+                            .why_unreachable(&target, call.address(), name, detail)
                             .await
                     }
                     error => error,
@@ -203,11 +203,11 @@ impl Connection<'_> {
         if self
             .upstream
             .as_ref()
-            .is_some_and(|u| u.address == call.address)
+            .is_some_and(|u| u.address == *call.address())
         {
             return Ok(true);
         }
-        self.upstream = upstream::take_idle(&call.address);
+        self.upstream = upstream::take_idle(call.address());
         if self.upstream.is_some() {
             return Ok(true);
         }
@@ -215,11 +215,11 @@ impl Connection<'_> {
             name: call.function.name.clone(),
             detail,
         };
-        if let Address::Tcp(authority) = &call.address {
+        if let Address::Tcp(authority) = call.address() {
             upstream_uri(authority, "/", None)
                 .map_err(|e| unreachable(format!("bad address {authority:?}: {e}")))?;
         }
-        self.upstream = Some(Upstream::open(&call.address).await.map_err(unreachable)?);
+        self.upstream = Some(Upstream::open(call.address()).await.map_err(unreachable)?);
         Ok(false)
     }
 

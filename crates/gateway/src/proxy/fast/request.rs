@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::Method;
 use axum::http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
-use sless_core::routes::{Address, Route};
+use sless_core::routes::{Address, Lease, Route};
 
 use super::decimal;
 use crate::proxy::Proxy;
@@ -43,10 +43,17 @@ pub(super) struct Call {
     pub(super) function: Arc<Function>,
     /// The path after the function's name, for the invocation record.
     pub(super) rest: String,
-    pub(super) address: Address,
+    /// Its place on an instance, held until the call ends.
+    pub(super) lease: Lease,
     pub(super) timeout: Option<Duration>,
     /// Its request id (given to the caller) and trace context.
     pub(super) ids: CallIds,
+}
+
+impl Call {
+    pub(super) fn address(&self) -> &Address {
+        self.lease.address()
+    }
 }
 
 /// The function a connection called last, kept for its next call: a caller usually
@@ -134,9 +141,13 @@ pub(super) fn prepare(
         return Step::HandOver;
     }
     let Route::Ready {
-        address, timeout, ..
+        instances, timeout, ..
     } = proxy.routes.route(target.namespace, target.name)
     else {
+        return Step::HandOver;
+    };
+    // None ready (scaled to zero): the full path waits for one.
+    let Some(lease) = instances.lease() else {
         return Step::HandOver;
     };
 
@@ -153,7 +164,7 @@ pub(super) fn prepare(
     wire::request(
         out,
         headers,
-        address.host(),
+        lease.address().host(),
         caller_ip,
         proxy.config.console_cookie.as_deref(),
         &ids,
@@ -184,7 +195,7 @@ pub(super) fn prepare(
         close,
         function,
         rest: target.rest.to_owned(),
-        address,
+        lease,
         timeout,
         ids,
     })
@@ -209,7 +220,7 @@ mod tests {
             match (namespace, name) {
                 ("ns", "f") => Route::Ready {
                     kind: Kind::Function,
-                    address: Address::Tcp("127.0.0.1:9000".into()),
+                    instances: Address::Tcp("127.0.0.1:9000".into()).into(),
                     timeout: None,
                 },
                 _ => Route::Unknown,
