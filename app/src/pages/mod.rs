@@ -2,6 +2,7 @@
 //! client bundle; every action is an `<ActionForm>` (a plain form post) and `<details>`
 //! expands entries.
 
+mod create;
 mod function;
 mod jobs;
 mod layout;
@@ -12,6 +13,7 @@ mod parts;
 mod source;
 mod splice;
 
+pub use create::{CreatePage, render_create};
 pub use function::{FunctionPage, render_function};
 pub use jobs::{job_text, jobs_text, render_job, render_jobs};
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};
@@ -207,6 +209,11 @@ mod tests {
             follow,
             invocation: None,
             logs: &logs,
+            events: &[],
+            loaded_event: None,
+            confirm_delete: false,
+            cron_preview: None,
+            max_upload_mb: 50,
         };
         let html = render_function(&page(true), &ctx()).await.into_string();
         assert!(
@@ -235,6 +242,11 @@ mod tests {
             follow: true,
             invocation: None,
             logs: &logs,
+            events: &[],
+            loaded_event: None,
+            confirm_delete: false,
+            cron_preview: None,
+            max_upload_mb: 50,
         };
         let html = render_function(&page, &ctx()).await.into_string();
         let error = html.find("class=\"error-line\"").expect("the error line");
