@@ -230,6 +230,11 @@ impl Console {
         self.api.acting_as(token, namespace)
     }
 
+    /// Every namespace holding something (the API answers admins only).
+    pub async fn namespaces(&self, token: &str) -> Result<Vec<String>> {
+        Ok(self.client(token, "").list_namespaces().await?)
+    }
+
     /// Functions, Services and Triggers, fetched concurrently.
     pub async fn listing(&self, client: &Client) -> Result<Listing> {
         let (functions, services, triggers) = tokio::try_join!(

@@ -244,9 +244,14 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Self {
+        Self::with_env(&[])
+    }
+
+    /// A server started with extra `SLESS_*` settings.
+    fn with_env(env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let server = common::start(&data);
+        let server = common::start_with_env(&data, env);
         let token = common::token(&data, USER);
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -2619,4 +2624,89 @@ async fn the_invoke_form_keeps_its_body_and_saves_named_events() {
         .await;
     let page = browser.follow(&done, "delete an event", "ok").await;
     assert!(!page.body.contains(">paid order</a>"));
+}
+
+#[tokio::test]
+async fn an_admin_lists_namespaces_and_switches_but_a_user_cannot() {
+    let f = Fixture::new();
+    f.function("mine", "python3.11").await;
+    let bob = common::token(&f.data, "bob");
+    let bob_ns = sless_core::model::namespace_for_sub("bob");
+    let admin = admin_token(&f.data);
+
+    // An admin lands on the namespaces, with a switcher, not in its own empty namespace.
+    let mut browser = f.browser();
+    browser.login(&admin).await;
+    let page = browser.get("/funcs").await.expect(200, "the namespaces");
+    assert!(
+        page.body
+            .contains(&format!("<a href=\"/funcs/{}\">{}</a>", f.ns, f.ns)),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("name=\"ns\""), "a switcher");
+    let go = browser.get(&format!("/funcs?ns={}", f.ns)).await;
+    assert_eq!(go.redirect("switch"), format!("/funcs/{}", f.ns));
+    let theirs = browser
+        .get(&format!("/funcs/{}", f.ns))
+        .await
+        .expect(200, "alice's list");
+    assert!(theirs.body.contains("mine"));
+    assert!(theirs.body.contains(">Namespaces</a>"), "the way back");
+    browser
+        .get("/funcs?ns=Not_A_Name")
+        .await
+        .expect(404, "a bad name");
+
+    // A user goes to their own namespace and cannot switch; the API's list is admins'.
+    let mut user = f.browser();
+    user.login(&bob).await;
+    assert_eq!(
+        user.get("/funcs").await.redirect("home"),
+        format!("/funcs/{bob_ns}")
+    );
+    user.get(&format!("/funcs?ns={}", f.ns))
+        .await
+        .expect(403, "bob switching to alice");
+    let url = f.url("/v1/namespaces");
+    f.send(f.http.get(&url).bearer_auth(&bob))
+        .await
+        .expect(403, "bob's list");
+    let listed = f
+        .send(f.http.get(&url).bearer_auth(&admin))
+        .await
+        .expect(200, "list");
+    assert_eq!(listed.json()["namespaces"], json!([f.ns]));
+}
+
+#[tokio::test]
+async fn a_zip_over_the_upload_limit_is_refused_naming_the_file_field() {
+    let f = Fixture::with_env(&[("SLESS_MAX_UPLOAD_MB", "1")]);
+    f.function("small", "python3.11").await;
+    let ns = f.ns.clone();
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let path = f.function_path("small");
+    let page = browser.get(&path).await.expect(200, "the page");
+    assert!(page.body.contains("(up to 1 MiB)"), "the limit is said");
+    let csrf = csrf_of(&page.body);
+    // Stored, not deflated: the zip itself is over 1 MiB.
+    let filler: Vec<u8> = (0..1_300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let zip = zip_of(&[("handler.py", HELLO_V1), ("data.bin", &filler)]);
+    let form = [
+        ("csrf_token", csrf.as_str()),
+        ("namespace", ns.as_str()),
+        ("kind", "function"),
+        ("name", "small"),
+    ];
+    let refused = browser.post_multipart(UPLOAD, &form, Some(zip)).await;
+    assert_eq!(refused.redirect("too large"), format!("{path}#upload"));
+    let page = browser.follow(&refused, "too large", "error").await;
+    assert!(
+        flash_of(&page.body).contains("code: the zip is larger than the limit of 1 MiB"),
+        "{}",
+        flash_of(&page.body)
+    );
+    let stored = f.rest(Method::GET, "functions/small", None).await;
+    assert_eq!(stored["phase"], "Pending", "nothing uploaded: {stored}");
 }

@@ -87,9 +87,9 @@ fn HeaderBar(user: Option<UserBadge>, csrf: Option<String>) -> impl IntoView {
     let user = user.map(|user| {
         let home = format!("/funcs/{}", user.namespace);
         let jobs = format!("/funcs/{}/jobs", user.namespace);
-        let admin = user
-            .admin
-            .then(|| view! { <span class="badge badge-admin">admin</span> });
+        let admin = user.admin.then(|| {
+            view! { <span class="badge badge-admin">admin</span> <a href="/funcs" title="Switch to another namespace">"Namespaces"</a> }
+        });
         view! {
             <div class="user">
                 <a class="user-ns" href=home title="Your functions and services">{user.namespace}</a>

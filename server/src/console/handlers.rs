@@ -199,9 +199,32 @@ pub async fn root() -> Redirect {
     Redirect::to("/funcs")
 }
 
-/// `/funcs`: the caller's own namespace.
-pub async fn home(caller: Caller) -> Redirect {
-    Redirect::to(&format!("/funcs/{}", caller.principal.namespace))
+#[derive(Deserialize)]
+pub struct HomeQuery {
+    /// The namespace switcher's choice.
+    ns: Option<String>,
+}
+
+/// `/funcs`: the caller's own namespace; for an admin the namespaces and a switcher.
+/// `?ns=` goes to that namespace, if the caller may see it.
+pub async fn home(
+    State(state): Shared,
+    Extension(nonce): Extension<Nonce>,
+    uri: Uri,
+    caller: Caller,
+) -> Result<Response, ConsoleError> {
+    let home_query: HomeQuery = query(&uri)?;
+    if let Some(ns) = home_query.ns.as_deref().map(str::trim) {
+        check_name("namespace", ns)?;
+        caller.authorize(ns)?;
+        return Ok(Redirect::to(&app::routes::list_href(ns)).into_response());
+    }
+    if !caller.principal.admin {
+        return Ok(Redirect::to(&format!("/funcs/{}", caller.principal.namespace)).into_response());
+    }
+    let namespaces = state.console.namespaces(&caller.token).await?;
+    let ctx = page_context(&caller, &nonce).await?;
+    Ok(Html(app::pages::render_namespaces(&namespaces, &ctx).await).into_response())
 }
 
 /// `/funcs/<ns>`: the list, as a page, JSON or text.
