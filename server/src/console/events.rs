@@ -21,6 +21,7 @@ pub struct SqliteEvents {
 impl SqliteEvents {
     pub async fn open(data_dir: &Path) -> anyhow::Result<Self> {
         let path = data_dir.join("console.db");
+        super::session::create_private(&path)?;
         let options = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true)
