@@ -11,8 +11,11 @@ use std::sync::{Arc, Mutex};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::console::{ActionFailure, Console};
+use crate::console::{ActionFailure, Console, FunctionKey, SavedEvent};
+use crate::forms::{CreateForm, EnvChange, SettingsForm, TriggerForm};
 use crate::function::InvokeOutcome;
+use crate::listing::WorkloadKind;
+use crate::routes::{function_href, list_href};
 
 /// What an action answers: a script reads it as JSON, a browser sees it as the flash.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,6 +39,21 @@ pub struct ActionContext {
     pub reply: Arc<Mutex<Option<ActionReply>>>,
     /// Set by [`logout`]: the server ends the session.
     pub log_out: Arc<AtomicBool>,
+    /// The file of a multipart form (`code`), read by the server within the API's
+    /// upload limit.
+    pub upload: Option<PostedFile>,
+    /// Set by an action whose form comes back as typed even when it worked (invoke).
+    pub keep_form: Arc<AtomicBool>,
+}
+
+/// The `code` file of a posted form.
+#[derive(Clone, Debug)]
+pub enum PostedFile {
+    Zip(bytes::Bytes),
+    /// Larger than the API accepts; the rest was not read.
+    TooLarge {
+        limit_bytes: u64,
+    },
 }
 
 impl ActionContext {
@@ -52,6 +70,36 @@ impl ActionContext {
             browser,
             reply: Arc::default(),
             log_out: Arc::default(),
+            upload: None,
+            keep_form: Arc::default(),
+        }
+    }
+
+    /// With the `code` file of a multipart form.
+    pub fn with_upload(mut self, upload: Option<PostedFile>) -> Self {
+        self.upload = upload;
+        self
+    }
+
+    /// Whether the form should come back as typed whatever the outcome.
+    pub fn keeps_form(&self) -> bool {
+        self.keep_form.load(Ordering::Relaxed)
+    }
+
+    /// The posted zip: none when no file was chosen.
+    fn code(&self) -> Result<Option<Vec<u8>>, ActionFailure> {
+        match &self.upload {
+            None => Ok(None),
+            Some(PostedFile::Zip(zip)) if zip.is_empty() => Ok(None),
+            Some(PostedFile::Zip(zip)) => Ok(Some(zip.to_vec())),
+            Some(PostedFile::TooLarge { limit_bytes }) => Err(ActionFailure {
+                status: 413,
+                message: format!(
+                    "code: the zip is larger than the limit of {} MiB; leave out what the \
+                     function does not need (dependencies are installed at build time)",
+                    limit_bytes / (1024 * 1024)
+                ),
+            }),
         }
     }
 
@@ -76,10 +124,21 @@ impl ActionContext {
     }
 
     /// Keeps the reply and answers: a browser goes back to the page it came from (else
-    /// `back`), a script gets the reply or the failure's status.
+    /// `back`) at `back`'s fragment, a script gets the reply or the failure's status.
     fn finish(
         &self,
         back: &str,
+        result: Result<ActionReply, ActionFailure>,
+    ) -> Result<ActionReply, ServerFnError> {
+        self.finish_at(back, None, result)
+    }
+
+    /// As [`Self::finish`], but a browser whose action worked goes to `done` (a created
+    /// function's page, the list after a delete).
+    fn finish_at(
+        &self,
+        back: &str,
+        done: Option<String>,
         result: Result<ActionReply, ActionFailure>,
     ) -> Result<ActionReply, ServerFnError> {
         let reply = match &result {
@@ -92,7 +151,14 @@ impl ActionContext {
         };
         *self.reply.lock().unwrap_or_else(|e| e.into_inner()) = Some(reply.clone());
         if self.browser {
-            leptos_axum::redirect(&referer().unwrap_or_else(|| back.to_string()));
+            let target = match done.filter(|_| result.is_ok()) {
+                Some(page) => page,
+                None => {
+                    let headers = use_context::<http::request::Parts>().map(|p| p.headers);
+                    back_to(headers.as_ref(), back)
+                }
+            };
+            leptos_axum::redirect(&target);
             return Ok(reply);
         }
         result.map_err(|failure| {
@@ -107,12 +173,24 @@ impl ActionContext {
     }
 }
 
+/// Where a browser goes back to: the page the form was posted from, else `fallback`, at
+/// `fallback`'s fragment (the form's section, so the page stays where it was).
+pub fn back_to(headers: Option<&http::HeaderMap>, fallback: &str) -> String {
+    let fragment = fallback.split_once('#').map(|(_, f)| f);
+    match headers.and_then(referer) {
+        Some(page) => match fragment {
+            Some(fragment) => format!("{}#{fragment}", page.split('#').next().unwrap_or("")),
+            None => page,
+        },
+        None => fallback.to_string(),
+    }
+}
+
 /// The console page the form was posted from (same-origin Referer), if it is one.
-fn referer() -> Option<String> {
-    let parts = use_context::<http::request::Parts>()?;
-    let referer = parts.headers.get(http::header::REFERER)?.to_str().ok()?;
+fn referer(headers: &http::HeaderMap) -> Option<String> {
+    let referer = headers.get(http::header::REFERER)?.to_str().ok()?;
     let uri: http::Uri = referer.parse().ok()?;
-    let host = parts.headers.get(http::header::HOST)?.to_str().ok()?;
+    let host = headers.get(http::header::HOST)?.to_str().ok()?;
     if uri.authority().map(|a| a.as_str()) != Some(host) {
         return None;
     }
@@ -185,6 +263,8 @@ pub async fn invoke(
     body: Option<String>,
 ) -> Result<ActionReply, ServerFnError> {
     let ctx = context()?;
+    // The form keeps its method, path and body after the call.
+    ctx.keep_form.store(true, Ordering::Relaxed);
     let parsed = crate::listing::WorkloadKind::parse(&kind);
     let back = parsed.map_or_else(
         || format!("/funcs/{namespace}"),
@@ -226,6 +306,289 @@ pub async fn run_job(
         let client = ctx.client(&namespace)?;
         let event = event.filter(|e| !e.trim().is_empty());
         Ok(ok(ctx.console.run_job(&client, &job, event).await?))
+    }
+    .await;
+    ctx.finish(&back, result)
+}
+
+/// The kind of a posted form, as a failure naming the field.
+fn kind_of(kind: &str) -> Result<WorkloadKind, ActionFailure> {
+    WorkloadKind::from_name(kind).ok_or_else(|| {
+        ActionFailure::bad_request(format!("kind: {kind:?}: expected function or service"))
+    })
+}
+
+/// The page of the workload a form acts on, at `fragment` (the list when the kind is
+/// not one).
+fn workload_back(namespace: &str, kind: &str, name: &str, fragment: &str) -> String {
+    match WorkloadKind::from_name(kind) {
+        Some(kind) => format!("{}#{fragment}", function_href(namespace, kind, name)),
+        None => list_href(namespace),
+    }
+}
+
+/// Creates a Function or Service from the `/funcs/<ns>/new` form, with its zip when
+/// one is chosen (a multipart form); its page follows the build.
+#[server(prefix = "/console", endpoint = "create")]
+#[allow(clippy::too_many_arguments)]
+pub async fn create(
+    namespace: String,
+    kind: String,
+    name: String,
+    runtime: String,
+    entrypoint: Option<String>,
+    memory_mb: Option<String>,
+    timeout_sec: Option<String>,
+    env: Option<String>,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = format!("{}/new", list_href(&namespace));
+    let form = CreateForm {
+        kind,
+        name,
+        runtime,
+        entrypoint,
+        memory_mb,
+        timeout_sec,
+        env,
+    };
+    let mut done = None;
+    let result = async {
+        let client = ctx.client(&namespace)?;
+        let code = ctx.code()?;
+        let built = code.is_some();
+        let (kind, name, message) = ctx.console.create(&client, &form, code).await?;
+        let page = function_href(&namespace, kind, &name);
+        done = Some(if built {
+            format!("{page}?follow=1#build")
+        } else {
+            format!("{page}#upload")
+        });
+        Ok(ok(message))
+    }
+    .await;
+    ctx.finish_at(&back, done, result)
+}
+
+/// A new version of a workload's code; its page follows the build.
+#[server(prefix = "/console", endpoint = "upload")]
+pub async fn upload(
+    namespace: String,
+    kind: String,
+    name: String,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "upload");
+    let result = async {
+        let kind = kind_of(&kind)?;
+        let client = ctx.client(&namespace)?;
+        let code = ctx
+            .code()?
+            .ok_or_else(|| ActionFailure::bad_request("code: choose a zip file to upload"))?;
+        ctx.console.upload(&client, kind, &name, code).await.map(ok)
+    }
+    .await;
+    let done = WorkloadKind::from_name(&kind)
+        .map(|k| format!("{}?follow=1#build", function_href(&namespace, k, &name)));
+    ctx.finish_at(&back, done, result)
+}
+
+/// Entrypoint, memory, CPU, disk, timeout and scaling; an empty field stays as it is.
+#[server(prefix = "/console", endpoint = "settings")]
+#[allow(clippy::too_many_arguments)]
+pub async fn save_settings(
+    namespace: String,
+    kind: String,
+    name: String,
+    entrypoint: Option<String>,
+    memory_mb: Option<String>,
+    cpu_millis: Option<String>,
+    disk_mb: Option<String>,
+    timeout_sec: Option<String>,
+    min_instances: Option<String>,
+    max_instances: Option<String>,
+    target_concurrency: Option<String>,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "settings");
+    let form = SettingsForm {
+        entrypoint,
+        memory_mb,
+        cpu_millis,
+        disk_mb,
+        timeout_sec,
+        min_instances,
+        max_instances,
+        target_concurrency,
+    };
+    let result = async {
+        let kind = kind_of(&kind)?;
+        let client = ctx.client(&namespace)?;
+        ctx.console
+            .save_settings(&client, kind, &name, &form)
+            .await
+            .map(ok)
+    }
+    .await;
+    ctx.finish(&back, result)
+}
+
+/// Sets one env var (`env_value`), or removes it when `remove` is posted. Values are
+/// never shown: replacing one means typing it.
+#[server(prefix = "/console", endpoint = "env")]
+pub async fn change_env(
+    namespace: String,
+    kind: String,
+    name: String,
+    env_name: String,
+    env_value: Option<String>,
+    remove: Option<String>,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "env");
+    let result = async {
+        let kind = kind_of(&kind)?;
+        let client = ctx.client(&namespace)?;
+        let env_name = env_name.trim().to_string();
+        let change = if remove.is_some() {
+            EnvChange::Remove { name: env_name }
+        } else {
+            EnvChange::Set {
+                name: env_name,
+                value: env_value.unwrap_or_default(),
+            }
+        };
+        ctx.console
+            .change_env(&client, kind, &name, &change)
+            .await
+            .map(ok)
+    }
+    .await;
+    ctx.finish(&back, result)
+}
+
+/// Adds an http, cron or event trigger to the workload `name`.
+#[server(prefix = "/console", endpoint = "add-trigger")]
+pub async fn add_trigger(
+    namespace: String,
+    kind: String,
+    name: String,
+    trigger: String,
+    trigger_type: String,
+    schedule: Option<String>,
+    queue: Option<String>,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "triggers");
+    let form = TriggerForm {
+        trigger,
+        trigger_type,
+        schedule,
+        queue,
+    };
+    let result = async {
+        let client = ctx.client(&namespace)?;
+        ctx.console.add_trigger(&client, &name, &form).await.map(ok)
+    }
+    .await;
+    ctx.finish(&back, result)
+}
+
+/// Removes one trigger of the workload `name`.
+#[server(prefix = "/console", endpoint = "remove-trigger")]
+pub async fn remove_trigger(
+    namespace: String,
+    kind: String,
+    name: String,
+    trigger: String,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "triggers");
+    let result = async {
+        let client = ctx.client(&namespace)?;
+        ctx.console
+            .remove_trigger(&client, &name, &trigger)
+            .await
+            .map(ok)
+    }
+    .await;
+    ctx.finish(&back, result)
+}
+
+/// Deletes a workload with its triggers; `confirm` must repeat its name (the
+/// confirmation step of the page posts it).
+#[server(prefix = "/console", endpoint = "delete")]
+pub async fn delete(
+    namespace: String,
+    kind: String,
+    name: String,
+    confirm: Option<String>,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "delete");
+    let result = async {
+        let kind = kind_of(&kind)?;
+        if confirm.as_deref() != Some(name.as_str()) {
+            return Err(ActionFailure::bad_request(format!(
+                "confirm: deleting needs the confirmation step: post confirm={name}"
+            )));
+        }
+        let client = ctx.client(&namespace)?;
+        ctx.console.delete(&client, kind, &name).await.map(ok)
+    }
+    .await;
+    ctx.finish_at(&back, Some(list_href(&namespace)), result)
+}
+
+/// Saves the invoke form's body as a named test event of this function.
+#[server(prefix = "/console", endpoint = "save-event")]
+pub async fn save_event(
+    namespace: String,
+    kind: String,
+    name: String,
+    event_name: String,
+    body: Option<String>,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    ctx.keep_form.store(true, Ordering::Relaxed);
+    let back = workload_back(&namespace, &kind, &name, "invoke");
+    let result = async {
+        let kind = kind_of(&kind)?;
+        ctx.client(&namespace)?;
+        let key = FunctionKey {
+            namespace: namespace.clone(),
+            kind,
+            name: name.clone(),
+        };
+        let event = SavedEvent {
+            name: event_name.trim().to_string(),
+            body: body.unwrap_or_default(),
+        };
+        ctx.console.save_event(&key, &event).await.map(ok)
+    }
+    .await;
+    ctx.finish(&back, result)
+}
+
+/// Deletes one saved test event.
+#[server(prefix = "/console", endpoint = "delete-event")]
+pub async fn delete_event(
+    namespace: String,
+    kind: String,
+    name: String,
+    event_name: String,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "invoke");
+    let result = async {
+        let kind = kind_of(&kind)?;
+        ctx.client(&namespace)?;
+        let key = FunctionKey {
+            namespace: namespace.clone(),
+            kind,
+            name: name.clone(),
+        };
+        ctx.console.delete_event(&key, &event_name).await.map(ok)
     }
     .await;
     ctx.finish(&back, result)

@@ -6,11 +6,16 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use percent_encoding::percent_decode_str;
+use serde::{Deserialize, Serialize};
 use sless_api::{JobPatch, JobResponse, JobRunResponse, WorkloadResponse};
 use sless_client::client::{
     Client, ClientError, Invocation, Kind, LogFilter, RunWait, TriggerWait,
 };
 
+use crate::forms::{
+    CreateForm, EnvChange, SAVED_EVENTS_MAX, SettingsForm, TriggerForm, validate_event_body,
+    validate_event_name,
+};
 use crate::function::{
     CallSummary, FETCHED_CALLS, FunctionView, INVOKE_BODY_LIMIT, InvokeOutcome, TriggerRuns,
 };
@@ -54,6 +59,18 @@ impl ActionFailure {
             status: 400,
             message: message.into(),
         }
+    }
+}
+
+impl From<sless_api::validation::ValidationError> for ActionFailure {
+    fn from(e: sless_api::validation::ValidationError) -> Self {
+        ActionFailure::bad_request(e.to_string())
+    }
+}
+
+impl From<ClientError> for ActionFailure {
+    fn from(e: ClientError) -> Self {
+        ViewError::from(e).into()
     }
 }
 
@@ -110,6 +127,51 @@ pub struct Console {
     api: Client,
     /// How the Invoke form calls; over HTTP to `/fn` when none is given.
     invoker: Option<Arc<dyn Invoker>>,
+    /// Where the saved test events are kept; none without a place (the list is empty).
+    events: Option<Arc<dyn SavedEvents>>,
+}
+
+/// One function's saved test event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SavedEvent {
+    pub name: String,
+    pub body: String,
+}
+
+/// Which function a saved event belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionKey {
+    pub namespace: String,
+    pub kind: WorkloadKind,
+    pub name: String,
+}
+
+/// What saving an event did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Saved {
+    Added,
+    Replaced,
+    /// The function has `max` events already and this name is new.
+    Full,
+}
+
+/// Where saved test events live: beside the console's sessions, on the server (the
+/// `sless` binary implements it on its SQLite file). Errors are for the log and the flash.
+#[async_trait::async_trait]
+pub trait SavedEvents: Send + Sync + 'static {
+    /// By name.
+    async fn list(&self, key: &FunctionKey) -> Result<Vec<SavedEvent>, String>;
+    /// Adds or replaces `event`; a new name past `max` events is refused (`Full`).
+    async fn save(
+        &self,
+        key: &FunctionKey,
+        event: &SavedEvent,
+        max: usize,
+    ) -> Result<Saved, String>;
+    /// Whether there was one of that name.
+    async fn delete(&self, key: &FunctionKey, name: &str) -> Result<bool, String>;
+    /// All of a deleted function's events.
+    async fn forget(&self, key: &FunctionKey) -> Result<(), String>;
 }
 
 /// One call of the Invoke form: `method` `/fn/{namespace}/{name}{path}` with `body`.
@@ -139,7 +201,14 @@ impl Console {
             api: Client::for_namespace(&options.api_endpoint, "", "")?,
             options,
             invoker: None,
+            events: None,
         })
+    }
+
+    /// Saved test events are kept in `events` from now on.
+    pub fn with_saved_events(mut self, events: Arc<dyn SavedEvents>) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// The Invoke form calls through `invoker` from now on.
@@ -159,6 +228,11 @@ impl Console {
     /// A client acting as the caller on `namespace`, on the shared pool.
     pub fn client(&self, token: &str, namespace: &str) -> Client {
         self.api.acting_as(token, namespace)
+    }
+
+    /// Every namespace holding something (the API answers admins only).
+    pub async fn namespaces(&self, token: &str) -> Result<Vec<String>> {
+        Ok(self.client(token, "").list_namespaces().await?)
     }
 
     /// Functions, Services and Triggers, fetched concurrently.
@@ -470,6 +544,257 @@ impl Console {
                 )
             }
         })
+    }
+}
+
+/// The lifecycle: create, upload, settings, triggers, delete, saved events.
+impl Console {
+    /// Creates a Function or Service and, with `code`, uploads it; a refused upload
+    /// deletes the new workload again, so one form is one change. Answers its kind, name
+    /// and what happened.
+    pub async fn create(
+        &self,
+        client: &Client,
+        form: &CreateForm,
+        code: Option<Vec<u8>>,
+    ) -> Result<(WorkloadKind, String, String), ActionFailure> {
+        let (kind, request) = form.request()?;
+        let name = request.name.clone().unwrap_or_default();
+        client.create_workload(kind.into(), &request).await?;
+        let Some(code) = code else {
+            return Ok((
+                kind,
+                name.clone(),
+                format!("Created {kind} {name}; upload its code to build it."),
+            ));
+        };
+        if let Err(e) = client.upload(kind.into(), &name, code).await {
+            // The form made nothing: the user fixes the zip and posts it again.
+            if let Err(cleanup) = client.delete(kind.into(), &name).await {
+                tracing::warn!(%kind, %name, error = %cleanup, "removing a workload after its refused upload");
+            }
+            return Err(code_failure(e));
+        }
+        Ok((
+            kind,
+            name.clone(),
+            format!("Created {kind} {name}; building its code."),
+        ))
+    }
+
+    /// A new version of the code: the API's upload (its limits, zip checks and review).
+    pub async fn upload(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        name: &str,
+        code: Vec<u8>,
+    ) -> Result<String, ActionFailure> {
+        client
+            .upload(kind.into(), name, code)
+            .await
+            .map_err(code_failure)?;
+        Ok(format!("Uploaded a new version of {name}; building it."))
+    }
+
+    pub async fn save_settings(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        name: &str,
+        form: &SettingsForm,
+    ) -> Result<String, ActionFailure> {
+        let current = client.get_workload(kind.into(), name).await?;
+        let request = form.apply(&current)?;
+        client
+            .replace_workload(kind.into(), name, &request)
+            .await
+            .map_err(changed_meanwhile)?;
+        Ok(format!("Saved the settings of {name}."))
+    }
+
+    /// Sets or removes one env var; the other values stay as they are, unseen.
+    pub async fn change_env(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        name: &str,
+        change: &EnvChange,
+    ) -> Result<String, ActionFailure> {
+        let current = client.get_workload(kind.into(), name).await?;
+        let mut request = crate::forms::spec_of(&current);
+        request.env_vars = Some(change.apply(&current.env_vars)?);
+        client
+            .replace_workload(kind.into(), name, &request)
+            .await
+            .map_err(changed_meanwhile)?;
+        Ok(match change {
+            EnvChange::Set { name: var, .. } if current.env_vars.contains_key(var) => {
+                format!("Replaced the value of {var}.")
+            }
+            EnvChange::Set { name: var, .. } => format!("Added {var}."),
+            EnvChange::Remove { name: var } => format!("Removed {var}."),
+        })
+    }
+
+    pub async fn add_trigger(
+        &self,
+        client: &Client,
+        function: &str,
+        form: &TriggerForm,
+    ) -> Result<String, ActionFailure> {
+        let request = form.request(function)?;
+        let trigger = client.create_trigger(&request).await?;
+        Ok(format!(
+            "Added the {} trigger {}.",
+            trigger.trigger_type, trigger.name
+        ))
+    }
+
+    /// Removes one of `function`'s triggers (a trigger of another function is not
+    /// removed from this page).
+    pub async fn remove_trigger(
+        &self,
+        client: &Client,
+        function: &str,
+        trigger: &str,
+    ) -> Result<String, ActionFailure> {
+        let found = client.get_trigger(trigger).await?;
+        if found.function_ref != function {
+            return Err(ActionFailure::bad_request(format!(
+                "trigger: {trigger} belongs to {}, not {function}",
+                found.function_ref
+            )));
+        }
+        client.delete(Kind::Trigger, trigger).await?;
+        Ok(format!("Removed the trigger {trigger}."))
+    }
+
+    /// What deleting a workload takes with it: its triggers, by name.
+    pub async fn triggers_of(&self, client: &Client, name: &str) -> Result<Vec<String>> {
+        Ok(client
+            .list_triggers()
+            .await?
+            .into_iter()
+            .filter(|t| t.function_ref == name)
+            .map(|t| t.name)
+            .collect())
+    }
+
+    /// Deletes a workload with its triggers, uploaded code and saved events.
+    pub async fn delete(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        name: &str,
+    ) -> Result<String, ActionFailure> {
+        // The workload must exist (a typo deletes nothing, not its namesake's triggers).
+        client.get_workload(kind.into(), name).await?;
+        let triggers = self.triggers_of(client, name).await?;
+        for trigger in &triggers {
+            match client.delete(Kind::Trigger, trigger).await {
+                Err(e) if e.status() != Some(404) => return Err(e.into()),
+                _ => {}
+            }
+        }
+        client.delete(kind.into(), name).await?;
+        if let Some(events) = &self.events {
+            let key = FunctionKey {
+                namespace: client.namespace().to_string(),
+                kind,
+                name: name.to_string(),
+            };
+            if let Err(e) = events.forget(&key).await {
+                tracing::warn!(%name, error = %e, "forgetting a deleted function's saved events");
+            }
+        }
+        Ok(match triggers.len() {
+            0 => format!("Deleted {kind} {name}."),
+            _ => format!(
+                "Deleted {kind} {name} and its triggers {}.",
+                triggers.join(", ")
+            ),
+        })
+    }
+
+    fn events(&self) -> Result<&Arc<dyn SavedEvents>, ActionFailure> {
+        self.events.as_ref().ok_or_else(|| ActionFailure {
+            status: 501,
+            message: "this console keeps no saved events".into(),
+        })
+    }
+
+    /// A function's saved events (none when this console keeps none).
+    pub async fn saved_events(&self, key: &FunctionKey) -> Result<Vec<SavedEvent>> {
+        match &self.events {
+            Some(events) => events.list(key).await.map_err(ViewError::Data),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    pub async fn save_event(
+        &self,
+        key: &FunctionKey,
+        event: &SavedEvent,
+    ) -> Result<String, ActionFailure> {
+        validate_event_name(&event.name)?;
+        validate_event_body(&event.body)?;
+        let saved = self
+            .events()?
+            .save(key, event, SAVED_EVENTS_MAX)
+            .await
+            .map_err(internal)?;
+        match saved {
+            Saved::Added => Ok(format!("Saved the event {:?}.", event.name)),
+            Saved::Replaced => Ok(format!("Replaced the saved event {:?}.", event.name)),
+            Saved::Full => Err(ActionFailure::bad_request(format!(
+                "event_name: {} already has {SAVED_EVENTS_MAX} saved events; delete one or \
+                 save under an existing name",
+                key.name
+            ))),
+        }
+    }
+
+    pub async fn delete_event(
+        &self,
+        key: &FunctionKey,
+        name: &str,
+    ) -> Result<String, ActionFailure> {
+        if self.events()?.delete(key, name).await.map_err(internal)? {
+            Ok(format!("Deleted the saved event {name:?}."))
+        } else {
+            Err(ActionFailure {
+                status: 404,
+                message: format!("event_name: no saved event {name:?}"),
+            })
+        }
+    }
+}
+
+/// A refused upload names the form's file field.
+fn code_failure(e: ClientError) -> ActionFailure {
+    let failure = ActionFailure::from(e);
+    ActionFailure {
+        message: format!("code: {}", failure.message),
+        ..failure
+    }
+}
+
+/// A 409 on a guarded PUT: someone changed it since the page was read.
+fn changed_meanwhile(e: ClientError) -> ActionFailure {
+    if e.status() == Some(409) {
+        return ActionFailure {
+            status: 409,
+            message: "it was changed meanwhile; look at the page again and redo the change".into(),
+        };
+    }
+    e.into()
+}
+
+fn internal(message: String) -> ActionFailure {
+    ActionFailure {
+        status: 500,
+        message,
     }
 }
 

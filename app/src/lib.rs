@@ -18,7 +18,9 @@
 //! The modules, each using only those listed after it:
 //! - [`pages`]: the documents, from components in `pages/` (layout, parts, one file a page);
 //! - [`actions`]: the `#[server]` functions the pages' forms post to;
-//! - [`console`]: fetching through the REST API into views, and the action errors;
+//! - [`console`]: fetching through the REST API into views, the lifecycle, and the
+//!   action errors;
+//! - [`forms`]: the lifecycle forms read into API requests under the API's own rules;
 //! - [`function`]: one Function or Service's page data and its text/JSON answers;
 //! - [`source_cache`], [`highlight`]: highlighted source, rendered once and shared;
 //! - [`routes`]: the pages' addresses;
@@ -27,6 +29,7 @@
 
 pub mod actions;
 pub mod console;
+pub mod forms;
 pub mod function;
 pub mod highlight;
 pub mod listing;

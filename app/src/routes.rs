@@ -27,3 +27,13 @@ pub fn source_href(namespace: &str, kind: WorkloadKind, name: &str) -> String {
         kind.as_str()
     )
 }
+
+/// A namespace's list page.
+pub fn list_href(namespace: &str) -> String {
+    format!("/funcs/{}", url_encode(namespace))
+}
+
+/// The create form of a namespace.
+pub fn new_href(namespace: &str) -> String {
+    format!("/funcs/{}/new", url_encode(namespace))
+}

@@ -122,7 +122,7 @@ export class User {
 }
 
 /** Zips files with Python's zipfile module (always present: the Python runtime needs it). */
-async function zipOf(files) {
+export async function zipOf(files) {
   const dir = await mkdtemp(path.join(tmpdir(), 'sless-e2e-zip-'));
   try {
     const names = [];

@@ -332,6 +332,7 @@ async fn run_console(args: &OperatorArgs) -> anyhow::Result<()> {
         public_url: public_url.trim_end_matches('/').to_string(),
         data_dir: args.data_dir.clone(),
         inline_sources: app::console::ConsoleOptions::default().inline_sources,
+        max_upload_bytes: args.max_upload_mb * 1024 * 1024,
     };
     let app = crate::console::router(config, auth, None)
         .await?

@@ -192,6 +192,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         address,
         &external_url,
         args.secure_cookies,
+        args.max_upload_mb * 1024 * 1024,
     );
     let console = crate::console::router(console, state.auth.clone(), Some(proxy.clone())).await?;
     let app = gateway::api::router(state)

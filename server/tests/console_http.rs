@@ -244,9 +244,14 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Self {
+        Self::with_env(&[])
+    }
+
+    /// A server started with extra `SLESS_*` settings.
+    fn with_env(env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let server = common::start(&data);
+        let server = common::start_with_env(&data, env);
         let token = common::token(&data, USER);
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -463,9 +468,42 @@ impl Browser<'_> {
         let request = self.fixture.http.get(self.fixture.url(path));
         let reply = self.send(request).await;
         if reply.status.is_success() {
-            self.page = Some(self.fixture.url(path));
+            // A browser's Referer has no fragment.
+            let page = path.split('#').next().unwrap_or(path);
+            self.page = Some(self.fixture.url(page));
         }
         reply
+    }
+
+    /// A multipart form post (the create and upload forms), the file `code` last.
+    async fn post_multipart(
+        &mut self,
+        path: &str,
+        form: &[(&str, &str)],
+        zip: Option<Vec<u8>>,
+    ) -> Reply {
+        let mut multipart = reqwest::multipart::Form::new();
+        for (name, value) in form {
+            multipart = multipart.text(name.to_string(), value.to_string());
+        }
+        let part = match zip {
+            Some(zip) => reqwest::multipart::Part::bytes(zip).file_name("code.zip"),
+            // What a browser sends when no file was chosen.
+            None => reqwest::multipart::Part::bytes(Vec::new())
+                .file_name("")
+                .mime_str("application/octet-stream")
+                .unwrap(),
+        };
+        multipart = multipart.part("code", part);
+        let mut request = self
+            .fixture
+            .http
+            .post(self.fixture.url(path))
+            .multipart(multipart);
+        if let Some(page) = &self.page {
+            request = request.header(header::REFERER, page);
+        }
+        self.send(request).await
     }
 
     async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Reply {
@@ -1555,8 +1593,8 @@ async fn invoke_goes_through_fn_and_the_call_shows_up_escaped() {
         .await;
     assert_eq!(
         done.redirect("invoke"),
-        path,
-        "back to the page it came from"
+        format!("{path}#invoke"),
+        "back to the page it came from, at the form"
     );
     let page = browser.get(&path).await.expect(200, "after the call");
     let html = &page.body;
@@ -1941,4 +1979,734 @@ async fn failures_lead_with_their_cause_on_the_list_and_the_function_page() {
     for cause in [build, start] {
         assert!(lines.iter().any(|l| l.contains(cause)), "{lines:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The lifecycle from the console: create, upload, settings, env, triggers, delete
+
+const CREATE: &str = "/console/create";
+const UPLOAD: &str = "/console/upload";
+const SETTINGS: &str = "/console/settings";
+const ENV: &str = "/console/env";
+const ADD_TRIGGER: &str = "/console/add-trigger";
+const REMOVE_TRIGGER: &str = "/console/remove-trigger";
+const DELETE: &str = "/console/delete";
+const SAVE_EVENT: &str = "/console/save-event";
+const DELETE_EVENT: &str = "/console/delete-event";
+
+const HELLO_V1: &[u8] = b"def handle(event):\n    return {'version': 1}\n";
+const HELLO_V2: &[u8] = b"def handle(event):\n    return {'version': 2}\n";
+
+impl Fixture {
+    /// The status of a workload through the REST API (404 when it does not exist).
+    async fn rest_status(&self, collection: &str, name: &str) -> StatusCode {
+        let url = self.url(&format!("/v1/namespaces/{}/{collection}/{name}", self.ns));
+        self.send(self.http.get(url).bearer_auth(&self.token))
+            .await
+            .status
+    }
+
+    /// What a call through `/fn` answers, as JSON.
+    async fn call_json(&self, name: &str) -> Value {
+        let url = self.url(&format!("/fn/{}/{name}", self.ns));
+        let reply = self.send(self.http.post(url).body("{}")).await;
+        serde_json::from_str(&reply.body).unwrap_or(Value::Null)
+    }
+}
+
+impl Browser<'_> {
+    /// Follows a redirect and returns the page, whose flash must be of `kind`.
+    async fn follow(&mut self, reply: &Reply, what: &str, kind: &str) -> Reply {
+        let target = reply.redirect(what).to_string();
+        let page = self.get(&target).await.expect(200, what);
+        let flash = enclosing(&page.body, "id=\"flash\"", "<p", "</p>");
+        assert!(flash.contains(&format!("flash-{kind}")), "{what}: {flash}");
+        page
+    }
+}
+
+/// The flash of a page.
+fn flash_of(html: &str) -> &str {
+    enclosing(html, "id=\"flash\"", "<p", "</p>")
+}
+
+#[tokio::test]
+async fn create_with_and_without_a_zip_and_upload_a_new_version() {
+    let f = Fixture::new();
+    let ns = f.ns.clone();
+    let mut browser = f.browser();
+    let list = browser.logged_in().await;
+    assert!(
+        list.body.contains(&format!("href=\"/funcs/{ns}/new\"")),
+        "a way to create"
+    );
+    let page = browser
+        .get(&format!("/funcs/{ns}/new"))
+        .await
+        .expect(200, "the create form");
+    assert!(
+        page.body.contains("enctype=\"multipart/form-data\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("action=\"/console/create\""));
+    let csrf = csrf_of(&page.body);
+
+    // Without a zip: created, Pending, and the browser lands on its page at the upload.
+    let form = |name: &'static str| {
+        vec![
+            ("csrf_token", csrf.clone()),
+            ("namespace", ns.clone()),
+            ("kind", "function".to_string()),
+            ("name", name.to_string()),
+            ("runtime", "python3.11".to_string()),
+            ("memory_mb", "192".to_string()),
+            ("timeout_sec", "".to_string()),
+            ("env", "GREETING=hi\n".to_string()),
+        ]
+    };
+    let strs = |form: &[(&'static str, String)]| -> Vec<(&'static str, String)> { form.to_vec() };
+    let as_pairs = |form: &[(&'static str, String)]| {
+        form.iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<Vec<_>>()
+    };
+    let empty = as_pairs(&strs(&form("empty")));
+    let done = browser.post_multipart(CREATE, &pairs(&empty), None).await;
+    assert_eq!(
+        done.redirect("create without a zip"),
+        format!("/funcs/{ns}/function/empty#upload")
+    );
+    let created = f.rest(Method::GET, "functions/empty", None).await;
+    assert_eq!(created["phase"], "Pending", "{created}");
+    assert_eq!(created["memory_mb"], 192, "{created}");
+    assert_eq!(created["env_vars"]["GREETING"], "hi", "{created}");
+
+    // With a zip: built, Ready on its page; the page follows the build.
+    let page = browser
+        .get(&format!("/funcs/{ns}/new"))
+        .await
+        .expect(200, "the form again");
+    let csrf = csrf_of(&page.body);
+    let mut hello = as_pairs(&form("hello"));
+    hello[0].1 = csrf.clone();
+    let done = browser
+        .post_multipart(
+            CREATE,
+            &pairs(&hello),
+            Some(zip_of(&[("handler.py", HELLO_V1)])),
+        )
+        .await;
+    let target = done.redirect("create with a zip").to_string();
+    assert_eq!(target, format!("/funcs/{ns}/function/hello?follow=1#build"));
+    f.wait_for_phase("hello", "Ready").await;
+    f.http_trigger("hello-http", "hello").await;
+    let page = browser.get(&target).await.expect(200, "its page");
+    assert!(
+        page.body.contains("class=\"phase phase-ready\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("action=\"/console/upload\""),
+        "an upload form"
+    );
+    assert_eq!(f.call_json("hello").await["version"], 1);
+
+    // A new version from the function page: the API's pipeline builds it.
+    let path = f.function_path("hello");
+    let page = browser.get(&path).await.expect(200, "the page");
+    let csrf = csrf_of(&page.body);
+    let target = [
+        ("csrf_token", csrf.as_str()),
+        ("namespace", ns.as_str()),
+        ("kind", "function"),
+        ("name", "hello"),
+    ];
+    let done = browser
+        .post_multipart(UPLOAD, &target, Some(zip_of(&[("handler.py", HELLO_V2)])))
+        .await;
+    assert_eq!(done.redirect("upload"), format!("{path}?follow=1#build"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while f.call_json("hello").await["version"] != 2 {
+        assert!(Instant::now() < deadline, "the new version never served");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let page = browser.get(&path).await.expect(200, "after the build");
+    assert!(page.body.contains("class=\"phase phase-ready\""));
+
+    // Refused: not a zip (the API's zip check, named as the file field), nothing made.
+    let mut broken = as_pairs(&form("broken"));
+    broken[0].1 = csrf.clone();
+    let new_page = format!("/funcs/{ns}/new");
+    browser.get(&new_page).await.expect(200, "the form");
+    let refused = browser
+        .post_multipart(CREATE, &pairs(&broken), Some(b"not a zip at all".to_vec()))
+        .await;
+    assert!(refused.redirect("a bad zip").starts_with(&new_page));
+    let page = browser.follow(&refused, "a bad zip", "error").await;
+    assert!(
+        flash_of(&page.body).contains("code: "),
+        "{}",
+        flash_of(&page.body)
+    );
+    assert_eq!(
+        f.rest_status("functions", "broken").await,
+        404,
+        "nothing made"
+    );
+    assert!(page.body.contains("value=\"broken\""), "the name is kept");
+    assert!(
+        !page.body.contains("GREETING=hi"),
+        "env values are not kept"
+    );
+
+    // A bad name and a bad memory: the flash names the field, the form keeps the rest.
+    let csrf = csrf_of(&page.body);
+    for (field, value, named) in [
+        ("name", "Bad_Name", "name: "),
+        ("memory_mb", "1", "memory_mb: "),
+    ] {
+        let mut bad = as_pairs(&form("fine-name"));
+        bad[0].1 = csrf.clone();
+        bad.iter_mut().find(|(k, _)| k == field).unwrap().1 = value.to_string();
+        let refused = browser.post_multipart(CREATE, &pairs(&bad), None).await;
+        let page = browser.follow(&refused, field, "error").await;
+        assert!(
+            flash_of(&page.body).contains(named),
+            "{}",
+            flash_of(&page.body)
+        );
+        assert!(
+            page.body.contains(&format!("value=\"{value}\"")),
+            "kept: {field}"
+        );
+    }
+
+    // CSRF is checked on multipart forms as on any other.
+    for (csrf, what) in [("", "no token"), ("forged", "a forged token")] {
+        let mut forged = as_pairs(&form("forged"));
+        forged[0].1 = csrf.to_string();
+        browser
+            .post_multipart(
+                CREATE,
+                &pairs(&forged),
+                Some(zip_of(&[("handler.py", HELLO_V1)])),
+            )
+            .await
+            .expect(403, what);
+    }
+    assert_eq!(f.rest_status("functions", "forged").await, 404);
+}
+
+/// Logged in on `echo`'s page (of [`echo_fixture`]), with the page's CSRF token.
+async fn on_echo_page<'a>(f: &'a Fixture) -> (Browser<'a>, String) {
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let page = browser
+        .get(&f.function_path("echo"))
+        .await
+        .expect(200, "echo's page");
+    let csrf = csrf_of(&page.body);
+    (browser, csrf)
+}
+
+fn echo_form<'a>(
+    csrf: &'a str,
+    ns: &'a str,
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut form = vec![
+        ("csrf_token", csrf),
+        ("namespace", ns),
+        ("kind", "function"),
+        ("name", "echo"),
+    ];
+    form.extend_from_slice(extra);
+    form
+}
+
+#[tokio::test]
+async fn settings_and_env_never_show_a_value_and_escape_what_was_typed() {
+    let f = echo_fixture().await;
+    let ns = f.ns.clone();
+    let path = f.function_path("echo");
+    let (mut browser, csrf) = on_echo_page(&f).await;
+    let page = browser.get(&path).await.expect(200, "the page");
+    assert!(
+        page.body.contains("<code class=\"env-name\">SECRET</code>"),
+        "the name"
+    );
+    assert!(!page.body.contains("hunter2"), "never the value");
+
+    let done = browser
+        .post(
+            SETTINGS,
+            &echo_form(
+                &csrf,
+                &ns,
+                &[
+                    ("memory_mb", "256"),
+                    ("timeout_sec", "30"),
+                    ("entrypoint", "handler.handle"),
+                ],
+            ),
+        )
+        .await;
+    assert_eq!(done.redirect("settings"), format!("{path}#settings"));
+    let page = browser.follow(&done, "settings", "ok").await;
+    assert!(page.body.contains("<dd>256 MB</dd>"), "{}", page.body);
+    let stored = f.rest(Method::GET, "functions/echo", None).await;
+    assert_eq!(stored["timeout_sec"], 30);
+    assert_eq!(stored["env_vars"]["SECRET"], "hunter2", "other fields kept");
+
+    // A value set is stored and never shown back; replacing and removing are explicit.
+    let value = "v4lue-<script>alert(5)</script>";
+    let done = browser
+        .post(
+            ENV,
+            &echo_form(&csrf, &ns, &[("env_name", "API_KEY"), ("env_value", value)]),
+        )
+        .await;
+    assert_eq!(done.redirect("env"), format!("{path}#env"));
+    let page = browser.follow(&done, "env", "ok").await;
+    assert!(page.body.contains(">API_KEY</code>"));
+    assert!(!page.body.contains("v4lue"), "the value is never rendered");
+    let stored = f.rest(Method::GET, "functions/echo", None).await;
+    assert_eq!(stored["env_vars"]["API_KEY"], value);
+    let done = browser
+        .post(
+            ENV,
+            &echo_form(&csrf, &ns, &[("env_name", "SECRET"), ("remove", "1")]),
+        )
+        .await;
+    browser.follow(&done, "remove", "ok").await;
+    let stored = f.rest(Method::GET, "functions/echo", None).await;
+    assert!(stored["env_vars"].get("SECRET").is_none(), "{stored}");
+    assert_eq!(
+        stored["env_vars"]["API_KEY"], value,
+        "the other value untouched"
+    );
+
+    // Hostile input comes back escaped, naming the field; a refused value is not kept.
+    let done = browser
+        .post(
+            ENV,
+            &echo_form(
+                &csrf,
+                &ns,
+                &[
+                    ("env_name", "<img src=x onerror=alert(6)>"),
+                    ("env_value", "t0ps3cret"),
+                ],
+            ),
+        )
+        .await;
+    let page = browser.follow(&done, "a bad env name", "error").await;
+    assert!(
+        flash_of(&page.body).contains("env_name: "),
+        "{}",
+        flash_of(&page.body)
+    );
+    assert!(!page.body.contains("<img src=x"), "escaped");
+    assert!(
+        page.body.contains("&lt;img src=x onerror=alert(6)&gt;"),
+        "kept, escaped"
+    );
+    assert!(
+        !page.body.contains("t0ps3cret"),
+        "a typed value is not kept either"
+    );
+    let done = browser
+        .post(
+            SETTINGS,
+            &echo_form(
+                &csrf,
+                &ns,
+                &[("entrypoint", "\"><script>alert(7)</script>")],
+            ),
+        )
+        .await;
+    let page = browser.follow(&done, "a bad entrypoint", "error").await;
+    assert!(flash_of(&page.body).contains("entrypoint: "));
+    assert!(!page.body.contains("<script>alert(7)"), "escaped");
+    let done = browser
+        .post(SETTINGS, &echo_form(&csrf, &ns, &[("memory_mb", "99999")]))
+        .await;
+    let page = browser.follow(&done, "too much memory", "error").await;
+    assert!(flash_of(&page.body).contains("memory_mb: 99999 is out of range"));
+    assert!(
+        page.body.contains("value=\"99999\""),
+        "what was typed is kept"
+    );
+    assert_eq!(
+        f.rest(Method::GET, "functions/echo", None).await["memory_mb"],
+        256
+    );
+}
+
+#[tokio::test]
+async fn triggers_are_added_with_a_cron_preview_and_removed() {
+    let f = echo_fixture().await;
+    let ns = f.ns.clone();
+    let path = f.function_path("echo");
+    let (mut browser, csrf) = on_echo_page(&f).await;
+
+    let preview = browser
+        .get(&format!("{path}?cron=*/15+*+*+*+*#triggers"))
+        .await
+        .expect(200, "a preview");
+    let runs = enclosing(&preview.body, "id=\"cron-preview\"", "<div", "</div>");
+    assert_eq!(runs.matches("<time").count(), 5, "{runs}");
+    assert!(
+        runs.contains(":00 UTC")
+            || runs.contains(":15 UTC")
+            || runs.contains(":30 UTC")
+            || runs.contains(":45 UTC"),
+        "{runs}"
+    );
+    let bad = browser
+        .get(&format!("{path}?cron=%3Cb%3Enope#triggers"))
+        .await
+        .expect(200, "a bad schedule");
+    let why = enclosing(&bad.body, "id=\"cron-preview\"", "<p", "</p>");
+    assert!(why.contains("schedule: "), "{why}");
+    assert!(!bad.body.contains("<b>nope"), "escaped");
+
+    let done = browser
+        .post(
+            ADD_TRIGGER,
+            &echo_form(
+                &csrf,
+                &ns,
+                &[
+                    ("trigger", "echo-hourly"),
+                    ("trigger_type", "cron"),
+                    ("schedule", "0 * * * *"),
+                ],
+            ),
+        )
+        .await;
+    let back = done.redirect("add cron");
+    assert!(
+        back.starts_with(&path) && back.ends_with("#triggers"),
+        "{back}"
+    );
+    let page = browser.follow(&done, "add cron", "ok").await;
+    assert!(page.body.contains("id=\"trigger-echo-hourly\""));
+    let stored = f.rest(Method::GET, "triggers/echo-hourly", None).await;
+    assert_eq!(stored["schedule"], "0 * * * *");
+    assert_eq!(stored["function_ref"], "echo");
+
+    let done = browser
+        .post(
+            ADD_TRIGGER,
+            &echo_form(
+                &csrf,
+                &ns,
+                &[
+                    ("trigger", "echo-events"),
+                    ("trigger_type", "event"),
+                    ("queue", ""),
+                ],
+            ),
+        )
+        .await;
+    let page = browser
+        .follow(&done, "event without a queue", "error")
+        .await;
+    assert!(
+        flash_of(&page.body).contains("queue: "),
+        "{}",
+        flash_of(&page.body)
+    );
+    assert!(
+        page.body.contains("value=\"echo-events\""),
+        "the name is kept"
+    );
+    let done = browser
+        .post(
+            ADD_TRIGGER,
+            &echo_form(
+                &csrf,
+                &ns,
+                &[
+                    ("trigger", "echo-events"),
+                    ("trigger_type", "event"),
+                    ("queue", "orders"),
+                ],
+            ),
+        )
+        .await;
+    browser.follow(&done, "add event", "ok").await;
+    assert_eq!(
+        f.rest(Method::GET, "triggers/echo-events", None).await["queue"],
+        "orders"
+    );
+
+    let done = browser
+        .post(
+            REMOVE_TRIGGER,
+            &echo_form(&csrf, &ns, &[("trigger", "echo-hourly")]),
+        )
+        .await;
+    let page = browser.follow(&done, "remove", "ok").await;
+    assert!(!page.body.contains("id=\"trigger-echo-hourly\""));
+    assert_eq!(f.rest_status("triggers", "echo-hourly").await, 404);
+}
+
+#[tokio::test]
+async fn delete_names_what_goes_and_needs_its_confirmation_step() {
+    let f = echo_fixture().await;
+    let ns = f.ns.clone();
+    let path = f.function_path("echo");
+    let (mut browser, csrf) = on_echo_page(&f).await;
+    let page = browser.get(&path).await.expect(200, "the page");
+    assert!(
+        page.body
+            .contains(&format!("href=\"{path}?delete=1#delete\"")),
+        "a first step"
+    );
+    assert!(
+        !page.body.contains("action=\"/console/delete\""),
+        "no delete button yet"
+    );
+
+    let step = browser
+        .get(&format!("{path}?delete=1#delete"))
+        .await
+        .expect(200, "the confirmation step");
+    let panel = enclosing(&step.body, "id=\"delete\"", "<section", "</section>");
+    assert!(panel.contains("Delete function echo?"), "{panel}");
+    assert!(
+        panel.contains("echo-http, echo-cron") || panel.contains("echo-cron, echo-http"),
+        "names its triggers: {panel}"
+    );
+    assert!(panel.contains("name=\"confirm\" value=\"echo\""), "{panel}");
+
+    // Without the confirmation nothing goes.
+    let refused = browser.post(DELETE, &echo_form(&csrf, &ns, &[])).await;
+    let page = browser.follow(&refused, "no confirmation", "error").await;
+    assert!(flash_of(&page.body).contains("confirm: "));
+    assert_eq!(f.rest_status("functions", "echo").await, 200);
+
+    browser
+        .get(&format!("{path}?delete=1"))
+        .await
+        .expect(200, "step");
+    let done = browser
+        .post(DELETE, &echo_form(&csrf, &ns, &[("confirm", "echo")]))
+        .await;
+    assert_eq!(done.redirect("delete"), format!("/funcs/{ns}"));
+    let list = browser.follow(&done, "delete", "ok").await;
+    assert!(flash_of(&list.body).contains("Deleted function echo and its triggers"));
+    assert_eq!(f.rest_status("functions", "echo").await, 404);
+    assert_eq!(f.rest_status("triggers", "echo-http").await, 404);
+    assert_eq!(f.rest_status("triggers", "echo-cron").await, 404);
+}
+
+#[tokio::test]
+async fn every_new_action_refuses_a_missing_or_forged_csrf_token() {
+    let f = echo_fixture().await;
+    let ns = f.ns.clone();
+    let (mut browser, _) = on_echo_page(&f).await;
+    let actions: [(&str, &[(&str, &str)]); 8] = [
+        (SETTINGS, &[("memory_mb", "512")]),
+        (ENV, &[("env_name", "X"), ("env_value", "1")]),
+        (
+            ADD_TRIGGER,
+            &[("trigger", "t-new"), ("trigger_type", "http")],
+        ),
+        (REMOVE_TRIGGER, &[("trigger", "echo-http")]),
+        (DELETE, &[("confirm", "echo")]),
+        (SAVE_EVENT, &[("event_name", "e"), ("body", "{}")]),
+        (DELETE_EVENT, &[("event_name", "e")]),
+        (UPLOAD, &[]),
+    ];
+    for (action, extra) in actions {
+        for csrf in ["", "forged"] {
+            let mut form = echo_form(csrf, &ns, extra);
+            if csrf.is_empty() {
+                form.remove(0);
+            }
+            browser.post(action, &form).await.expect(403, action);
+        }
+    }
+    let stored = f.rest(Method::GET, "functions/echo", None).await;
+    assert_eq!(stored["memory_mb"], 128, "nothing changed");
+    assert_eq!(f.rest_status("triggers", "echo-http").await, 200);
+    assert_eq!(f.rest_status("triggers", "t-new").await, 404);
+}
+
+#[tokio::test]
+async fn the_invoke_form_keeps_its_body_and_saves_named_events() {
+    let f = echo_fixture().await;
+    let ns = f.ns.clone();
+    let path = f.function_path("echo");
+    let (mut browser, csrf) = on_echo_page(&f).await;
+    let call = [
+        ("method", "POST"),
+        ("path", "/kept"),
+        ("body", "{\"n\":4242}"),
+    ];
+    let done = browser.post(INVOKE, &echo_form(&csrf, &ns, &call)).await;
+    let page = browser.follow(&done, "invoke", "ok").await;
+    let form = enclosing(&page.body, "id=\"invoke-body\"", "<textarea", "</textarea>");
+    assert!(form.contains("4242}"), "the body is kept: {form}");
+    assert!(page.body.contains("value=\"/kept\""), "the path too");
+
+    let save = [("event_name", "paid order"), ("body", "{\"order\":77}")];
+    let done = browser
+        .post(SAVE_EVENT, &echo_form(&csrf, &ns, &save))
+        .await;
+    let page = browser.follow(&done, "save", "ok").await;
+    assert!(page.body.contains(">paid order</a>"), "listed");
+    let loaded = browser
+        .get(&format!("{path}?event=paid%20order#invoke"))
+        .await
+        .expect(200, "loaded");
+    let form = enclosing(
+        &loaded.body,
+        "id=\"invoke-body\"",
+        "<textarea",
+        "</textarea>",
+    );
+    assert!(form.contains("77}"), "loaded into the form: {form}");
+
+    // Kept server-side: another browser of the same user sees it.
+    let mut other = f.browser();
+    other.logged_in().await;
+    let page = other.get(&path).await.expect(200, "another browser");
+    assert!(page.body.contains(">paid order</a>"));
+
+    // Bounded: 20 a function, and a bad name is refused naming the field.
+    for n in 1..20 {
+        let name = format!("e{n}");
+        let done = browser
+            .post(
+                SAVE_EVENT,
+                &echo_form(&csrf, &ns, &[("event_name", &name), ("body", "{}")]),
+            )
+            .await;
+        assert!(done.status.is_redirection());
+    }
+    let done = browser
+        .post(
+            SAVE_EVENT,
+            &echo_form(
+                &csrf,
+                &ns,
+                &[("event_name", "one too many"), ("body", "{}")],
+            ),
+        )
+        .await;
+    let page = browser.follow(&done, "the 21st", "error").await;
+    assert!(
+        flash_of(&page.body).contains("20 saved events"),
+        "{}",
+        flash_of(&page.body)
+    );
+    let done = browser
+        .post(
+            SAVE_EVENT,
+            &echo_form(&csrf, &ns, &[("event_name", "<b>x</b>"), ("body", "{}")]),
+        )
+        .await;
+    let page = browser.follow(&done, "a bad name", "error").await;
+    assert!(flash_of(&page.body).contains("event_name: "));
+    assert!(!page.body.contains("<b>x</b>"), "escaped");
+
+    let done = browser
+        .post(
+            DELETE_EVENT,
+            &echo_form(&csrf, &ns, &[("event_name", "paid order")]),
+        )
+        .await;
+    let page = browser.follow(&done, "delete an event", "ok").await;
+    assert!(!page.body.contains(">paid order</a>"));
+}
+
+#[tokio::test]
+async fn an_admin_lists_namespaces_and_switches_but_a_user_cannot() {
+    let f = Fixture::new();
+    f.function("mine", "python3.11").await;
+    let bob = common::token(&f.data, "bob");
+    let bob_ns = sless_core::model::namespace_for_sub("bob");
+    let admin = admin_token(&f.data);
+
+    // An admin lands on the namespaces, with a switcher, not in its own empty namespace.
+    let mut browser = f.browser();
+    browser.login(&admin).await;
+    let page = browser.get("/funcs").await.expect(200, "the namespaces");
+    assert!(
+        page.body
+            .contains(&format!("<a href=\"/funcs/{}\">{}</a>", f.ns, f.ns)),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("name=\"ns\""), "a switcher");
+    let go = browser.get(&format!("/funcs?ns={}", f.ns)).await;
+    assert_eq!(go.redirect("switch"), format!("/funcs/{}", f.ns));
+    let theirs = browser
+        .get(&format!("/funcs/{}", f.ns))
+        .await
+        .expect(200, "alice's list");
+    assert!(theirs.body.contains("mine"));
+    assert!(theirs.body.contains(">Namespaces</a>"), "the way back");
+    browser
+        .get("/funcs?ns=Not_A_Name")
+        .await
+        .expect(404, "a bad name");
+
+    // A user goes to their own namespace and cannot switch; the API's list is admins'.
+    let mut user = f.browser();
+    user.login(&bob).await;
+    assert_eq!(
+        user.get("/funcs").await.redirect("home"),
+        format!("/funcs/{bob_ns}")
+    );
+    user.get(&format!("/funcs?ns={}", f.ns))
+        .await
+        .expect(403, "bob switching to alice");
+    let url = f.url("/v1/namespaces");
+    f.send(f.http.get(&url).bearer_auth(&bob))
+        .await
+        .expect(403, "bob's list");
+    let listed = f
+        .send(f.http.get(&url).bearer_auth(&admin))
+        .await
+        .expect(200, "list");
+    assert_eq!(listed.json()["namespaces"], json!([f.ns]));
+}
+
+#[tokio::test]
+async fn a_zip_over_the_upload_limit_is_refused_naming_the_file_field() {
+    let f = Fixture::with_env(&[("SLESS_MAX_UPLOAD_MB", "1")]);
+    f.function("small", "python3.11").await;
+    let ns = f.ns.clone();
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let path = f.function_path("small");
+    let page = browser.get(&path).await.expect(200, "the page");
+    assert!(page.body.contains("(up to 1 MiB)"), "the limit is said");
+    let csrf = csrf_of(&page.body);
+    // Stored, not deflated: the zip itself is over 1 MiB.
+    let filler: Vec<u8> = (0..1_300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let zip = zip_of(&[("handler.py", HELLO_V1), ("data.bin", &filler)]);
+    let form = [
+        ("csrf_token", csrf.as_str()),
+        ("namespace", ns.as_str()),
+        ("kind", "function"),
+        ("name", "small"),
+    ];
+    let refused = browser.post_multipart(UPLOAD, &form, Some(zip)).await;
+    assert_eq!(refused.redirect("too large"), format!("{path}#upload"));
+    let page = browser.follow(&refused, "too large", "error").await;
+    assert!(
+        flash_of(&page.body).contains("code: the zip is larger than the limit of 1 MiB"),
+        "{}",
+        flash_of(&page.body)
+    );
+    let stored = f.rest(Method::GET, "functions/small", None).await;
+    assert_eq!(stored["phase"], "Pending", "nothing uploaded: {stored}");
 }

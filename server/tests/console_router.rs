@@ -29,6 +29,7 @@ impl Console {
             "127.0.0.1:8080".parse().unwrap(),
             &api_endpoint,
             None,
+            50 * 1024 * 1024,
         );
         let config = ConsoleConfig {
             api_endpoint,

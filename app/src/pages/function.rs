@@ -4,12 +4,16 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use leptos::server_fn::ServerFn as _;
 
 use super::layout::{CsrfField, PageContext, document};
 use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, cpu, limits};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
-use crate::actions::Invoke;
+use crate::actions::{
+    AddTrigger, ChangeEnv, Delete, DeleteEvent, Invoke, RemoveTrigger, SaveSettings, Upload,
+};
+use crate::console::SavedEvent;
 use crate::function::{
     CallSummary, FunctionView, InvokeOutcome, Minute, TriggerRuns, error_lines, version_label,
 };
@@ -28,6 +32,26 @@ pub struct FunctionPage<'a> {
     pub invocation: Option<&'a InvokeOutcome>,
     /// Which log lines the page shows (`?request_id=`, `?q=`).
     pub logs: &'a LogFilter,
+    /// The function's saved test events.
+    pub events: &'a [SavedEvent],
+    /// `?event=<name>`: the saved event loaded into the invoke form.
+    pub loaded_event: Option<&'a str>,
+    /// `?delete=1`: the confirmation step of deleting, naming what goes.
+    pub confirm_delete: bool,
+    /// `?cron=<schedule>`: the schedule previewed, with its next runs or why it is none.
+    pub cron_preview: Option<(String, Result<Vec<String>, String>)>,
+    /// The API's upload limit, said next to the file input.
+    pub max_upload_mb: u64,
+}
+
+/// The hidden fields that say which workload a form acts on.
+#[component]
+fn Target(namespace: String, kind: &'static str, name: String) -> impl IntoView {
+    view! {
+        <input type="hidden" name="namespace" value=namespace/>
+        <input type="hidden" name="kind" value=kind/>
+        <input type="hidden" name="name" value=name/>
+    }
 }
 
 fn millis(value: Option<f64>) -> String {
@@ -125,32 +149,85 @@ fn Calls(calls: CallSummary, href: String) -> impl IntoView {
     }
 }
 
+/// What the invoke form shows: what was typed last (kept by the flash), else a loaded
+/// saved event.
+#[derive(Clone, Debug, Default)]
+struct InvokeTyped {
+    method: Option<String>,
+    path: Option<String>,
+    body: Option<String>,
+    event_name: Option<String>,
+}
+
 #[component]
 fn InvokeForm(
     namespace: String,
     name: String,
     kind: &'static str,
     csrf: Option<String>,
+    typed: InvokeTyped,
 ) -> impl IntoView {
+    let method = typed.method.unwrap_or_else(|| "POST".into());
     let methods: Vec<_> = ["POST", "GET", "PUT", "PATCH", "DELETE"]
         .into_iter()
-        .map(|m| view! { <option value=m>{m}</option> })
+        .map(|m| view! { <option value=m selected=method == m>{m}</option> })
         .collect();
+    let body = typed.body.unwrap_or_else(|| "{}".into());
+    let save_action = crate::actions::SaveEvent::url();
     view! {
         <ActionForm action={ServerAction::<Invoke>::new()} attr:class="invoke">
             <CsrfField csrf=csrf/>
-            <input type="hidden" name="namespace" value=namespace/>
-            <input type="hidden" name="kind" value=kind/>
-            <input type="hidden" name="name" value=name/>
+            <Target namespace=namespace kind=kind name=name/>
             <div class="invoke-line">
                 <label>"Method" <select name="method">{methods}</select></label>
-                <label class="grow">"Path" <input type="text" name="path" placeholder="/" spellcheck="false"/></label>
+                <label class="grow">"Path" <input type="text" name="path" placeholder="/" spellcheck="false" value=typed.path.unwrap_or_default()/></label>
             </div>
             <label for="invoke-body">"JSON body"</label>
-            <textarea id="invoke-body" name="body" rows="4" spellcheck="false">"{}"</textarea>
-            <button type="submit">"Invoke"</button>
+            <textarea id="invoke-body" name="body" rows="4" spellcheck="false">{body}</textarea>
+            <div class="form-row">
+                <button type="submit">"Invoke"</button>
+                <label class="grow">"Save the body as " <input type="text" name="event_name" maxlength="64" placeholder="a name" value=typed.event_name.unwrap_or_default()/></label>
+                <button type="submit" class="button-quiet" formaction=save_action>"Save event"</button>
+            </div>
         </ActionForm>
     }
+}
+
+/// The saved test events: load one into the form (a link), or delete it.
+#[component]
+fn SavedEvents(
+    events: Vec<SavedEvent>,
+    href: String,
+    namespace: String,
+    kind: &'static str,
+    name: String,
+    csrf: Option<String>,
+) -> impl IntoView {
+    if events.is_empty() {
+        return view! { <p class="muted">"No saved events: type a body and save it under a name."</p> }
+            .into_any();
+    }
+    let rows: Vec<_> = events
+        .into_iter()
+        .map(|e| {
+            let load = format!("{href}?event={}#invoke", url_encode(&e.name));
+            let (namespace, name, csrf) = (namespace.clone(), name.clone(), csrf.clone());
+            let label = format!("Delete the saved event {}", e.name);
+            let event_name = e.name.clone();
+            view! {
+                <li>
+                    <a href=load title="Load into the form">{e.name.clone()}</a>
+                    <ActionForm action={ServerAction::<DeleteEvent>::new()} attr:class="inline">
+                        <CsrfField csrf=csrf/>
+                        <Target namespace=namespace kind=kind name=name/>
+                        <input type="hidden" name="event_name" value=event_name/>
+                        <button type="submit" class="button-quiet" aria-label=label>"Delete"</button>
+                    </ActionForm>
+                </li>
+            }
+        })
+        .collect();
+    view! { <ul class="saved-events" aria-label="Saved events">{rows}</ul> }.into_any()
 }
 
 #[component]
@@ -281,8 +358,26 @@ fn BuildLog(log: Option<String>, failed: bool) -> impl IntoView {
     .into_any()
 }
 
+/// Which workload a part of the page acts on, and the session's CSRF token.
+#[derive(Clone, Debug)]
+struct Acting {
+    namespace: String,
+    kind: &'static str,
+    name: String,
+    csrf: Option<String>,
+}
+
+/// The CSRF token and which workload: the hidden fields of every form of the page.
 #[component]
-fn TriggerRow(trigger: TriggerRuns, namespace: String, csrf: Option<String>) -> impl IntoView {
+fn Hidden(acting: Acting) -> impl IntoView {
+    view! {
+        <CsrfField csrf=acting.csrf/>
+        <Target namespace=acting.namespace kind=acting.kind name=acting.name/>
+    }
+}
+
+#[component]
+fn TriggerRow(trigger: TriggerRuns, acting: Acting) -> impl IntoView {
     let t = trigger.trigger;
     let runs = (t.trigger_type == "cron").then(|| {
         let last = t.last_run.clone().map_or_else(
@@ -295,16 +390,56 @@ fn TriggerRow(trigger: TriggerRuns, namespace: String, csrf: Option<String>) -> 
         );
         view! { <span class="runs">"last " {last} ", next " {next}</span> }
     });
+    let trigger_name = t.name.clone();
+    let Acting {
+        namespace,
+        kind,
+        name,
+        csrf,
+    } = acting;
+    let (toggle_namespace, toggle_csrf) = (namespace.clone(), csrf.clone());
+    let remove = csrf.map(|csrf| {
+        let label = format!("Remove trigger {trigger_name}");
+        view! {
+            <ActionForm action={ServerAction::<RemoveTrigger>::new()} attr:class="inline">
+                <CsrfField csrf=Some(csrf)/>
+                <Target namespace=namespace kind=kind name=name/>
+                <input type="hidden" name="trigger" value=trigger_name/>
+                <button type="submit" class="button-quiet" aria-label=label>"Remove"</button>
+            </ActionForm>
+        }
+    });
     view! {
-        <TriggerItem trigger=t namespace=namespace csrf=csrf>
+        <TriggerItem trigger=t namespace=toggle_namespace csrf=toggle_csrf>
             {runs}
+            {remove}
         </TriggerItem>
     }
 }
 
+/// A number field showing the current value, or what was typed when a save failed.
 #[component]
-fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl IntoView {
-    let w = &view.workload;
+fn NumberField(
+    label: &'static str,
+    field: &'static str,
+    current: u32,
+    typed: Option<String>,
+    min: u32,
+    max: u32,
+) -> impl IntoView {
+    view! {
+        <label>{label} " " <input type="number" name=field min=min.to_string() max=max.to_string() value=typed.unwrap_or_else(|| current.to_string())/></label>
+    }
+}
+
+#[component]
+fn Settings(
+    workload: sless_api::WorkloadResponse,
+    acting: Acting,
+    typed: Option<crate::forms::KeptForm>,
+) -> impl IntoView {
+    use sless_api::validation as v;
+    let w = workload;
     let (memory, timeout) = limits(w.memory_mb, w.timeout_sec);
     let cpu = cpu(w.cpu_millis);
     let disk = format!("{} MB", w.disk_mb);
@@ -312,21 +447,55 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
         "{}–{}, another past {} calls in flight each",
         w.min_instances, w.max_instances, w.target_concurrency
     );
-    let env = if w.env_vars.is_empty() {
-        "none".to_string()
-    } else {
-        w.env_vars.keys().cloned().collect::<Vec<_>>().join(", ")
-    };
-    let triggers = if view.triggers.is_empty() {
-        view! { <p class="muted">"No triggers."</p> }.into_any()
-    } else {
-        let rows: Vec<_> = view
-            .triggers
-            .iter()
-            .map(|t| view! { <TriggerRow trigger=t.clone() namespace=namespace.clone() csrf=csrf.clone()/> })
-            .collect();
-        view! { <ul class="triggers" aria-label="Triggers">{rows}</ul> }.into_any()
-    };
+    let typed = typed.unwrap_or_default();
+    let get = |field: &str| typed.get(field).cloned();
+    let open = get("memory_mb").is_some();
+    let entrypoint = get("entrypoint").unwrap_or(w.entrypoint.clone());
+    let (memory_mb, cpu_millis, disk_mb, timeout_sec) = (
+        get("memory_mb"),
+        get("cpu_millis"),
+        get("disk_mb"),
+        get("timeout_sec"),
+    );
+    let (current_memory, current_cpu, current_disk, current_timeout) =
+        (w.memory_mb, w.cpu_millis, w.disk_mb, w.timeout_sec);
+    let (min_instances, max_instances, target_concurrency) = (
+        get("min_instances"),
+        get("max_instances"),
+        get("target_concurrency"),
+    );
+    let (current_min, current_max, current_target) =
+        (w.min_instances, w.max_instances, w.target_concurrency);
+    let Acting {
+        namespace,
+        kind,
+        name,
+        csrf,
+    } = acting;
+    let form = csrf.map(|csrf| {
+        view! {
+            <details class="edit" open=open>
+                <summary>"Edit"</summary>
+                <ActionForm action={ServerAction::<SaveSettings>::new()} attr:class="settings-form">
+                    <CsrfField csrf=Some(csrf)/>
+                    <Target namespace=namespace kind=kind name=name/>
+                    <label>"Entrypoint " <input type="text" name="entrypoint" value=entrypoint spellcheck="false"/></label>
+                    <div class="form-row">
+                        <NumberField label="Memory (MB)" field="memory_mb" current=current_memory typed=memory_mb min=v::MEMORY_MB_MIN max=v::MEMORY_MB_MAX/>
+                        <NumberField label="CPU (1000 = 1 core)" field="cpu_millis" current=current_cpu typed=cpu_millis min=v::CPU_MILLIS_MIN max=v::CPU_MILLIS_MAX/>
+                        <NumberField label="Disk (MB)" field="disk_mb" current=current_disk typed=disk_mb min=v::DISK_MB_MIN max=v::DISK_MB_MAX/>
+                        <NumberField label="Timeout (s, 0 = none)" field="timeout_sec" current=current_timeout typed=timeout_sec min=0 max=v::MAX_TIMEOUT_SEC/>
+                    </div>
+                    <div class="form-row">
+                        <NumberField label="Min instances" field="min_instances" current=current_min typed=min_instances min=0 max=v::MAX_INSTANCES/>
+                        <NumberField label="Max instances" field="max_instances" current=current_max typed=max_instances min=1 max=v::MAX_INSTANCES/>
+                        <NumberField label="Calls per instance" field="target_concurrency" current=current_target typed=target_concurrency min=1 max=v::MAX_TARGET_CONCURRENCY/>
+                    </div>
+                    <button type="submit">"Save settings"</button>
+                </ActionForm>
+            </details>
+        }
+    });
     view! {
         <section class="panel" id="settings" aria-labelledby="settings-title">
             <h2 id="settings-title">"Settings"</h2>
@@ -338,12 +507,227 @@ fn Settings(view: FunctionView, namespace: String, csrf: Option<String>) -> impl
                 <dt>"Timeout"</dt><dd>{timeout}</dd>
                 <dt>"Instances"</dt><dd>{instances}</dd>
                 <dt>"Egress"</dt><dd>{w.egress.to_string()}</dd>
-                <dt>"Env vars"</dt><dd class="env" title="Values are not shown">{env}</dd>
             </dl>
-            <h3>"Triggers"</h3>
-            {triggers}
+            {form}
         </section>
     }
+}
+
+/// Env var names only: a value is never shown, only replaced (typed again) or removed.
+#[component]
+fn Env(names: Vec<String>, acting: Acting, typed_name: Option<String>) -> impl IntoView {
+    let signed_in = acting.csrf.is_some();
+    let rows: Vec<_> = names
+        .into_iter()
+        .map(|var| {
+            let label = format!("Remove {var}");
+            let hidden = acting.clone();
+            let shown = var.clone();
+            let remove = signed_in.then(|| {
+                view! {
+                    <ActionForm action={ServerAction::<ChangeEnv>::new()} attr:class="inline">
+                        <Hidden acting=hidden/>
+                        <input type="hidden" name="env_name" value=var/>
+                        <input type="hidden" name="remove" value="1"/>
+                        <button type="submit" class="button-quiet" aria-label=label>"Remove"</button>
+                    </ActionForm>
+                }
+            });
+            view! { <li><code class="env-name">{shown}</code> " " <span class="muted">"value hidden"</span> {remove}</li> }
+        })
+        .collect();
+    let list = if rows.is_empty() {
+        view! { <p class="muted">"No env vars."</p> }.into_any()
+    } else {
+        view! { <ul class="env" aria-label="Env vars">{rows}</ul> }.into_any()
+    };
+    let form = signed_in.then(|| {
+        view! {
+            <ActionForm action={ServerAction::<ChangeEnv>::new()} attr:class="settings-form">
+                <Hidden acting=acting/>
+                <div class="form-row">
+                    <label>"Name " <input type="text" name="env_name" required maxlength="256" pattern="[A-Za-z_][A-Za-z0-9_]*" spellcheck="false" autocomplete="off" value=typed_name.unwrap_or_default()/></label>
+                    <label class="grow">"Value " <input type="password" name="env_value" autocomplete="new-password" spellcheck="false"/></label>
+                    <button type="submit">"Set"</button>
+                </div>
+                <p class="hint muted">"Setting a name that exists replaces its value."</p>
+            </ActionForm>
+        }
+    });
+    view! {
+        <section class="panel" id="env" aria-labelledby="env-title">
+            <h2 id="env-title">"Env vars"</h2>
+            {list}
+            {form}
+        </section>
+    }
+}
+
+#[component]
+fn Triggers(
+    triggers: Vec<TriggerRuns>,
+    acting: Acting,
+    href: String,
+    typed: Option<crate::forms::KeptForm>,
+    preview: Option<(String, Result<Vec<String>, String>)>,
+) -> impl IntoView {
+    let list = if triggers.is_empty() {
+        view! { <p class="muted">"No triggers."</p> }.into_any()
+    } else {
+        let rows: Vec<_> = triggers
+            .into_iter()
+            .map(|t| view! { <TriggerRow trigger=t acting=acting.clone()/> })
+            .collect();
+        view! { <ul class="triggers" aria-label="Triggers">{rows}</ul> }.into_any()
+    };
+    let typed = typed.unwrap_or_default();
+    let get = |field: &str| typed.get(field).cloned();
+    let (typed_trigger, typed_queue) = (
+        get("trigger").unwrap_or_default(),
+        get("queue").unwrap_or_default(),
+    );
+    let schedule = preview
+        .as_ref()
+        .map(|(s, _)| s.clone())
+        .or_else(|| get("schedule"))
+        .unwrap_or_default();
+    let trigger_type = get("trigger_type").unwrap_or_else(|| {
+        if preview.is_some() {
+            "cron".into()
+        } else {
+            "http".into()
+        }
+    });
+    let types: Vec<_> = ["http", "cron", "event"]
+        .into_iter()
+        .map(|t| view! { <option value=t selected=trigger_type == t>{t}</option> })
+        .collect();
+    let preview = preview.map(|(schedule, runs)| match runs {
+        Ok(runs) => {
+            let items: Vec<_> = runs
+                .into_iter()
+                .map(|at| view! { <li><Time at=at/></li> })
+                .collect();
+            view! {
+                <div class="cron-preview" id="cron-preview" role="status">
+                    <p>{format!("Next runs of {schedule} (UTC):")}</p>
+                    <ol>{items}</ol>
+                </div>
+            }
+            .into_any()
+        }
+        Err(why) => view! { <p class="flash flash-error" role="alert" id="cron-preview">{why}</p> }
+            .into_any(),
+    });
+    let default_name = format!("{}-", acting.name);
+    let check = format!("{href}#triggers");
+    let preview_schedule = schedule.clone();
+    let form = acting.csrf.is_some().then(|| {
+        view! {
+            <h3>"Add a trigger"</h3>
+            <form class="cron-check" method="get" action=check>
+                <label>"Cron schedule " <input type="text" name="cron" value=preview_schedule placeholder="*/5 * * * *" spellcheck="false" maxlength="128"/></label>
+                " "
+                <button type="submit" class="button-quiet">"Preview next runs"</button>
+            </form>
+            {preview}
+            <ActionForm action={ServerAction::<AddTrigger>::new()} attr:class="settings-form">
+                <Hidden acting=acting.clone()/>
+                <div class="form-row">
+                    <label>"Name " <input type="text" name="trigger" required maxlength="63" pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" placeholder=default_name value=typed_trigger spellcheck="false" autocomplete="off"/></label>
+                    <label>"Type " <select name="trigger_type">{types}</select></label>
+                </div>
+                <div class="form-row">
+                    <label class="grow">"Schedule (cron) " <input type="text" name="schedule" value=schedule placeholder="*/5 * * * *" spellcheck="false" maxlength="128"/></label>
+                    <label class="grow">"Queue (event) " <input type="text" name="queue" value=typed_queue spellcheck="false" maxlength="244"/></label>
+                </div>
+                <button type="submit">"Add trigger"</button>
+            </ActionForm>
+        }
+    });
+    view! {
+        <section class="panel" id="triggers" aria-labelledby="triggers-title">
+            <h2 id="triggers-title">"Triggers"</h2>
+            {list}
+            {form}
+        </section>
+    }
+}
+
+/// A new version of the code; the page then follows its build.
+#[component]
+fn UploadForm(acting: Acting, max_upload_mb: u64) -> impl IntoView {
+    acting.csrf.clone().map(|csrf| {
+        let label = format!("A .zip of the code (up to {max_upload_mb} MiB)");
+        view! {
+            <section class="panel" id="upload" aria-labelledby="upload-title">
+                <h2 id="upload-title">"Upload a new version"</h2>
+                <ActionForm action={ServerAction::<Upload>::new()} attr:class="settings-form" attr:enctype="multipart/form-data">
+                    <CsrfField csrf=Some(csrf)/>
+                    <Target namespace=acting.namespace.clone() kind=acting.kind name=acting.name.clone()/>
+                    <div class="form-row">
+                        <label class="grow">{label} " " <input type="file" name="code" required accept=".zip,application/zip"/></label>
+                        <button type="submit">"Upload"</button>
+                    </div>
+                </ActionForm>
+            </section>
+        }
+    })
+}
+
+/// Deleting: a link to the confirmation step, which names everything that goes.
+#[component]
+fn DeletePanel(
+    acting: Acting,
+    href: String,
+    confirm: bool,
+    triggers: Vec<String>,
+    events: usize,
+) -> impl IntoView {
+    let csrf = acting.csrf.clone()?;
+    let kind = acting.kind;
+    let name = acting.name.clone();
+    if !confirm {
+        return Some(
+            view! {
+                <section class="panel danger" id="delete" aria-labelledby="delete-title">
+                    <h2 id="delete-title">"Delete"</h2>
+                    <p><a class="button-danger" href=format!("{href}?delete=1#delete")>{format!("Delete {kind} {name}…")}</a></p>
+                </section>
+            }
+            .into_any(),
+        );
+    }
+    let mut goes = vec![
+        format!("the {kind} {name} and its instances"),
+        "its uploaded code and build log".to_string(),
+    ];
+    if !triggers.is_empty() {
+        goes.push(format!("its triggers: {}", triggers.join(", ")));
+    }
+    if events > 0 {
+        goes.push(format!("its {events} saved test events"));
+    }
+    let items: Vec<_> = goes.into_iter().map(|g| view! { <li>{g}</li> }).collect();
+    Some(
+        view! {
+            <section class="panel danger" id="delete" aria-labelledby="delete-title">
+                <h2 id="delete-title">{format!("Delete {kind} {name}?")}</h2>
+                <p>"This deletes, for good:"</p>
+                <ul class="deletes">{items}</ul>
+                <ActionForm action={ServerAction::<Delete>::new()} attr:class="settings-form">
+                    <CsrfField csrf=Some(csrf)/>
+                    <Target namespace=acting.namespace.clone() kind=kind name=name.clone()/>
+                    <input type="hidden" name="confirm" value=name.clone()/>
+                    <div class="form-row">
+                        <button type="submit" class="button-danger">{format!("Yes, delete {name}")}</button>
+                        <a href=format!("{href}#delete")>"Cancel"</a>
+                    </div>
+                </ActionForm>
+            </section>
+        }
+        .into_any(),
+    )
 }
 
 pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> PageBody {
@@ -353,6 +737,12 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
         let view = page.view;
         let w = &view.workload;
         let href = function_href(page.namespace, w.kind, &w.name);
+        let acting = Acting {
+            namespace: page.namespace.to_string(),
+            kind: w.kind.as_str(),
+            name: w.name.clone(),
+            csrf: ctx.csrf.clone(),
+        };
         let stopped = view.stopped();
         let url = view
             .url()
@@ -370,6 +760,27 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
         let invocation = page
             .invocation
             .map(|o| view! { <Invocation outcome=o.clone()/> });
+        let kept = ctx.flash.as_ref().and_then(|f| f.form.clone());
+        let loaded = page
+            .loaded_event
+            .and_then(|n| page.events.iter().find(|e| e.name == n));
+        let typed = match (&kept, loaded) {
+            (Some(kept), _) if kept.contains_key("body") => InvokeTyped {
+                method: kept.get("method").cloned(),
+                path: kept.get("path").cloned(),
+                body: kept.get("body").cloned(),
+                event_name: kept.get("event_name").cloned(),
+            },
+            (_, Some(event)) => InvokeTyped {
+                body: Some(event.body.clone()),
+                event_name: Some(event.name.clone()),
+                ..InvokeTyped::default()
+            },
+            _ => InvokeTyped::default(),
+        };
+        let trigger_names: Vec<String> = view.triggers.iter().map(|t| t.trigger.name.clone()).collect();
+        let env_names: Vec<String> = w.env_vars.keys().cloned().collect();
+        let typed_env = kept.as_ref().and_then(|k| k.get("env_name").cloned());
         let body = view! {
             <p class="crumbs"><a href=format!("/funcs/{}", url_encode(page.namespace))>"← " {page.namespace.to_string()}</a></p>
             <div class="page-head">
@@ -384,13 +795,20 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
             <section class="panel" id="invoke" aria-labelledby="invoke-title">
                 <h2 id="invoke-title">"Invoke"</h2>
                 <p class="muted">"Calls it through /fn like any caller; the call shows up above."</p>
-                <InvokeForm namespace=page.namespace.to_string() name=w.name.clone() kind=w.kind.as_str() csrf=ctx.csrf.clone()/>
+                <InvokeForm namespace=page.namespace.to_string() name=w.name.clone() kind=w.kind.as_str() csrf=ctx.csrf.clone() typed=typed/>
                 {invocation}
+                <h3>"Saved events"</h3>
+                <SavedEvents events=page.events.to_vec() href=href.clone() namespace=page.namespace.to_string() kind=w.kind.as_str() name=w.name.clone() csrf=ctx.csrf.clone()/>
             </section>
             <Logs view=view.clone() href=href.clone() follow=page.follow filter=page.logs.clone()/>
+            <UploadForm acting=acting.clone() max_upload_mb=page.max_upload_mb/>
             <BuildLog log=view.build_log.clone() failed=failed/>
-            <Settings view=view.clone() namespace=page.namespace.to_string() csrf=ctx.csrf.clone()/>
+            // The versions of the code (list, diff, rollback) go here, once the API has them.
+            <Settings workload=w.clone() acting=acting.clone() typed=kept.clone()/>
+            <Env names=env_names acting=acting.clone() typed_name=typed_env/>
+            <Triggers triggers=view.triggers.clone() acting=acting.clone() href=href.clone() typed=kept.clone() preview=page.cron_preview.clone()/>
             <p class="source-link"><a href=source_href(page.namespace, w.kind, &w.name)>"Source of the latest upload"</a></p>
+            <DeletePanel acting=acting href=href.clone() confirm=page.confirm_delete triggers=trigger_names events=page.events.len()/>
         };
         let mut ctx = ctx.clone();
         if page.follow && w.phase == Phase::Building {

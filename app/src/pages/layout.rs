@@ -38,6 +38,9 @@ pub struct Flash {
     /// The answer of the invoke form, shown on the function page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invocation: Option<crate::function::InvokeOutcome>,
+    /// What the user typed into the form posted (no secrets), shown in it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<crate::forms::KeptForm>,
 }
 
 impl Flash {
@@ -46,6 +49,7 @@ impl Flash {
             kind: FlashKind::Ok,
             text: text.into(),
             invocation: None,
+            form: None,
         }
     }
 
@@ -54,6 +58,7 @@ impl Flash {
             kind: FlashKind::Error,
             text: text.into(),
             invocation: None,
+            form: None,
         }
     }
 }
@@ -66,7 +71,7 @@ fn FlashMessage(flash: Option<Flash>) -> impl IntoView {
             FlashKind::Ok => ("flash flash-ok", "status"),
             FlashKind::Error => ("flash flash-error", "alert"),
         };
-        view! { <p class=class role=role>{flash.text}</p> }
+        view! { <p class=class role=role id="flash">{flash.text}</p> }
     })
 }
 
@@ -82,9 +87,9 @@ fn HeaderBar(user: Option<UserBadge>, csrf: Option<String>) -> impl IntoView {
     let user = user.map(|user| {
         let home = format!("/funcs/{}", user.namespace);
         let jobs = format!("/funcs/{}/jobs", user.namespace);
-        let admin = user
-            .admin
-            .then(|| view! { <span class="badge badge-admin">admin</span> });
+        let admin = user.admin.then(|| {
+            view! { <span class="badge badge-admin">admin</span> <a href="/funcs" title="Switch to another namespace">"Namespaces"</a> }
+        });
         view! {
             <div class="user">
                 <a class="user-ns" href=home title="Your functions and services">{user.namespace}</a>
@@ -156,4 +161,11 @@ pub(super) fn document(title: String, ctx: &PageContext, body: impl IntoView) ->
     let mut html = String::from("<!DOCTYPE html>");
     html.push_str(&page.to_html());
     Document { html, meta: output }
+}
+
+impl PageContext {
+    /// A field the user typed into the form just posted, if the flash kept it.
+    pub fn typed(&self, field: &str) -> Option<String> {
+        self.flash.as_ref()?.form.as_ref()?.get(field).cloned()
+    }
 }

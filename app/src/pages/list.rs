@@ -321,6 +321,7 @@ pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
             <div class="page-head">
                 <h1>"Functions " <span class="ns">{namespace.clone()}</span></h1>
                 <KindCounts counts=counts/>
+                <a class="button-link" href=crate::routes::new_href(&namespace)>"+ New"</a>
             </div>
             {body}
         };

@@ -2,22 +2,26 @@
 //! client bundle; every action is an `<ActionForm>` (a plain form post) and `<details>`
 //! expands entries.
 
+mod create;
 mod function;
 mod jobs;
 mod layout;
 mod list;
 mod login;
 mod message;
+mod namespaces;
 mod parts;
 mod source;
 mod splice;
 
+pub use create::{CreatePage, render_create};
 pub use function::{FunctionPage, render_function};
 pub use jobs::{job_text, jobs_text, render_job, render_jobs};
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};
 pub use list::{ListPage, render_list};
 pub use login::{LoginPage, render_login};
 pub use message::render_message;
+pub use namespaces::render_namespaces;
 pub use parts::{KindBadge, PhaseBadge, Time, TriggerItem, TriggerToggle, WorkloadUrl};
 pub use source::{SourcePage, render_source};
 pub use splice::PageBody;
@@ -210,6 +214,11 @@ mod tests {
             follow,
             invocation: None,
             logs: &logs,
+            events: &[],
+            loaded_event: None,
+            confirm_delete: false,
+            cron_preview: None,
+            max_upload_mb: 50,
         };
         let html = render_function(&page(true), &ctx()).await.into_string();
         assert!(
@@ -238,6 +247,11 @@ mod tests {
             follow: true,
             invocation: None,
             logs: &logs,
+            events: &[],
+            loaded_event: None,
+            confirm_delete: false,
+            cron_preview: None,
+            max_upload_mb: 50,
         };
         let html = render_function(&page, &ctx()).await.into_string();
         let error = html.find("class=\"error-line\"").expect("the error line");

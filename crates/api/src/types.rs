@@ -335,6 +335,13 @@ pub struct JobRunResponse {
     pub log_tail: Option<String>,
 }
 
+/// `GET /v1/namespaces` (admins only).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceListResponse {
+    /// Every namespace holding an object, by name.
+    pub namespaces: Vec<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NamespaceResponse {
     pub namespace: String,

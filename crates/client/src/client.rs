@@ -253,6 +253,13 @@ impl Client {
             .await
     }
 
+    /// Every namespace holding an object (admins only: 403 otherwise).
+    pub async fn list_namespaces(&self) -> Result<Vec<String>> {
+        let url = format!("{}/v1/namespaces", self.endpoint);
+        let list: NamespaceListResponse = self.json(self.http.get(&url), &url).await?;
+        Ok(list.namespaces)
+    }
+
     pub async fn ensure_namespace(&self) -> Result<NamespaceResponse> {
         let url = self.url("ensure");
         self.json(self.http.post(&url), &url).await

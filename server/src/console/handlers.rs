@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use app::console::FunctionKey;
 use app::listing::{ListQuery, Selection, WorkloadKind, render_json, render_text};
-use app::pages::{Flash, FunctionPage, ListPage, LoginPage, PageContext, SourcePage};
+use app::pages::{CreatePage, Flash, FunctionPage, ListPage, LoginPage, PageContext, SourcePage};
 use axum::Form;
 use axum::body::Body;
 use axum::extract::rejection::FormRejection;
@@ -198,9 +199,32 @@ pub async fn root() -> Redirect {
     Redirect::to("/funcs")
 }
 
-/// `/funcs`: the caller's own namespace.
-pub async fn home(caller: Caller) -> Redirect {
-    Redirect::to(&format!("/funcs/{}", caller.principal.namespace))
+#[derive(Deserialize)]
+pub struct HomeQuery {
+    /// The namespace switcher's choice.
+    ns: Option<String>,
+}
+
+/// `/funcs`: the caller's own namespace; for an admin the namespaces and a switcher.
+/// `?ns=` goes to that namespace, if the caller may see it.
+pub async fn home(
+    State(state): Shared,
+    Extension(nonce): Extension<Nonce>,
+    uri: Uri,
+    caller: Caller,
+) -> Result<Response, ConsoleError> {
+    let home_query: HomeQuery = query(&uri)?;
+    if let Some(ns) = home_query.ns.as_deref().map(str::trim) {
+        check_name("namespace", ns)?;
+        caller.authorize(ns)?;
+        return Ok(Redirect::to(&app::routes::list_href(ns)).into_response());
+    }
+    if !caller.principal.admin {
+        return Ok(Redirect::to(&format!("/funcs/{}", caller.principal.namespace)).into_response());
+    }
+    let namespaces = state.console.namespaces(&caller.token).await?;
+    let ctx = page_context(&caller, &nonce).await?;
+    Ok(Html(app::pages::render_namespaces(&namespaces, &ctx).await).into_response())
 }
 
 /// `/funcs/<ns>`: the list, as a page, JSON or text.
@@ -269,6 +293,12 @@ pub struct FunctionQuery {
     request_id: Option<String>,
     /// Only log lines with this text.
     q: Option<String>,
+    /// The confirmation step of deleting.
+    delete: Option<String>,
+    /// A saved event to load into the invoke form.
+    event: Option<String>,
+    /// A cron schedule to preview the next runs of.
+    cron: Option<String>,
 }
 
 impl FunctionQuery {
@@ -339,15 +369,50 @@ pub async fn function(
         ));
     }
     let ctx = page_context(&caller, &nonce).await?;
+    let key = FunctionKey {
+        namespace: namespace.clone(),
+        kind,
+        name: name.clone(),
+    };
+    let events = state.console.saved_events(&key).await?;
+    let now = chrono::Utc::now();
+    let cron_preview = function_query
+        .cron
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && s.len() <= 128)
+        .map(|schedule| {
+            let runs = app::forms::next_runs(schedule, now, app::forms::PREVIEW_RUNS)
+                .map_err(|e| e.to_string());
+            (schedule.to_string(), runs)
+        });
     let page = FunctionPage {
         namespace: &namespace,
         view: &view,
         follow: function_query.follow.is_some(),
         invocation: ctx.flash.as_ref().and_then(|f| f.invocation.as_ref()),
         logs: &logs,
+        events: &events,
+        loaded_event: function_query.event.as_deref(),
+        confirm_delete: function_query.delete.is_some(),
+        cron_preview,
+        max_upload_mb: state.max_upload_bytes / (1024 * 1024),
     };
     let fetch = started.elapsed();
     Ok(timed_page(fetch, app::pages::render_function(&page, &ctx)).await)
+}
+
+/// `/funcs/<ns>/new`: the create form.
+pub async fn create_page(
+    State(state): Shared,
+    view: NamespaceView<FormatQuery>,
+) -> Result<Response, ConsoleError> {
+    let ctx = page_context(&view.caller, &view.nonce).await?;
+    let page = CreatePage {
+        namespace: &view.namespace,
+        max_upload_mb: state.max_upload_bytes / (1024 * 1024),
+    };
+    Ok(Html(app::pages::render_create(&page, &ctx).await).into_response())
 }
 
 /// `/funcs/<ns>/<kind>/<name>/logs/live`: the function's new log lines as Server-Sent

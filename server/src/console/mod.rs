@@ -7,6 +7,7 @@ mod assets;
 mod auth;
 mod csrf;
 mod error;
+mod events;
 mod handlers;
 mod headers;
 mod invoke;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 
 use app::console::{Console, ConsoleOptions};
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use gateway::proxy::Proxy;
 use sless_core::auth::Authenticator;
@@ -38,6 +40,8 @@ pub struct ConsoleConfig {
     pub secure_cookies: bool,
     /// How many entries of the list page carry their highlighted source inline.
     pub inline_sources: usize,
+    /// The API's upload limit: a zip posted to the console larger than this is not read.
+    pub max_upload_bytes: u64,
 }
 
 impl ConsoleConfig {
@@ -49,6 +53,7 @@ impl ConsoleConfig {
         listen: SocketAddr,
         public_url: &str,
         secure_cookies: Option<bool>,
+        max_upload_bytes: u64,
     ) -> Self {
         let mut loopback = listen;
         if loopback.ip().is_unspecified() {
@@ -65,6 +70,7 @@ impl ConsoleConfig {
             data_dir: data_dir.to_path_buf(),
             secure_cookies,
             inline_sources: ConsoleOptions::default().inline_sources,
+            max_upload_bytes,
         }
     }
 }
@@ -76,6 +82,8 @@ pub struct ConsoleState {
     pub public_url: String,
     /// `Secure` on cookies the handlers set themselves.
     pub secure_cookies: bool,
+    /// The largest zip a form may post (the API's own limit).
+    pub max_upload_bytes: u64,
 }
 
 /// The console's routes: `/funcs/...`, `/login`, the actions (Leptos server functions
@@ -97,12 +105,20 @@ pub async fn router(
         console = console.with_invoker(Arc::new(invoke::ProxyInvoker(proxy)));
     }
     let sessions = session::layer(&config).await?;
+    let console = console.with_saved_events(Arc::new(
+        events::SqliteEvents::open(&config.data_dir).await?,
+    ));
     let state = Arc::new(ConsoleState {
         auth,
         console: Arc::new(console),
         public_url: config.public_url.clone(),
         secure_cookies: config.secure_cookies,
+        max_upload_bytes: config.max_upload_bytes,
     });
+    // A multipart form carries a zip up to the API's limit, plus its few text fields.
+    let action_limit = usize::try_from(config.max_upload_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(2 * 1024 * 1024);
     let pages = Router::new()
         .route("/", get(handlers::root))
         .route("/funcs", get(handlers::home))
@@ -110,6 +126,7 @@ pub async fn router(
         .route("/funcs/{ns}", get(handlers::list))
         .route("/funcs/{ns}/", get(handlers::list))
         .route("/funcs/{ns}/source/{name}", get(handlers::source))
+        .route("/funcs/{ns}/new", get(handlers::create_page))
         .route("/funcs/{ns}/jobs", get(handlers::jobs))
         .route("/funcs/{ns}/jobs/{name}", get(handlers::job))
         .route("/funcs/{ns}/{kind}/{name}", get(handlers::function))
@@ -118,7 +135,10 @@ pub async fn router(
             get(handlers::live_logs),
         )
         .route("/login", get(handlers::login_page).post(handlers::login))
-        .route("/console/{*action}", post(actions::handle))
+        .route(
+            "/console/{*action}",
+            post(actions::handle).layer(DefaultBodyLimit::max(action_limit)),
+        )
         .with_state(state)
         .layer(axum::middleware::from_fn(headers::secure))
         .layer(sessions);

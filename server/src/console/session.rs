@@ -72,8 +72,9 @@ pub async fn layer(config: &ConsoleConfig) -> anyhow::Result<SessionManagerLayer
         )))
 }
 
-/// The session file holds tokens: readable by the owner only.
-fn create_private(path: &std::path::Path) -> anyhow::Result<()> {
+/// The session file holds tokens (and the console's file, users' test events): readable
+/// by the owner only.
+pub(super) fn create_private(path: &std::path::Path) -> anyhow::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;

@@ -130,6 +130,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
+        .route("/v1/namespaces", get(list_namespaces))
         .route("/v1/namespaces/{ns}/ensure", post(ensure_namespace))
         .merge(workload_routes::<Function>())
         .merge(workload_routes::<Service>())
@@ -225,6 +226,31 @@ async fn metrics_text(
         .await?;
     principal.require_admin("the metrics")?;
     Ok(metrics_response())
+}
+
+/// `GET /v1/namespaces`: every namespace holding an object, for an admin (the console's
+/// namespace switcher).
+async fn list_namespaces(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+) -> Result<Json<sless_api::NamespaceListResponse>, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let principal = state
+        .auth
+        .authenticate(Authenticator::bearer(header)?)
+        .await?;
+    principal.require_admin("the list of namespaces")?;
+    let mut namespaces = std::collections::BTreeSet::new();
+    for kind in Kind::ALL {
+        for object in state.store.list(kind, None).await? {
+            namespaces.insert(object.meta.namespace);
+        }
+    }
+    Ok(Json(sless_api::NamespaceListResponse {
+        namespaces: namespaces.into_iter().collect(),
+    }))
 }
 
 /// The scrape answer, also served unauthenticated on `--metrics-listen`.
