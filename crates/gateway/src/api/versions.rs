@@ -143,17 +143,16 @@ pub async fn activate<R: WorkloadResource>(
 ) -> Result<Object<R>, ApiError> {
     let (ns, name) = (&object.meta.namespace, &object.meta.name);
     let key = object_keys(ns, name, version).context;
-    let mut switched = false;
-    let updated = modify::<R, _>(&*state.store, ns, name, |o| {
-        let spec = R::workload_mut(&mut o.spec);
-        switched = spec.s3_key.as_deref() != Some(key.as_str());
-        spec.s3_key = Some(key.clone());
-    })
-    .await?;
-    if !switched {
-        return Ok(updated);
+    if R::workload(&object.spec).s3_key.as_deref() == Some(key.as_str()) {
+        return Ok(object.clone());
     }
     tracing::info!(%ns, %name, %version, "switching to a kept version");
+    modify::<R, _>(&*state.store, ns, name, |o| {
+        R::workload_mut(&mut o.spec).s3_key = Some(key.clone());
+    })
+    .await?;
+    // After the code: a runner that switched before this write is poked by it and
+    // writes Ready again, so Ready read after the answer means the version serves.
     Ok(modify_status::<R, _>(&*state.store, ns, name, |o| {
         o.status.phase = Phase::Building;
         o.status.message = Some(format!("switching to version {version}"));
