@@ -92,6 +92,20 @@ pub fn version_stamp(now: DateTime<Utc>, disambiguator: u32) -> String {
     }
 }
 
+/// The version of an upload stored at `now` after `newest` (the latest stored version of
+/// the name): later than it even when the second or the clock has not moved on, so a
+/// version pruned in the same second is never taken again.
+pub fn next_version(now: DateTime<Utc>, newest: Option<&str>) -> String {
+    let candidate = version_stamp(now, 0);
+    match newest {
+        Some(newest) if version_order(newest, &candidate).is_ge() => {
+            let (stamp, n) = newest.split_once('-').unwrap_or((newest, "0"));
+            format!("{stamp}-{}", n.parse::<u64>().unwrap_or(0) + 1)
+        }
+        _ => candidate,
+    }
+}
+
 /// The version stamp of a context key: `contexts/<ns>/<name>/<v>.tar.gz` → `<v>`.
 pub fn version_of(context_key: &str) -> &str {
     let file = context_key.rsplit('/').next().unwrap_or(context_key);
@@ -178,6 +192,29 @@ mod tests {
         assert_eq!(version_stamp(now, 0), "20250102030405");
         assert_eq!(version_stamp(now, 1), "20250102030405-1");
         assert_eq!(version_stamp(now, 12), "20250102030405-12");
+    }
+
+    #[test]
+    fn next_versions_only_go_forward() {
+        let now = Utc.with_ymd_and_hms(2025, 1, 2, 3, 4, 5).unwrap();
+        assert_eq!(next_version(now, None), "20250102030405");
+        assert_eq!(
+            next_version(now, Some("20250102030404-7")),
+            "20250102030405"
+        );
+        assert_eq!(
+            next_version(now, Some("20250102030405")),
+            "20250102030405-1"
+        );
+        assert_eq!(
+            next_version(now, Some("20250102030405-9")),
+            "20250102030405-10"
+        );
+        // A clock set back still gives a later version.
+        assert_eq!(
+            next_version(now, Some("20250102030406")),
+            "20250102030406-1"
+        );
     }
 
     #[test]

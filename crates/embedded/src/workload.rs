@@ -649,9 +649,17 @@ impl Actor {
             started: Instant::now(),
             memory,
         }) {
+            let shared = self.shared.clone();
+            let root = shared.builds_root(self.kind, &self.ns, &self.name);
+            let (ns, name) = (self.ns.clone(), self.name.clone());
+            let serving = self.running.as_ref().map(|r| r.config.version.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(DRAIN).await;
                 old.instance.stop(STOP_GRACE).await;
+                // Once the old instance is gone, the builds of versions pruned from
+                // object storage go too.
+                let in_use: Vec<&str> = serving.as_deref().into_iter().collect();
+                shared.builder.prune(&root, &ns, &name, &in_use).await;
             });
         }
     }

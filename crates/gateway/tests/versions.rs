@@ -88,7 +88,7 @@ async fn versions_are_listed_deduplicated_and_pruned_in_both_stores() {
         assert!(body["s3_key"].as_str().unwrap().contains(&v1), "{body}");
 
         let versions = api.get("services/svc/versions").await;
-        assert_eq!(listed(&versions), [v1.clone()], "{store:?}: {versions}");
+        assert_eq!(listed(&versions), [v1.as_str()], "{store:?}: {versions}");
         let entry = &versions[0];
         assert_eq!(entry["sha256"], hex::encode(Sha256::digest(&first)));
         assert_eq!(entry["size"], first.len());
@@ -101,7 +101,7 @@ async fn versions_are_listed_deduplicated_and_pruned_in_both_stores() {
         assert_ne!(v1, v2);
         let versions = api.get("services/svc/versions").await;
         assert_eq!(listed(&versions), [v2.clone(), v1.clone()], "newest first");
-        assert_eq!(active(&versions), [v2.clone()]);
+        assert_eq!(active(&versions), [v2.as_str()]);
 
         // The same bytes again: no new version, the one holding them is the code again.
         let objects_before = stored_objects(&server, &api.user.ns, "svc").await;
@@ -110,7 +110,7 @@ async fn versions_are_listed_deduplicated_and_pruned_in_both_stores() {
         assert_eq!(body["version"], v1.as_str(), "{body}");
         let versions = api.get("services/svc/versions").await;
         assert_eq!(listed(&versions), [v2.clone(), v1.clone()], "{versions}");
-        assert_eq!(active(&versions), [v1.clone()]);
+        assert_eq!(active(&versions), [v1.as_str()]);
         assert_eq!(
             stored_objects(&server, &api.user.ns, "svc").await,
             objects_before
@@ -182,7 +182,7 @@ async fn versions_are_listed_deduplicated_and_pruned_in_both_stores() {
         assert_eq!(body["phase"], "Building", "until it serves: {body}");
         let versions = api.get("services/svc/versions").await;
         assert_eq!(listed(&versions), newest, "a rollback makes no version");
-        assert_eq!(active(&versions), [oldest.clone()]);
+        assert_eq!(active(&versions), [oldest.as_str()]);
         let source = api.get("services/svc/source").await;
         assert!(source.to_string().contains("three"), "{source}");
     }
@@ -308,7 +308,11 @@ async fn wait_serving(api: &Api<'_>, name: &str, answer: &str) {
 
 #[tokio::test]
 async fn rollback_under_load_fails_no_call_and_builds_nothing() {
-    let (server, _runner) = TestServer::platform(|_| {}).await;
+    let config = ApiConfig {
+        keep_versions: 2,
+        ..ApiConfig::default()
+    };
+    let (server, _runner) = TestServer::platform_with(config, |_| {}).await;
     let api = Api::new(&server, "rollback-user");
     let ready = api
         .deploy(
@@ -370,4 +374,39 @@ async fn rollback_under_load_fails_no_call_and_builds_nothing() {
         builds, 1,
         "v1 was built once, not again for the rollback: {logs}"
     );
+
+    // Builds of versions pruned past --keep-versions go too, once nothing runs them.
+    let mut newest = Vec::new();
+    for answer in ["v3", "v4"] {
+        let code = format!("def handle(e):\n    return {answer:?}\n");
+        let body = api
+            .upload("functions/roll", &[("handler.py", code.as_bytes())])
+            .await;
+        newest.push(body["version"].as_str().unwrap().to_string());
+        wait_serving(&api, "roll", answer).await;
+    }
+    let builds = server
+        .data_dir()
+        .join("builds")
+        .join(&api.user.ns)
+        .join("function-roll");
+    // After the old instance has drained and stopped.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut built: Vec<String> = std::fs::read_dir(&builds)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| !n.starts_with('.') && !n.ends_with(".log"))
+            .collect();
+        built.sort();
+        if built == newest {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "in {}: {built:?}",
+            builds.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -17,12 +17,13 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{ApiError, AppState};
 use sless_api::SourceFileResponse;
+use sless_api::keys::{next_version, version_of_listed, version_order};
 use sless_core::model::Runtime;
 use sless_core::quota::Slot;
 use sless_core::review::{Outcome, Reviewer, Selection, select_files};
 use sless_core::upload::{
     SourceLimits, UploadError, build_context, check_zip, object_keys, review_note_key,
-    source_files, upload_prefixes, version_of, version_stamp, zip_key_for_context,
+    source_files, upload_prefixes, version_of, zip_key_for_context,
 };
 use sless_core::versions::{self, VersionRecord};
 
@@ -300,14 +301,23 @@ pub async fn store_code(
     }
 
     let now = chrono::Utc::now();
-    let mut disambiguator = 0;
+    let [zips, ..] = upload_prefixes(namespace, key_name);
+    let mut newest = state
+        .objects
+        .list(&zips)
+        .await?
+        .iter()
+        .filter_map(|key| version_of_listed(key))
+        .max_by(|a, b| version_order(a, b))
+        .map(str::to_owned);
+    // Another upload of the name may have taken the version meanwhile.
     let (version, keys) = loop {
-        let version = version_stamp(now, disambiguator);
+        let version = next_version(now, newest.as_deref());
         let keys = object_keys(namespace, key_name, &version);
         if !state.objects.exists(&keys.zip).await? {
             break (version, keys);
         }
-        disambiguator += 1;
+        newest = Some(version);
     };
     tracing::info!(key = %keys.zip, size = zip.size, sha256 = %zip.sha256, "storing an upload");
     state
