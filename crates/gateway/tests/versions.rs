@@ -410,3 +410,28 @@ async fn rollback_under_load_fails_no_call_and_builds_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn the_same_code_again_builds_again_when_its_build_failed() {
+    use sless_core::model::{Function, Phase};
+    let server = TestServer::start().await;
+    let api = Api::new(&server, "retry-user");
+    api.post("functions", json!({"name": "f", "runtime": "python3.11"}))
+        .await;
+    let code = handler("flaky build");
+    let (_, body) = upload_zip(&api, "functions/f", &code).await;
+    let first = body["version"].as_str().unwrap().to_string();
+    // What a runner writes when the build fails (say, a package index was down).
+    sless_core::store::modify_status::<Function, _>(&*server.store, &api.user.ns, "f", |f| {
+        f.status.phase = Phase::Failed;
+    })
+    .await
+    .unwrap();
+    let (status, body) = upload_zip(&api, "functions/f", &code).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["phase"], "Building", "{body}");
+    let again = body["version"].as_str().unwrap().to_string();
+    assert_ne!(again, first, "a new version, built anew");
+    let versions = api.get("functions/f/versions").await;
+    assert_eq!(listed(&versions), [again.clone(), first]);
+}
