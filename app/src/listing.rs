@@ -475,6 +475,7 @@ mod tests {
             message: None,
             image_ref: None,
             s3_key: None,
+            version: None,
             last_built_at: built.map(String::from),
             url: None,
             resource_version: "1".into(),

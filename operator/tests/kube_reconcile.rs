@@ -482,6 +482,65 @@ async fn a_new_upload_replaces_a_running_build() {
 }
 
 #[tokio::test]
+async fn a_rollback_to_a_built_version_deploys_its_image_without_a_build() {
+    let c = cluster().await;
+    c.ready_function().await;
+    let next = "contexts/sless-cdd874dfa31ba6ca/hello/20250101130000.tar.gz";
+    modify::<Function, _>(&*c.store, NS, "hello", |f| {
+        f.spec.workload.s3_key = Some(next.into());
+    })
+    .await
+    .unwrap();
+    c.reconcile_function().await;
+    c.finish_job(&build_job_name("hello", next), true).await;
+    c.reconcile_function().await;
+    let image_of = |key| workload_image(REGISTRY, NS, "hello", key);
+    let deployed = |d: Deployment| {
+        d.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .clone()
+    };
+    assert_eq!(
+        deployed(c.deployment().await.unwrap()),
+        Some(image_of(next))
+    );
+
+    // The API's rollback: the old key again, phase Building until it serves.
+    modify::<Function, _>(&*c.store, NS, "hello", |f| {
+        f.spec.workload.s3_key = Some(KEY.into());
+    })
+    .await
+    .unwrap();
+    modify_status::<Function, _>(&*c.store, NS, "hello", |f| {
+        f.status.phase = Phase::Building;
+    })
+    .await
+    .unwrap();
+    c.reconcile_function().await;
+    assert_eq!(
+        c.builds().await,
+        [build_job_name("hello", next)],
+        "no build Job for the old version"
+    );
+    assert_eq!(deployed(c.deployment().await.unwrap()), Some(image_of(KEY)));
+    let function = c.function().await;
+    let status = function.status.clone().unwrap();
+    assert_eq!(status.phase, Phase::Ready, "{status:?}");
+    assert_eq!(status.image_ref, Some(image_of(KEY)));
+    assert_eq!(function.annotations()[ANNOTATION_LAST_BUILT_S3KEY], KEY);
+
+    // A version never built is built, as any upload.
+    let unbuilt = "contexts/sless-cdd874dfa31ba6ca/hello/20250101140000.tar.gz";
+    modify::<Function, _>(&*c.store, NS, "hello", |f| {
+        f.spec.workload.s3_key = Some(unbuilt.into());
+    })
+    .await
+    .unwrap();
+    c.reconcile_function().await;
+    assert_eq!(c.builds().await, [build_job_name("hello", unbuilt)]);
+}
+
+#[tokio::test]
 async fn trigger_enabled_drives_replicas_and_cron_suspend() {
     let c = cluster().await;
     c.ready_function().await;

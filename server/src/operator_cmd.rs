@@ -424,6 +424,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix.clone(),
             code_review: args.review.reviewer()?,
+            keep_versions: args.quotas.keep_versions(),
             ..ApiConfig::default()
         };
         config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;

@@ -196,6 +196,12 @@ pub struct QuotaArgs {
           default_value_t = sless_core::model::DEFAULT_JOB_RUNS_KEPT as u64,
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub job_runs_kept: u64,
+    /// Versions (uploads) each function or service keeps for rollback; older ones are
+    /// pruned with their objects, never the active one.
+    #[arg(long, env = "SLESS_KEEP_VERSIONS",
+          default_value_t = sless_core::versions::DEFAULT_KEEP_VERSIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub keep_versions: u64,
 }
 
 impl QuotaArgs {
@@ -212,6 +218,10 @@ impl QuotaArgs {
     /// For the runners, which keep the history (`sless up`'s and the operator's).
     pub fn job_runs_kept(&self) -> usize {
         usize::try_from(self.job_runs_kept).unwrap_or(usize::MAX)
+    }
+
+    pub fn keep_versions(&self) -> usize {
+        usize::try_from(self.keep_versions).unwrap_or(usize::MAX)
     }
 }
 

@@ -127,6 +127,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         quotas: args.quotas.quotas(),
         spool_dir: spool_dir(&data_dir)?,
         code_review: args.review.reviewer()?,
+        keep_versions: args.quotas.keep_versions(),
         ..ApiConfig::default()
     };
     config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;

@@ -694,3 +694,88 @@ fn token_never_creates_a_key_the_server_would_not_know() {
     );
     assert!(!data.exists(), "a data dir was created");
 }
+
+/// The version column of `sless versions`, newest first, and the starred one.
+fn versions_listed(run: &Run) -> (Vec<String>, Option<String>) {
+    let mut versions = Vec::new();
+    let mut active = None;
+    for line in run.stdout.lines().skip(1) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let (star, version) = match cells.as_slice() {
+            ["*", version, ..] => (true, version),
+            [version, ..] => (false, version),
+            [] => continue,
+        };
+        versions.push(version.to_string());
+        if star {
+            active = Some(version.to_string());
+        }
+    }
+    (versions, active)
+}
+
+#[test]
+fn versions_and_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = common::start_with_env(&data, &[("SLESS_KEEP_VERSIONS", "2")]);
+    let user = User::new(
+        &server,
+        token(&data, "cli-versions"),
+        &dir.path().join("home"),
+    );
+    let code = dir.path().join("code");
+    let path = code.display().to_string();
+    let deploy = |answer: &str| {
+        write_files(
+            &code,
+            &[(
+                "handler.py",
+                &format!("def handle(event):\n    return {answer:?}\n"),
+            )],
+        );
+        user.sless(&["deploy", &path, "--name", "f", "--runtime", "python3.11"])
+            .ok("deploy");
+        user.sless(&["versions", "f"]).ok("versions")
+    };
+    let (first, _) = versions_listed(&deploy("one"));
+    let again = deploy("one");
+    assert_eq!(
+        versions_listed(&again),
+        (first.clone(), first.first().cloned()),
+        "the same code deployed again is no new version:\n{}",
+        again.stdout
+    );
+    deploy("two");
+    let listed = deploy("three");
+    let (kept, active) = versions_listed(&listed);
+    assert_eq!(kept.len(), 2, "SLESS_KEEP_VERSIONS=2:\n{}", listed.stdout);
+    assert!(!kept.contains(&first[0]), "{}", listed.stdout);
+    assert_eq!(active.as_ref(), Some(&kept[0]), "{}", listed.stdout);
+    assert!(
+        listed.stdout.contains("cli-versions"),
+        "who uploaded:\n{}",
+        listed.stdout
+    );
+
+    let rolled = user.sless(&["rollback", "f", &kept[1]]).ok("rollback");
+    assert_eq!(
+        rolled.stdout.trim(),
+        format!("function f: version {} serving", kept[1]),
+        "{}",
+        rolled.stderr
+    );
+    let answer = user.sless(&["invoke", "f"]).ok("invoke after the rollback");
+    assert_eq!(answer.stdout.trim(), "\"two\"");
+    let (_, active) = versions_listed(&user.sless(&["versions", "f"]).ok("versions"));
+    assert_eq!(active.as_ref(), Some(&kept[1]));
+
+    user.sless(&["rollback", "f", &first[0]]).fails_with(
+        "rollback to a pruned version",
+        &[&format!("no version {}", first[0]), &kept[0], &kept[1]],
+    );
+    user.sless(&["rollback", "nothing", &kept[0]]).fails_with(
+        "rollback of an unknown name",
+        &["no function or service named \"nothing\""],
+    );
+}

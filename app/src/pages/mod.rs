@@ -58,6 +58,7 @@ mod tests {
             message: Some("<b>pip</b> said no".into()),
             image_ref: None,
             s3_key: Some(format!("contexts/ns/{name}/1.tar.gz")),
+            version: Some("1".into()),
             last_built_at: Some("2026-04-20T12:34:56Z".into()),
             url: Some("http://h/fn/ns/x?a=\"b\"".into()),
             resource_version: "1".into(),

@@ -168,10 +168,36 @@ pub struct WorkloadResponse {
     pub message: Option<String>,
     pub image_ref: Option<String>,
     pub s3_key: Option<String>,
+    /// The version its code is (of `s3_key`); None before the first upload.
+    #[serde(default)]
+    pub version: Option<String>,
     pub last_built_at: Option<String>,
     pub url: Option<String>,
     pub resource_version: String,
     pub created_at: String,
+}
+
+/// One kept upload of a function or service (`GET .../{name}/versions`, newest first).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VersionResponse {
+    /// The upload's version stamp, as in `s3_key`, logs and `image_ref`.
+    pub version: String,
+    pub created_at: String,
+    /// Hex sha256 of the uploaded zip; None for uploads stored before sless kept
+    /// versions (as are `size` and `uploaded_by`).
+    pub sha256: Option<String>,
+    pub size: Option<u64>,
+    /// The `sub` of the token that uploaded it.
+    pub uploaded_by: Option<String>,
+    /// The version the workload's code is now (the one serving once it is Ready).
+    pub active: bool,
+}
+
+/// `POST .../{name}/rollback`: make a kept version the workload's code again.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    pub version: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -328,6 +328,40 @@ impl Client {
         self.get(&format!("{}/{name}/source", kind.path())).await
     }
 
+    /// The versions a function or service keeps, newest first (`active` marks its code).
+    pub async fn versions(&self, kind: Kind, name: &str) -> Result<Vec<VersionResponse>> {
+        self.get(&format!("{}/{name}/versions", kind.path())).await
+    }
+
+    /// The files of one kept version.
+    pub async fn version_source(
+        &self,
+        kind: Kind,
+        name: &str,
+        version: &str,
+    ) -> Result<Vec<SourceFileResponse>> {
+        self.get(&format!("{}/{name}/versions/{version}/source", kind.path()))
+            .await
+    }
+
+    /// Makes a kept version the workload's code again; answers the workload.
+    pub async fn rollback(
+        &self,
+        kind: Kind,
+        name: &str,
+        version: &str,
+    ) -> Result<WorkloadResponse> {
+        let request = RollbackRequest {
+            version: version.to_string(),
+        };
+        self.with_body(
+            reqwest::Method::POST,
+            &format!("{}/{name}/rollback", kind.path()),
+            &request,
+        )
+        .await
+    }
+
     pub async fn logs(&self, kind: Kind, name: &str, tail: usize) -> Result<Vec<LogLineResponse>> {
         self.find_logs(kind, name, &LogFilter::tail(tail)).await
     }

@@ -18,4 +18,5 @@ pub mod routes;
 pub mod s3;
 pub mod store;
 pub mod upload;
+pub mod versions;
 pub mod workload;

@@ -13,11 +13,12 @@ use crate::egress::{self, Egress, ProxyLimits, RefusalLog};
 use crate::runtimes::{Toolchain, Wrappers};
 use crate::sandbox::{Confinement, Sandbox};
 use crate::scratch;
+use sless_api::keys::{is_version, version_of_listed};
 use sless_core::logs::last_bytes;
 use sless_core::model::{DEFAULT_CPU_MILLIS, Runtime};
 use sless_core::s3::ObjectStore;
 use sless_core::upload::{
-    UploadError, UploadLimits, check_zip, unpack, version_of, zip_key_for_context,
+    UploadError, UploadLimits, check_zip, unpack, upload_prefixes, version_of, zip_key_for_context,
 };
 
 /// A build that did not finish: its cause on the first line, then the log tail.
@@ -90,6 +91,42 @@ impl Builder {
                     "{cause}\n{}",
                     last_bytes(&text, TAIL_BYTES)
                 )))
+            }
+        }
+    }
+
+    /// Removes the builds under `root` of versions whose upload is gone (pruned past
+    /// `--keep-versions`), never those of `in_use`. Best effort.
+    pub async fn prune(&self, root: &Path, namespace: &str, key_name: &str, in_use: &[&str]) {
+        let [zips, ..] = upload_prefixes(namespace, key_name);
+        let kept = match self.objects.list(&zips).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(%namespace, name = %key_name, error = %e, "cannot list uploads to prune builds");
+                return;
+            }
+        };
+        let kept: Vec<&str> = kept.iter().filter_map(|k| version_of_listed(k)).collect();
+        let Ok(mut entries) = tokio::fs::read_dir(root).await else {
+            return;
+        };
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let path = entry.path();
+            let Some(version) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if !is_version(version) || kept.contains(&version) || in_use.contains(&version) {
+                continue;
+            }
+            let removed = tokio::fs::remove_dir_all(&path).await;
+            let _ = tokio::fs::remove_file(log_path(&path)).await;
+            match removed {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed the build of a pruned version")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove an old build")
+                }
             }
         }
     }

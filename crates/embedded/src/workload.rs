@@ -96,7 +96,7 @@ impl Running {
 
     /// Stops it once the calls it has in flight are answered (at most `wait`): no new
     /// call comes to it from now on.
-    fn retire(self, wait: Duration) {
+    fn retire(self, wait: Duration) -> tokio::task::JoinHandle<()> {
         self.slot.close();
         tokio::spawn(async move {
             let deadline = Instant::now() + wait;
@@ -105,7 +105,7 @@ impl Running {
             }
             self.instance.stop(STOP_GRACE).await;
             drop(self.memory);
-        });
+        })
     }
 }
 
@@ -949,9 +949,27 @@ impl Actor {
             .partition(|r| r.config != config);
         self.running = current;
         self.running.push(Running::new(config, instance, memory));
-        for old in older {
-            old.retire(DRAIN);
+        if older.is_empty() {
+            return;
         }
+        let retired: Vec<_> = older.into_iter().map(|old| old.retire(DRAIN)).collect();
+        let shared = self.shared.clone();
+        let root = shared.builds_root(self.kind, &self.ns, &self.name);
+        let (ns, name) = (self.ns.clone(), self.name.clone());
+        let serving: Vec<String> = self
+            .running
+            .iter()
+            .map(|r| r.config.version.clone())
+            .collect();
+        tokio::spawn(async move {
+            for old in retired {
+                let _ = old.await;
+            }
+            // Once the old instances are gone, the builds of versions pruned from
+            // object storage go too.
+            let in_use: Vec<&str> = serving.iter().map(String::as_str).collect();
+            shared.builder.prune(&root, &ns, &name, &in_use).await;
+        });
     }
 
     async fn mark_built(&self, raw: &RawObject, key: &str) -> Result<(), StoreError> {

@@ -127,8 +127,10 @@ async fn upload_stores_zip_and_context_and_sets_building() {
         "def handle(event):\n    return {'ok': True}\n"
     );
 
-    // A second upload in the same second gets its own version.
-    let (_, again) = upload(&server, &alice, "functions/hello", zip).await;
+    // Other code uploaded in the same second gets its own version; the same zip again
+    // is the same version (tests/versions.rs).
+    let other = zip_of(&[("handler.py", b"def handle(event):\n    return 2\n")]);
+    let (_, again) = upload(&server, &alice, "functions/hello", other).await;
     assert_ne!(again["s3_key"], body["s3_key"]);
 }
 

@@ -50,6 +50,7 @@ pub struct WorkloadState {
     phase: Value<String>,
     image_ref: Value<String>,
     last_built_at: Value<String>,
+    version: Value<String>,
 }
 
 /// Kept in the state but not shown: the upload the state's `source_hash` stands for, so
@@ -219,6 +220,7 @@ impl WorkloadResource {
             &mut state.phase,
             &mut state.image_ref,
             &mut state.last_built_at,
+            &mut state.version,
         ] {
             if value.is_unknown() {
                 *value = Value::Null;
@@ -297,6 +299,7 @@ fn fill(state: &mut WorkloadState, workload: &WorkloadResponse) {
     state.phase = Value::Value(workload.phase.to_string());
     state.image_ref = workload.image_ref.clone().into();
     state.last_built_at = workload.last_built_at.clone().into();
+    state.version = workload.version.clone().into();
 }
 
 #[async_trait]
@@ -464,6 +467,14 @@ impl Resource for WorkloadResource {
                         "last_built_at".into(),
                         attribute(String, Computed, "When the code was last built."),
                     ),
+                    (
+                        "version".into(),
+                        attribute(
+                            String,
+                            Computed,
+                            "The version its code is (sless versions NAME lists them).",
+                        ),
+                    ),
                 ]),
             ),
         })
@@ -549,6 +560,7 @@ impl Resource for WorkloadResource {
         proposed.phase = Value::Unknown;
         proposed.image_ref = Value::Unknown;
         proposed.last_built_at = Value::Unknown;
+        proposed.version = Value::Unknown;
         Some((proposed, Uploaded::default()))
     }
 
@@ -571,6 +583,7 @@ impl Resource for WorkloadResource {
             proposed.phase = Value::Unknown;
             proposed.image_ref = Value::Unknown;
             proposed.last_built_at = Value::Unknown;
+            proposed.version = Value::Unknown;
             proposed.url = Value::Unknown;
         }
         let mut replace = Vec::new();

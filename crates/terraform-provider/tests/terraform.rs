@@ -368,6 +368,14 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         "unset timeout_sec must stay null"
     );
     assert_eq!(hello_state["phase"], "Ready");
+    let first_version = hello_state["version"]
+        .as_str()
+        .expect("version")
+        .to_string();
+    let served = runtime
+        .block_on(client.get_workload(Kind::Function, hello_state["name"].as_str().unwrap()))
+        .unwrap();
+    assert_eq!(served.version.as_deref(), Some(first_version.as_str()));
     assert_eq!(tf.resource("sless_function.greeter")["timeout_sec"], 30);
 
     // Right after apply there is nothing to do.
@@ -400,6 +408,11 @@ fn terraform_deploys_changes_and_destroys_the_example() {
         plan.stdout
     );
     tf.apply(&[], "apply of a changed handler");
+    let changed = tf.resource("sless_function.hello")["version"].clone();
+    assert!(
+        changed.is_string() && changed != first_version.as_str(),
+        "a new upload is a new version: {changed} after {first_version}"
+    );
     let (status, body) = call(&runtime, &format!("{hello}?name=tf"));
     assert_eq!(
         (status, body.contains("hi again, tf!")),

@@ -24,8 +24,8 @@ use crate::names::{
 };
 use crate::store::api_resource;
 use sless_core::model::{
-    ANNOTATION_BUILD_JOB, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind, Phase, Service, Trigger,
-    build_namespace, deploy_namespace, now, workload_image,
+    ANNOTATION_BUILD_JOB, ANNOTATION_BUILT_VERSIONS, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind,
+    Phase, Service, Trigger, build_namespace, deploy_namespace, now, workload_image,
 };
 use sless_core::store::WorkloadResource;
 use sless_core::upload::version_of;
@@ -116,8 +116,19 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         .get(ANNOTATION_LAST_BUILT_S3KEY)
         .map(String::as_str)
         == Some(key);
+    let built_versions = annotations
+        .get(ANNOTATION_BUILT_VERSIONS)
+        .map(String::as_str)
+        .unwrap_or_default();
+    let image_built = built_versions
+        .split_whitespace()
+        .any(|v| v == version_of(key));
 
-    if !built {
+    if !built && image_built {
+        // A rollback to a kept version: its image is in the registry already.
+        tracing::info!(kind = %K::KIND, %namespace, %name, %image, "deploying a built version again");
+        mark_built(&api, &name, key, None).await?;
+    } else if !built {
         let target = BuildTarget {
             kind: K::KIND,
             namespace: &namespace,
@@ -148,7 +159,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.message = Some(message);
                 status.url = url;
                 write_status(&api, object, &status).await?;
-                mark_built(&api, &name, key).await?;
+                mark_built(&api, &name, key, None).await?;
                 return Ok(Action::await_change());
             }
             BuildState::Succeeded => {
@@ -161,7 +172,8 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.phase = Phase::Building;
                 status.message = Some(format!("version {} built; starting it", version_of(key)));
                 write_status(&api, object, &status).await?;
-                mark_built(&api, &name, key).await?;
+                let versions = with_version(built_versions, version_of(key));
+                mark_built(&api, &name, key, Some(&versions)).await?;
             }
         }
     } else if current.phase == Phase::Failed && current.image_ref.as_deref() != Some(&image) {
@@ -392,16 +404,33 @@ async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Res
 }
 
 /// Records that `key` was built (or failed to), so it is not built again, and forgets the
-/// build Job. Written after the status: if it is lost, the next pass reads the same
-/// finished Job again instead of building twice.
-async fn mark_built<K: WorkloadResource>(api: &Api<K>, name: &str, key: &str) -> Result<()> {
-    annotate(
-        api,
-        name,
-        &[
-            (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
-            (ANNOTATION_BUILD_JOB, None),
-        ],
-    )
-    .await
+/// build Job; with `built_versions`, the versions whose image is built. Written after the
+/// status: if it is lost, the next pass reads the same finished Job again instead of
+/// building twice.
+async fn mark_built<K: WorkloadResource>(
+    api: &Api<K>,
+    name: &str,
+    key: &str,
+    built_versions: Option<&str>,
+) -> Result<()> {
+    let mut annotations = vec![
+        (ANNOTATION_LAST_BUILT_S3KEY, Some(key)),
+        (ANNOTATION_BUILD_JOB, None),
+    ];
+    if let Some(versions) = built_versions {
+        annotations.push((ANNOTATION_BUILT_VERSIONS, Some(versions)));
+    }
+    annotate(api, name, &annotations).await
+}
+
+/// The most versions [`ANNOTATION_BUILT_VERSIONS`] lists: `--keep-versions` at its
+/// largest, so every kept version's image is known.
+const MAX_BUILT_VERSIONS: usize = 1000;
+
+/// `built` with `version` added last, the oldest dropped past [`MAX_BUILT_VERSIONS`].
+fn with_version(built: &str, version: &str) -> String {
+    let mut versions: Vec<&str> = built.split_whitespace().filter(|v| *v != version).collect();
+    versions.push(version);
+    let skip = versions.len().saturating_sub(MAX_BUILT_VERSIONS);
+    versions[skip..].join(" ")
 }

@@ -10,6 +10,7 @@ mod logs;
 mod remove;
 mod show;
 mod triggers;
+mod versions;
 
 use std::time::Duration;
 
@@ -45,6 +46,11 @@ pub enum CliCommand {
     Trigger(triggers::TriggerArgs),
     /// Run one-shot jobs.
     Job(jobs::JobArgs),
+    /// List the versions (uploads) a function or service keeps, newest first.
+    Versions(versions::VersionsArgs),
+    /// Make a kept version the code of a function or service again and wait until it
+    /// serves.
+    Rollback(versions::RollbackArgs),
 }
 
 /// Runs a command and answers the process exit code; errors are one line on stderr.
@@ -59,6 +65,8 @@ pub async fn run(command: CliCommand) -> i32 {
         CliCommand::Rm(args) => remove::run(args).await,
         CliCommand::Trigger(args) => triggers::run(args).await,
         CliCommand::Job(args) => jobs::run(args).await,
+        CliCommand::Versions(args) => versions::list(args).await,
+        CliCommand::Rollback(args) => versions::rollback(args).await,
     };
     match result {
         Ok(()) => 0,

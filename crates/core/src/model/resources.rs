@@ -20,6 +20,9 @@ pub const API_GROUP: &str = "sless.kube5s.ru";
 pub const API_VERSION: &str = "v1alpha1";
 /// The s3Key a Function was last built from; the same upload is never built twice.
 pub const ANNOTATION_LAST_BUILT_S3KEY: &str = "sless.kube5s.ru/last-built-s3key";
+/// The versions (upload stamps) whose image was built, oldest first, space-separated: a
+/// rollback to one of them deploys its image without building it again.
+pub const ANNOTATION_BUILT_VERSIONS: &str = "sless.kube5s.ru/built-versions";
 /// The build Job currently running for a Function.
 pub const ANNOTATION_BUILD_JOB: &str = "sless.kube5s.ru/build-job";
 

@@ -17,13 +17,15 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{ApiError, AppState};
 use sless_api::SourceFileResponse;
+use sless_api::keys::{next_version, version_of_listed, version_order};
 use sless_core::model::Runtime;
 use sless_core::quota::Slot;
 use sless_core::review::{Outcome, Reviewer, Selection, select_files};
 use sless_core::upload::{
     SourceLimits, UploadError, build_context, check_zip, object_keys, review_note_key,
-    source_files, upload_prefixes, version_stamp, zip_key_for_context,
+    source_files, upload_prefixes, version_of, zip_key_for_context,
 };
+use sless_core::versions::{self, VersionRecord};
 
 /// The multipart field that carries the zip.
 pub const CODE_FIELD: &str = "code";
@@ -232,22 +234,37 @@ pub async fn read_code_field(
     }
 }
 
+/// Where an upload goes and who sent it.
+pub struct Upload<'a> {
+    pub namespace: &'a str,
+    /// The name part of its keys (a job's is [`sless_core::upload::job_key_name`]).
+    pub key_name: &'a str,
+    pub runtime: Runtime,
+    pub entrypoint: &'a str,
+    /// The token's `sub`, kept in the version's record.
+    pub uploaded_by: &'a str,
+}
+
 /// Validates a zip, builds its context, has the code reviewed (when enabled) and stores
-/// both objects; returns the context key (the new `s3Key`). Nothing is stored unless the
-/// zip is valid and the review did not refuse it. The zip is read from its spooled file
-/// and the context is written to another, so neither is ever whole in memory; both
-/// stream to object storage from disk.
+/// both objects, then the version's record; returns the context key (the new `s3Key`).
+/// Nothing is stored unless the zip is valid and the review did not refuse it. The zip
+/// is read from its spooled file and the context is written to another, so neither is
+/// ever whole in memory; both stream to object storage from disk.
 pub async fn store_code(
     state: &AppState,
-    namespace: &str,
-    key_name: &str,
-    runtime: Runtime,
-    entrypoint: &str,
+    upload: &Upload<'_>,
     zip: SpooledZip,
 ) -> Result<String, ApiError> {
+    let Upload {
+        namespace,
+        key_name,
+        runtime,
+        entrypoint,
+        uploaded_by,
+    } = *upload;
     let limits = state.config.upload_limits.clone();
     let prefix = state.config.base_image_prefix.clone();
-    let entrypoint = entrypoint.to_string();
+    let context_entrypoint = entrypoint.to_string();
     let zip_path = zip.path().to_path_buf();
     let context_file = tempfile::Builder::new()
         .prefix("context-")
@@ -267,7 +284,7 @@ pub async fn store_code(
         let out = build_context(
             &prefix,
             runtime,
-            &entrypoint,
+            &context_entrypoint,
             &mut check_zip(open()?, &limits)?,
             std::io::BufWriter::new(context_out),
         )?;
@@ -284,13 +301,23 @@ pub async fn store_code(
     }
 
     let now = chrono::Utc::now();
-    let mut disambiguator = 0;
-    let keys = loop {
-        let keys = object_keys(namespace, key_name, &version_stamp(now, disambiguator));
+    let [zips, ..] = upload_prefixes(namespace, key_name);
+    let mut newest = state
+        .objects
+        .list(&zips)
+        .await?
+        .iter()
+        .filter_map(|key| version_of_listed(key))
+        .max_by(|a, b| version_order(a, b))
+        .map(str::to_owned);
+    // Another upload of the name may have taken the version meanwhile.
+    let (version, keys) = loop {
+        let version = next_version(now, newest.as_deref());
+        let keys = object_keys(namespace, key_name, &version);
         if !state.objects.exists(&keys.zip).await? {
-            break keys;
+            break (version, keys);
         }
-        disambiguator += 1;
+        newest = Some(version);
     };
     tracing::info!(key = %keys.zip, size = zip.size, sha256 = %zip.sha256, "storing an upload");
     state
@@ -301,7 +328,40 @@ pub async fn store_code(
         .objects
         .put_file(&keys.context, &context_path, "application/gzip")
         .await?;
+    let record = VersionRecord {
+        created_at: now.to_rfc3339(),
+        sha256: zip.sha256.clone(),
+        size: zip.size,
+        uploaded_by: uploaded_by.to_string(),
+        runtime: runtime.to_string(),
+        entrypoint: entrypoint.to_string(),
+    };
+    versions::record(&state.objects, namespace, key_name, &version, &record).await?;
     Ok(keys.context)
+}
+
+/// Prunes the versions of a name past `--keep-versions`, never the one `active_key`
+/// (its `s3Key`) is; a failure is logged, the upload it follows stands.
+pub async fn prune_versions(
+    state: &AppState,
+    namespace: &str,
+    key_name: &str,
+    active_key: Option<&str>,
+) {
+    match versions::list(&state.objects, namespace, key_name).await {
+        Ok(kept) => {
+            let active = active_key.map(version_of);
+            let keep = state.config.keep_versions;
+            let pruned =
+                versions::prune(&state.objects, namespace, key_name, &kept, keep, active).await;
+            if !pruned.is_empty() {
+                tracing::info!(%namespace, name = %key_name, ?pruned, "pruned old versions");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(%namespace, name = %key_name, error = %e, "could not list versions to prune")
+        }
+    }
 }
 
 /// Runs the code review and keeps its line for the build log; a refusal is the error,

@@ -67,6 +67,10 @@ pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadRes
         message: status.message.clone(),
         image_ref: status.image_ref.clone(),
         s3_key: spec.s3_key.clone(),
+        version: spec
+            .s3_key
+            .as_deref()
+            .map(|key| keys::version_of(key).to_string()),
         last_built_at: status.last_built_at.clone(),
         url: status.url.clone(),
         resource_version: object.meta.resource_version.clone(),

@@ -57,6 +57,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 /// A verified caller allowed to act on the `{ns}` of the route.
 pub struct Authorized {
     pub namespace: String,
+    /// The token's `sub`: who uploaded a version.
+    pub subject: String,
 }
 
 impl FromRequestParts<Arc<AppState>> for Authorized {
@@ -81,6 +83,9 @@ impl FromRequestParts<Arc<AppState>> for Authorized {
             .ok_or_else(|| ApiError::Internal("route has no namespace".into()))?;
         validate_name("namespace", &namespace)?;
         principal.authorize(&namespace)?;
-        Ok(Authorized { namespace })
+        Ok(Authorized {
+            namespace,
+            subject: principal.sub,
+        })
     }
 }

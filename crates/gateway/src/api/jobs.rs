@@ -5,7 +5,7 @@ use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 
-use super::code::{delete_code, read_code_field, store_code, stored_zip};
+use super::code::{Upload, delete_code, prune_versions, read_code_field, store_code, stored_zip};
 use super::convert::{job_response, job_run_response, job_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::{ApiError, AppState, load, not_found};
@@ -123,7 +123,14 @@ pub async fn replace(
                     || old.entrypoint.as_ref() != Some(entrypoint)) =>
         {
             let zip = stored_zip(&state, key).await?;
-            Some(store_code(&state, ns, &job_key_name(&name), runtime, entrypoint, zip).await?)
+            let upload = Upload {
+                namespace: ns,
+                key_name: &job_key_name(&name),
+                runtime,
+                entrypoint,
+                uploaded_by: &auth.subject,
+            };
+            Some(store_code(&state, &upload, zip).await?)
         }
         _ => None,
     };
@@ -212,10 +219,19 @@ pub async fn upload(
     };
     let entrypoint = object.spec.entrypoint_or_default();
     let zip = read_code_field(&state, ns, &headers, multipart).await?;
-    let key = store_code(&state, ns, &job_key_name(&name), runtime, &entrypoint, zip).await?;
+    let key_name = job_key_name(&name);
+    let upload = Upload {
+        namespace: ns,
+        key_name: &key_name,
+        runtime,
+        entrypoint: &entrypoint,
+        uploaded_by: &auth.subject,
+    };
+    let key = store_code(&state, &upload, zip).await?;
     let updated = modify::<FunctionJob, _>(&*state.store, ns, &name, |o| {
         o.spec.s3_key = Some(key.clone());
     })
     .await?;
+    prune_versions(&state, ns, &key_name, Some(&key)).await;
     Ok(Json(job_response(&updated)))
 }

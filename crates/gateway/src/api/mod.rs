@@ -7,6 +7,7 @@ mod error;
 mod extract;
 mod jobs;
 mod triggers;
+pub mod versions;
 mod workloads;
 
 use std::path::PathBuf;
@@ -52,6 +53,8 @@ pub struct ApiConfig {
     pub spool_dir: PathBuf,
     /// The pre-build code review, when enabled (docs/spec.md §4).
     pub code_review: Option<Arc<Reviewer>>,
+    /// Versions kept per function or service (`--keep-versions`); older ones are pruned.
+    pub keep_versions: usize,
 }
 
 impl Default for ApiConfig {
@@ -65,6 +68,7 @@ impl Default for ApiConfig {
             quotas: Quotas::default(),
             spool_dir: std::env::temp_dir(),
             code_review: None,
+            keep_versions: sless_core::versions::DEFAULT_KEEP_VERSIONS,
         }
     }
 }
@@ -196,6 +200,18 @@ fn workload_routes<R: WorkloadResource>() -> Router<Arc<AppState>> {
         .route(
             &format!("{base}/{{name}}/source"),
             get(workloads::source::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}/versions"),
+            get(versions::list::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}/versions/{{version}}/source"),
+            get(versions::source::<R>),
+        )
+        .route(
+            &format!("{base}/{{name}}/rollback"),
+            post(versions::rollback::<R>),
         )
         .route(&format!("{base}/{{name}}/logs"), get(workloads::logs::<R>))
         .route(

@@ -14,10 +14,14 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::code::{delete_code, list_source, read_code_field, review_note, store_code, stored_zip};
+use super::code::{
+    SpooledZip, Upload, delete_code, list_source, prune_versions, read_code_field, review_note,
+    store_code, stored_zip,
+};
 use super::convert::{workload_response, workload_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
+use super::versions::{activate, kept_versions};
 use super::{ApiError, AppState, load};
 use crate::proxy::{Filter, Invocation, Via};
 use crate::serve::Stopping;
@@ -26,6 +30,7 @@ use sless_core::logs::{Following, LogFilter, LogLine};
 use sless_core::model::{Phase, WorkloadSpec, validate_name};
 use sless_core::quota::Slot;
 use sless_core::store::{Object, StoreError, StoreExt, WorkloadResource, modify, modify_status};
+use sless_core::upload::version_of;
 use sless_core::workload::{no_code, refused_upload};
 
 pub async fn list<R: WorkloadResource>(
@@ -110,17 +115,14 @@ pub async fn replace<R: WorkloadResource>(
             if old.runtime != new_spec.runtime || old.entrypoint != new_spec.entrypoint =>
         {
             let zip = stored_zip(&state, context_key).await?;
-            Some(
-                store_code(
-                    &state,
-                    ns,
-                    &name,
-                    new_spec.runtime,
-                    &new_spec.entrypoint,
-                    zip,
-                )
-                .await?,
-            )
+            let upload = Upload {
+                namespace: ns,
+                key_name: &name,
+                runtime: new_spec.runtime,
+                entrypoint: &new_spec.entrypoint,
+                uploaded_by: &auth.subject,
+            };
+            Some(store_code(&state, &upload, zip).await?)
         }
         _ => None,
     };
@@ -150,7 +152,15 @@ pub async fn replace<R: WorkloadResource>(
         }
     };
     let updated = if rebuilt.is_some() {
-        mark_building::<R>(&state, ns, &name).await?
+        let building = mark_building::<R>(&state, ns, &name).await?;
+        prune_versions(
+            &state,
+            ns,
+            &name,
+            R::workload(&building.spec).s3_key.as_deref(),
+        )
+        .await;
+        building
     } else {
         updated
     };
@@ -189,16 +199,18 @@ pub async fn upload<R: WorkloadResource>(
     let object = load::<R>(&state, ns, &name).await?;
     let zip = read_code_field(&state, ns, &headers, multipart).await?;
     let workload = R::workload(&object.spec);
-    let key = match store_code(
-        &state,
-        ns,
-        &name,
-        workload.runtime,
-        &workload.entrypoint,
-        zip,
-    )
-    .await
-    {
+    if let Some(same) = same_version(&state, &object, &zip).await? {
+        let activated = activate::<R>(&state, &object, &same).await?;
+        return Ok(Json(workload_response(&activated)));
+    }
+    let upload = Upload {
+        namespace: ns,
+        key_name: &name,
+        runtime: workload.runtime,
+        entrypoint: &workload.entrypoint,
+        uploaded_by: &auth.subject,
+    };
+    let key = match store_code(&state, &upload, zip).await {
         Err(ApiError::CodeReviewRefused(reason)) => {
             return Err(mark_refused::<R>(&state, ns, &name, reason).await);
         }
@@ -209,7 +221,28 @@ pub async fn upload<R: WorkloadResource>(
     })
     .await?;
     let updated = mark_building::<R>(&state, ns, &name).await?;
+    prune_versions(&state, ns, &name, Some(&key)).await;
     Ok(Json(workload_response(&updated)))
+}
+
+/// The kept version an upload of these bytes already is (for the workload's runtime and
+/// entrypoint): uploading it again stores nothing. Not the active version when its build
+/// failed: uploading the same code again then builds it again, as a new version.
+async fn same_version<R: WorkloadResource>(
+    state: &AppState,
+    object: &Object<R>,
+    zip: &SpooledZip,
+) -> Result<Option<String>, ApiError> {
+    let spec = R::workload(&object.spec);
+    let runtime = spec.runtime.to_string();
+    let active = spec.s3_key.as_deref().map(version_of);
+    let failed = object.status.phase == Phase::Failed;
+    Ok(kept_versions(state, object)
+        .await?
+        .into_iter()
+        .find(|v| v.holds(&zip.sha256, &runtime, &spec.entrypoint))
+        .filter(|v| !(failed && active == Some(v.version.as_str())))
+        .map(|v| v.version))
 }
 
 pub async fn source<R: WorkloadResource>(
