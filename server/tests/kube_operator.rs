@@ -557,7 +557,7 @@ async fn a_leader_stopped_by_sigterm_releases_its_lease_at_once() {
             )
             .and_then(|lease| lease["spec"]["holderIdentity"].as_str().map(String::from))
     };
-    let first_holder = eventually(&first, "the first leader", || holder()).await;
+    let first_holder = eventually(&first, "the first leader", holder).await;
     let second = cluster.operator_with_env("second", &controllers, &long_lease);
     wait_ready(&second).await;
 
