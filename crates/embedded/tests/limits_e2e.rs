@@ -178,9 +178,11 @@ async fn a_spinning_function_gets_its_cpu_millis() {
     );
     assert_eq!((status, fast_status), (StatusCode::OK, StatusCode::OK));
     let (slow, fast) = (slow.as_f64().unwrap(), fast.as_f64().unwrap());
+    // The cap is the feature: at most about 20% of a core. A loaded machine may give
+    // less than the quota, so the lower bound only says it ran at all.
     assert!(
-        (0.1..0.35).contains(&slow),
-        "cpu_millis 200 should get about 20% of a core, got {:.0}%",
+        (0.02..0.35).contains(&slow),
+        "cpu_millis 200 should get at most about 20% of a core, got {:.0}%",
         slow * 100.0
     );
     // The default, one core, is not throttled to that.
