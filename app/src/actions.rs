@@ -494,6 +494,28 @@ pub async fn add_trigger(
     ctx.finish(&back, result)
 }
 
+/// Makes the kept version `version` the workload's code again.
+#[server(prefix = "/console", endpoint = "rollback")]
+pub async fn rollback(
+    namespace: String,
+    kind: String,
+    name: String,
+    version: String,
+) -> Result<ActionReply, ServerFnError> {
+    let ctx = context()?;
+    let back = workload_back(&namespace, &kind, &name, "versions");
+    let result = async {
+        let kind = kind_of(&kind)?;
+        let client = ctx.client(&namespace)?;
+        ctx.console
+            .rollback(&client, kind, &name, &version)
+            .await
+            .map(ok)
+    }
+    .await;
+    ctx.finish(&back, result)
+}
+
 /// Removes one trigger of the workload `name`.
 #[server(prefix = "/console", endpoint = "remove-trigger")]
 pub async fn remove_trigger(

@@ -261,7 +261,7 @@ impl Console {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<FunctionView> {
         let collection = Kind::from(kind);
-        let (workload, triggers, calls, logs, build_log) = tokio::try_join!(
+        let (workload, triggers, calls, logs, build_log, versions) = tokio::try_join!(
             client.get_workload(collection, name),
             client.list_triggers(),
             client.invocations(collection, name, FETCHED_CALLS),
@@ -273,6 +273,7 @@ impl Console {
                     Err(e) => Err(e),
                 }
             },
+            client.versions(collection, name),
         )?;
         let triggers = triggers
             .into_iter()
@@ -285,6 +286,7 @@ impl Console {
             calls: CallSummary::from_api(calls, now).map_err(ViewError::Data)?,
             logs,
             build_log,
+            versions,
         })
     }
 
@@ -595,6 +597,20 @@ impl Console {
             .await
             .map_err(code_failure)?;
         Ok(format!("Uploaded a new version of {name}; building it."))
+    }
+
+    /// Makes a kept version the code again (no rebuild when its build is kept).
+    pub async fn rollback(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        name: &str,
+        version: &str,
+    ) -> Result<String, ActionFailure> {
+        client.rollback(kind.into(), name, version).await?;
+        Ok(format!(
+            "Rolling {name} back to version {version}; it serves once Ready."
+        ))
     }
 
     pub async fn save_settings(

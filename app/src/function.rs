@@ -172,6 +172,8 @@ pub struct FunctionView {
     pub logs: Vec<LogLineResponse>,
     /// None before the first build.
     pub build_log: Option<String>,
+    /// The kept versions of the code, newest first.
+    pub versions: Vec<sless_api::VersionResponse>,
 }
 
 impl FunctionView {

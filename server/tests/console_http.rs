@@ -1993,6 +1993,7 @@ const REMOVE_TRIGGER: &str = "/console/remove-trigger";
 const DELETE: &str = "/console/delete";
 const SAVE_EVENT: &str = "/console/save-event";
 const DELETE_EVENT: &str = "/console/delete-event";
+const ROLLBACK: &str = "/console/rollback";
 
 const HELLO_V1: &[u8] = b"def handle(event):\n    return {'version': 1}\n";
 const HELLO_V2: &[u8] = b"def handle(event):\n    return {'version': 2}\n";
@@ -2134,6 +2135,55 @@ async fn create_with_and_without_a_zip_and_upload_a_new_version() {
     }
     let page = browser.get(&path).await.expect(200, "after the build");
     assert!(page.body.contains("class=\"phase phase-ready\""));
+
+    // Both uploads are versions; the first is a click away from serving again.
+    let versions = f.rest(Method::GET, "functions/hello/versions", None).await;
+    let versions = versions.as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    assert_eq!(versions[0]["active"], true);
+    let first = versions[1]["version"].as_str().unwrap().to_string();
+    let panel = enclosing(&page.body, "id=\"versions\"", "<section", "</section>");
+    assert!(panel.contains(&first), "{panel}");
+    assert_eq!(
+        panel.matches("Roll back to this version").count(),
+        1,
+        "{panel}"
+    );
+    let csrf = csrf_of(&page.body);
+    let rollback = [
+        ("csrf_token", csrf.as_str()),
+        ("namespace", ns.as_str()),
+        ("kind", "function"),
+        ("name", "hello"),
+        ("version", first.as_str()),
+    ];
+    let done = browser.post(ROLLBACK, &rollback).await;
+    assert_eq!(done.redirect("rollback"), format!("{path}#versions"));
+    let page = browser.follow(&done, "rollback", "ok").await;
+    assert!(
+        flash_of(&page.body).contains(&first),
+        "{}",
+        flash_of(&page.body)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while f.call_json("hello").await["version"] != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the old version never served again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut gone = rollback;
+    gone[4].1 = "20000101000000";
+    let refused = browser.post(ROLLBACK, &gone).await;
+    let page = browser
+        .follow(&refused, "a version not kept", "error")
+        .await;
+    assert!(
+        flash_of(&page.body).contains(&first),
+        "the kept ones are named: {}",
+        flash_of(&page.body)
+    );
 
     // Refused: not a zip (the API's zip check, named as the file field), nothing made.
     let mut broken = as_pairs(&form("broken"));
@@ -2510,7 +2560,8 @@ async fn every_new_action_refuses_a_missing_or_forged_csrf_token() {
     let f = echo_fixture().await;
     let ns = f.ns.clone();
     let (mut browser, _) = on_echo_page(&f).await;
-    let actions: [(&str, &[(&str, &str)]); 8] = [
+    let actions: [(&str, &[(&str, &str)]); 9] = [
+        (ROLLBACK, &[("version", "20000101000000")]),
         (SETTINGS, &[("memory_mb", "512")]),
         (ENV, &[("env_name", "X"), ("env_value", "1")]),
         (

@@ -11,7 +11,8 @@ use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, cpu, l
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use crate::actions::{
-    AddTrigger, ChangeEnv, Delete, DeleteEvent, Invoke, RemoveTrigger, SaveSettings, Upload,
+    AddTrigger, ChangeEnv, Delete, DeleteEvent, Invoke, RemoveTrigger, Rollback, SaveSettings,
+    Upload,
 };
 use crate::console::SavedEvent;
 use crate::function::{
@@ -513,6 +514,70 @@ fn Settings(
     }
 }
 
+/// The kept versions, newest first; any but the active one can be rolled back to.
+#[component]
+fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl IntoView {
+    let signed_in = acting.csrf.is_some();
+    let rows: Vec<_> = versions
+        .into_iter()
+        .map(|v| {
+            let by = v.uploaded_by.clone().unwrap_or_else(|| "–".into());
+            let size = v
+                .size
+                .map_or_else(|| "–".to_string(), |s| format!("{} KB", s.div_ceil(1024)));
+            let sha = v
+                .sha256
+                .as_deref()
+                .map_or_else(|| "–".to_string(), |s| s.chars().take(12).collect());
+            let action = if v.active {
+                view! { <span class="badge">"active"</span> }.into_any()
+            } else if signed_in {
+                let label = format!("Roll back to version {}", v.version);
+                let (hidden, version) = (acting.clone(), v.version.clone());
+                view! {
+                    <ActionForm action={ServerAction::<Rollback>::new()} attr:class="inline">
+                        <Hidden acting=hidden/>
+                        <input type="hidden" name="version" value=version/>
+                        <button type="submit" class="button-quiet" aria-label=label>"Roll back to this version"</button>
+                    </ActionForm>
+                }
+                .into_any()
+            } else {
+                view! { <span></span> }.into_any()
+            };
+            view! {
+                <tr>
+                    <td><code>{v.version.clone()}</code></td>
+                    <td><Time at=v.created_at.clone()/></td>
+                    <td>{by}</td>
+                    <td>{size}</td>
+                    <td><code>{sha}</code></td>
+                    <td>{action}</td>
+                </tr>
+            }
+        })
+        .collect();
+    let body = if rows.is_empty() {
+        view! { <p class="muted">"No code uploaded yet."</p> }.into_any()
+    } else {
+        view! {
+            <div class="table-wrap">
+                <table class="versions">
+                    <thead><tr><th>"Version"</th><th>"Uploaded"</th><th>"By"</th><th>"Size"</th><th>"sha256"</th><th></th></tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        }
+        .into_any()
+    };
+    view! {
+        <section class="panel" id="versions" aria-labelledby="versions-title">
+            <h2 id="versions-title">"Versions"</h2>
+            {body}
+        </section>
+    }
+}
+
 /// Env var names only: a value is never shown, only replaced (typed again) or removed.
 #[component]
 fn Env(names: Vec<String>, acting: Acting, typed_name: Option<String>) -> impl IntoView {
@@ -803,7 +868,7 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
             <Logs view=view.clone() href=href.clone() follow=page.follow filter=page.logs.clone()/>
             <UploadForm acting=acting.clone() max_upload_mb=page.max_upload_mb/>
             <BuildLog log=view.build_log.clone() failed=failed/>
-            // The versions of the code (list, diff, rollback) go here, once the API has them.
+            <Versions versions=view.versions.clone() acting=acting.clone()/>
             <Settings workload=w.clone() acting=acting.clone() typed=kept.clone()/>
             <Env names=env_names acting=acting.clone() typed_name=typed_env/>
             <Triggers triggers=view.triggers.clone() acting=acting.clone() href=href.clone() typed=kept.clone() preview=page.cron_preview.clone()/>

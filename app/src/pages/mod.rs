@@ -207,6 +207,7 @@ mod tests {
                 line: "<script>alert(4)</script>".into(),
             }],
             build_log: Some("ERROR: no <b>pkg</b>".into()),
+            versions: Vec::new(),
         };
         let logs = sless_client::client::LogFilter::tail(200);
         let page = |follow| FunctionPage {
