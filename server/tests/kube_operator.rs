@@ -561,8 +561,9 @@ async fn a_leader_stopped_by_sigterm_releases_its_lease_at_once() {
     let second = cluster.operator_with_env("second", &controllers, &long_lease);
     wait_ready(&second).await;
 
-    let stopped = Instant::now();
     assert!(first.terminate().success(), "{}", first.log());
+    // From when the leader is gone: its shutdown time is not the standby's.
+    let stopped = Instant::now();
     assert!(first.log().contains("lease released"), "{}", first.log());
     // The standby tries every third of the lease (10 s); an unreleased lease would be
     // free only 20–30 s after the leader's last renewal.
