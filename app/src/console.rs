@@ -315,6 +315,24 @@ impl Console {
         self.highlight(s3_key, listed).await
     }
 
+    /// The highlighted files of a kept version: cached under its zip's key, as the
+    /// latest upload is.
+    pub async fn version_source(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        namespace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<RenderedSource> {
+        let key = sless_api::keys::object_keys(namespace, name, version).zip;
+        if let Some(files) = self.cache.get_upload(&key) {
+            return Ok(files);
+        }
+        let listed = client.version_source(kind.into(), name, version).await?;
+        self.highlight(&key, listed).await
+    }
+
     /// Highlights the files of an upload not yet cached (off the async runtime) and
     /// caches them.
     async fn highlight(

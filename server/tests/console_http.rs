@@ -2133,6 +2133,8 @@ async fn create_with_and_without_a_zip_and_upload_a_new_version() {
         assert!(Instant::now() < deadline, "the new version never served");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // /fn may answer from the new instance a moment before the status says Ready.
+    f.wait_for_phase("hello", "Ready").await;
     let page = browser.get(&path).await.expect(200, "after the build");
     assert!(page.body.contains("class=\"phase phase-ready\""));
 
@@ -2149,6 +2151,39 @@ async fn create_with_and_without_a_zip_and_upload_a_new_version() {
         1,
         "{panel}"
     );
+    // Each version's code is a click away too.
+    assert!(panel.contains(&format!("version={first}")), "{panel}");
+    let shown = |html: &str| {
+        let text: String = html
+            .split('<')
+            .map(|part| part.split_once('>').map_or(part, |(_, text)| text))
+            .collect();
+        text.replace("&#x27;", "'").replace("&#39;", "'")
+    };
+    let old_source = browser
+        .get(&format!(
+            "/funcs/{ns}/source/hello?kind=function&version={first}"
+        ))
+        .await
+        .expect(200, "a kept version's source");
+    assert!(
+        old_source
+            .body
+            .contains(&format!("version <code>{first}</code>"))
+    );
+    assert!(
+        shown(&old_source.body).contains("'version': 1"),
+        "{}",
+        old_source.body
+    );
+    browser
+        .get(&format!(
+            "/funcs/{ns}/source/hello?kind=function&version=../etc"
+        ))
+        .await
+        .expect(400, "not a version");
+    // Back on the function page: an action answers on the page it was posted from.
+    let page = browser.get(&path).await.expect(200, "the page again");
     let csrf = csrf_of(&page.body);
     let rollback = [
         ("csrf_token", csrf.as_str()),

@@ -518,6 +518,9 @@ fn Settings(
 #[component]
 fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl IntoView {
     let signed_in = acting.csrf.is_some();
+    let kind = sless_api::WorkloadKind::from_name(acting.kind)
+        .unwrap_or(sless_api::WorkloadKind::Function);
+    let source = source_href(&acting.namespace, kind, &acting.name);
     let rows: Vec<_> = versions
         .into_iter()
         .map(|v| {
@@ -547,7 +550,7 @@ fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl I
             };
             view! {
                 <tr>
-                    <td><code>{v.version.clone()}</code></td>
+                    <td><a href=format!("{source}&version={}", url_encode(&v.version))><code>{v.version.clone()}</code></a></td>
                     <td><Time at=v.created_at.clone()/></td>
                     <td>{by}</td>
                     <td>{size}</td>

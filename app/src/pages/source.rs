@@ -20,6 +20,8 @@ pub struct SourcePage<'a> {
     pub last_built_at: Option<&'a str>,
     /// None before the first upload.
     pub files: Option<&'a RenderedSource>,
+    /// A kept version shown instead of the latest upload.
+    pub version: Option<&'a str>,
 }
 
 /// One highlighted file; its HTML is spliced in from the cache, not copied.
@@ -122,6 +124,7 @@ pub async fn render_source(page: &SourcePage<'_>, ctx: &PageContext) -> PageBody
                 <span class="runtime">{page.runtime.to_string()}</span>
                 <span class=phase_class(page.phase)>{page.phase.as_str()}</span>
                 {built}
+                {page.version.map(|v| view! { <span class="muted">"version " <code>{v.to_string()}</code></span> })}
             </div>
             {body}
         };

@@ -519,6 +519,8 @@ pub async fn job(
 #[derive(Deserialize)]
 pub struct SourceQuery {
     kind: Option<String>,
+    /// A kept version instead of the latest upload.
+    version: Option<String>,
 }
 
 /// `/funcs/<ns>/source/<name>?kind=function|service`.
@@ -542,9 +544,23 @@ pub async fn source(
     let client = state.console.client(&caller.token, &namespace);
     let started = Instant::now();
     let workload = state.console.workload(&client, kind, &name).await?;
-    let files = match &workload.s3_key {
-        Some(key) => Some(state.console.source(&client, kind, &name, key).await?),
-        None => None,
+    let version = source_query.version.filter(|v| !v.is_empty());
+    let files = match (&version, &workload.s3_key) {
+        (Some(version), _) => {
+            if !sless_api::keys::is_version(version) {
+                return Err(ConsoleError::BadRequest(format!(
+                    "version={version:?}: expected a version stamp as the Versions panel lists them"
+                )));
+            }
+            Some(
+                state
+                    .console
+                    .version_source(&client, kind, &namespace, &name, version)
+                    .await?,
+            )
+        }
+        (None, Some(key)) => Some(state.console.source(&client, kind, &name, key).await?),
+        (None, None) => None,
     };
     let ctx = page_context(&caller, &nonce).await?;
     let page = SourcePage {
@@ -555,6 +571,7 @@ pub async fn source(
         phase: workload.phase,
         last_built_at: workload.last_built_at.as_deref(),
         files: files.as_ref(),
+        version: version.as_deref(),
     };
     let fetch = started.elapsed();
     Ok(timed_page(fetch, app::pages::render_source(&page, &ctx)).await)
