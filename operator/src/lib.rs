@@ -35,6 +35,8 @@ pub const BUILDKIT_IMAGE: &str = "moby/buildkit:v0.23.2-rootless";
 pub const KANIKO_IMAGE: &str = "martizih/kaniko:v1.27.6";
 /// Fetches build contexts and fires cron triggers.
 pub const CURL_IMAGE: &str = "curlimages/curl:8.11.1";
+/// Pushes a build's image (go-containerregistry's crane, distroless).
+pub const CRANE_IMAGE: &str = "gcr.io/go-containerregistry/crane:v0.20.3";
 
 /// Which tool a build Job runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,6 +52,7 @@ pub struct Images {
     pub buildkit: String,
     pub kaniko: String,
     pub curl: String,
+    pub crane: String,
 }
 
 impl Default for Images {
@@ -58,6 +61,7 @@ impl Default for Images {
             buildkit: BUILDKIT_IMAGE.into(),
             kaniko: KANIKO_IMAGE.into(),
             curl: CURL_IMAGE.into(),
+            crane: CRANE_IMAGE.into(),
         }
     }
 }
@@ -77,11 +81,20 @@ pub struct IngressConfig {
 pub struct KubeConfig {
     /// Where builds push: `<registry>/sless-<ns>-<name>:<sha12 of s3Key>`.
     pub registry: String,
-    /// A `kubernetes.io/dockerconfigjson` Secret in `operator_namespace`: mounted into
-    /// builds to push, and copied into every deploy namespace to pull.
+    /// A `kubernetes.io/dockerconfigjson` Secret in `operator_namespace` that can push:
+    /// copied only into build namespaces and mounted only by a build's push step, never
+    /// by a container that runs tenant code.
     pub registry_secret: Option<String>,
+    /// A pull-only dockerconfigjson Secret in `operator_namespace`: every pod's
+    /// `imagePullSecret` (copied into deploy and build namespaces) and the build step's
+    /// credential for private base images. Unset, pods pull with `registry_secret`
+    /// (only the kubelet sees it) and builds pull base images anonymously.
+    pub registry_pull_secret: Option<String>,
     /// The namespace the operator runs in (where `registry_secret` lives).
     pub operator_namespace: String,
+    /// The operator's service account, bound to the secrets role in each namespace it
+    /// copies a registry secret into.
+    pub service_account: String,
     pub builder: Builder,
     pub images: Images,
     /// For `http://<name>.sless-fn-<ns>.svc.<cluster_domain>:8080`.
@@ -110,7 +123,9 @@ impl KubeConfig {
         Self {
             registry: registry.into(),
             registry_secret: None,
+            registry_pull_secret: None,
             operator_namespace: "sless-system".into(),
+            service_account: "sless-operator".into(),
             builder: Builder::default(),
             images: Images::default(),
             cluster_domain: "cluster.local".into(),
@@ -124,6 +139,13 @@ impl KubeConfig {
             job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
             tenant_quota: manifests::TenantQuota::default(),
         }
+    }
+
+    /// The Secret pods pull images with.
+    pub fn pull_secret(&self) -> Option<&str> {
+        self.registry_pull_secret
+            .as_deref()
+            .or(self.registry_secret.as_deref())
     }
 
     /// The public URL of `/fn/<ns>/<name>`, when one is known.

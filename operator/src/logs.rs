@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, LogParams};
 use kube::{Api, Client, ResourceExt};
 
-use super::manifests::build::{BUILD_CONTAINER, COMPONENT as BUILD_COMPONENT};
+use super::manifests::build::{BUILD_CONTAINER, COMPONENT as BUILD_COMPONENT, PUSH_CONTAINER};
 use super::names::{LABEL_COMPONENT, owner_selector};
 use sless_core::logs::{Following, LogFilter, LogLine, Stream, WorkloadLogs};
 use sless_core::model::{Kind, build_namespace, deploy_namespace};
@@ -113,8 +113,12 @@ impl WorkloadLogs for KubeWorkloadLogs {
             .items
             .into_iter()
             .max_by_key(|job| job.creation_timestamp().map(|t| t.0))?;
-        self.pods
-            .job_log(&build_ns, &newest.name_any(), BUILD_CONTAINER)
-            .await
+        let job = newest.name_any();
+        let build = self.pods.job_log(&build_ns, &job, BUILD_CONTAINER).await?;
+        // The push step's lines follow the build's once it has run.
+        match self.pods.job_log(&build_ns, &job, PUSH_CONTAINER).await {
+            Some(push) if !push.trim().is_empty() => Some(format!("{build}{push}")),
+            _ => Some(build),
+        }
     }
 }

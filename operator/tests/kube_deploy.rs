@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use operator::manifests::{
-    self, BuildJob, CronTrigger, RunJob, Workload, is_pinned, pull_secret_copy,
+    self, BuildJob, CronTrigger, RunJob, Workload, is_pinned, registry_secret_copy,
 };
 use operator::{Builder, KubeConfig};
 use serde::Deserialize;
@@ -305,10 +305,25 @@ fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
     }
     assert!(allows("", "namespaces", "create"));
     assert!(allows("", "pods/log", "get"));
-    assert!(allows("", "secrets", "patch"));
-    for verb in ["get", "list", "watch"] {
+    // Secrets are written only through the role the operator binds in its own
+    // namespaces, and never read cluster-wide.
+    for verb in ["get", "list", "watch", "create", "patch"] {
         assert!(!allows("", "secrets", verb), "secrets {verb} cluster-wide");
     }
+    let secrets = cluster_role(operator::manifests::SECRETS_ROLE);
+    assert!(grants(&secrets, "", "secrets", "patch"));
+    assert!(!grants(&secrets, "", "secrets", "get"));
+    assert!(allows("rbac.authorization.k8s.io", "rolebindings", "patch"));
+    let binds: Vec<_> = rules
+        .iter()
+        .filter(|r| r.verbs.iter().any(|v| v == "bind" || v == "escalate"))
+        .collect();
+    assert_eq!(binds.len(), 1, "one rule binds roles");
+    assert_eq!(
+        binds[0].resource_names.as_deref(),
+        Some(&[operator::manifests::SECRETS_ROLE.to_string()][..]),
+        "the operator may bind the secrets role and no other"
+    );
     assert!(!rules.iter().any(|r| r.verbs.iter().any(|v| v == "*")));
 }
 
@@ -395,7 +410,7 @@ fn controller_objects() -> Vec<Value> {
         ))
         .unwrap(),
         serde_json::to_value(manifests::limit_range("sless-ab")).unwrap(),
-        serde_json::to_value(pull_secret_copy(
+        serde_json::to_value(registry_secret_copy(
             &Secret {
                 metadata: kube::api::ObjectMeta {
                     name: Some("regcred".into()),
@@ -484,6 +499,7 @@ fn controller_objects_validate_against_the_kubernetes_schemas() {
         "namespace.yaml",
         "crds.yaml",
         "rbac.yaml",
+        "admission.yaml",
         "config.yaml",
         "operator.yaml",
         "console.yaml",

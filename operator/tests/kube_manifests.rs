@@ -7,7 +7,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use operator::manifests::{
-    self, BuildJob, CronTrigger, RunJob, Workload, build::fetch_script, is_pinned,
+    self, BuildJob, CronTrigger, RunJob, Workload,
+    build::{BUILD_CONTAINER, FETCH_CONTAINER, PUSH_CONTAINER, STEPS, fetch_script},
+    is_pinned,
 };
 use operator::names::{
     ANNOTATION_S3_KEY, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_KIND, LABEL_NAME, LABEL_NAMESPACE,
@@ -179,10 +181,7 @@ fn service_selects_the_workload_pods_on_8080() {
     );
 }
 
-fn build(builder: Builder, insecure: bool) -> Job {
-    let mut config = config();
-    config.builder = builder;
-    config.insecure_registry = insecure;
+fn build_with(config: KubeConfig) -> Job {
     manifests::build_job(
         &BuildJob {
             kind: Kind::Function,
@@ -196,8 +195,37 @@ fn build(builder: Builder, insecure: bool) -> Job {
     )
 }
 
+fn build(builder: Builder, insecure: bool) -> Job {
+    let mut config = config();
+    config.builder = builder;
+    config.insecure_registry = insecure;
+    build_with(config)
+}
+
+/// The pod's containers in the order they run: init containers, then the others.
+fn steps(job: &Job) -> Vec<Container> {
+    let pod = pod(&job.spec.as_ref().unwrap().template.spec);
+    let mut steps = pod.init_containers.clone().unwrap_or_default();
+    steps.extend(pod.containers.clone());
+    steps
+}
+
+/// The Secret a container's volume mounts read, if any.
+fn mounted_secrets(job: &Job, container: &Container) -> Vec<String> {
+    let pod = pod(&job.spec.as_ref().unwrap().template.spec);
+    let volumes = pod.volumes.as_ref().unwrap();
+    container
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| volumes.iter().find(|v| v.name == m.name))
+        .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+        .collect()
+}
+
 #[test]
-fn build_job_fetches_the_context_and_pushes_with_buildkit() {
+fn build_job_fetches_the_context_builds_to_a_tarball_and_pushes_apart() {
     let job = build(Builder::BuildKit, false);
     assert_eq!(job.metadata.name, Some(build_job_name("hello", KEY)));
     assert_eq!(
@@ -212,8 +240,11 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     assert_eq!(spec.backoff_limit, Some(2));
     let pod = pod(&spec.template.spec);
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let steps = steps(&job);
+    let names: Vec<&str> = steps.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, STEPS, "fetch, build, push, one after the other");
+    let (fetch, builder, push) = (&steps[0], &steps[1], &steps[2]);
 
-    let fetch = &pod.init_containers.as_ref().unwrap()[0];
     assert_eq!(fetch.image.as_deref(), Some(operator::CURL_IMAGE));
     assert_eq!(fetch.command.as_ref().unwrap()[2], fetch_script());
     assert!(fetch_script().contains("\"$SLESS_CONTEXT_URL\""));
@@ -223,7 +254,6 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
         "https://s3.test/presigned".into()
     )));
 
-    let builder = &pod.containers[0];
     assert_eq!(builder.image.as_deref(), Some(operator::BUILDKIT_IMAGE));
     assert_eq!(
         builder.command.as_deref(),
@@ -233,8 +263,9 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     assert!(args.contains("--frontend dockerfile.v0"), "{args}");
     assert!(args.contains("--local context=/workspace --local dockerfile=/workspace"));
     assert!(args.ends_with(
-        "--output type=image,name=registry.test/sless/sless-ns-hello:0123456789ab,push=true"
-    ));
+        "--output type=docker,name=registry.test/sless/sless-ns-hello:0123456789ab,dest=/output/image.tar"
+    ), "{args}");
+    assert!(!args.contains("push"), "the builder never pushes: {args}");
     assert!(env_of(builder).contains(&(
         "BUILDKITD_FLAGS".into(),
         "--oci-worker-no-process-sandbox".into()
@@ -243,36 +274,106 @@ fn build_job_fetches_the_context_and_pushes_with_buildkit() {
     assert_eq!(security.run_as_non_root, Some(true));
     // newuidmap is setuid: rootless BuildKit cannot start without escalation.
     assert_eq!(security.allow_privilege_escalation, Some(true));
-    let mounts = builder.volume_mounts.as_ref().unwrap();
-    assert!(mounts.iter().any(|m| m.mount_path == "/home/user/.docker"));
+
+    assert_eq!(push.image.as_deref(), Some(operator::CRANE_IMAGE));
+    assert_eq!(
+        push.command.as_ref().unwrap().join(" "),
+        "crane push /output/image.tar registry.test/sless/sless-ns-hello:0123456789ab"
+    );
+    let push_security = push.security_context.as_ref().unwrap();
+    assert_eq!(push_security.run_as_non_root, Some(true));
+    assert_eq!(push_security.allow_privilege_escalation, Some(false));
+    assert_eq!(push_security.read_only_root_filesystem, Some(true));
+    assert!(env_of(push).contains(&("DOCKER_CONFIG".into(), "/registry-auth".into())));
     // The presigned URL is the only S3 access the build has.
     assert!(!format!("{pod:?}").contains("AWS_SECRET"));
+}
+
+/// Tenant code runs in the build step (RUN steps, installs): it never sees the push
+/// credential, which only the push step mounts; pods pull with the pull-only secret.
+#[test]
+fn only_the_push_step_holds_the_push_credential() {
+    for builder in [Builder::BuildKit, Builder::Kaniko] {
+        let mut config = config();
+        config.builder = builder;
+        config.registry_pull_secret = Some("regpull".into());
+        let job = build_with(config);
+        let by_step: Vec<(String, Vec<String>)> = steps(&job)
+            .iter()
+            .map(|c| (c.name.clone(), mounted_secrets(&job, c)))
+            .collect();
+        assert_eq!(
+            by_step,
+            [
+                (FETCH_CONTAINER.to_string(), vec![]),
+                (BUILD_CONTAINER.to_string(), vec!["regpull".to_string()]),
+                (PUSH_CONTAINER.to_string(), vec!["regcred".to_string()]),
+            ],
+            "{builder:?}"
+        );
+        let pod = pod(&job.spec.as_ref().unwrap().template.spec);
+        assert_eq!(pod.image_pull_secrets.as_ref().unwrap()[0].name, "regpull");
+        assert_ne!(pod.share_process_namespace, Some(true));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+
+        // Without a pull-only secret the build step holds no credential at all.
+        let job = build(builder, false);
+        let anonymous = steps(&job);
+        assert!(
+            mounted_secrets(&job, &anonymous[1]).is_empty(),
+            "{builder:?}"
+        );
+        assert_eq!(mounted_secrets(&job, &anonymous[2]), ["regcred"]);
+    }
 }
 
 #[test]
 fn build_job_with_kaniko_and_an_insecure_registry() {
     let job = build(Builder::Kaniko, true);
-    let pod = pod(&job.spec.as_ref().unwrap().template.spec);
-    let builder = &pod.containers[0];
+    let kaniko = steps(&job);
+    let builder = &kaniko[1];
     assert_eq!(builder.image.as_deref(), Some(operator::KANIKO_IMAGE));
     let args = builder.args.as_ref().unwrap();
-    assert!(args.contains(&"--context=dir:///workspace".to_string()));
-    assert!(args.contains(&"--dockerfile=/workspace/Dockerfile".to_string()));
+    for arg in [
+        "--context=dir:///workspace",
+        "--dockerfile=/workspace/Dockerfile",
+        "--destination=registry.test/sless/sless-ns-hello:0123456789ab",
+        "--no-push",
+        "--tar-path=/output/image.tar",
+        // Base images over plain HTTP from the registry too.
+        "--insecure-registry=registry.test",
+        "--skip-tls-verify-registry=registry.test",
+    ] {
+        assert!(args.contains(&arg.to_string()), "{arg} in {args:?}");
+    }
     assert!(
-        args.contains(&"--destination=registry.test/sless/sless-ns-hello:0123456789ab".to_string())
+        kaniko[2]
+            .command
+            .as_ref()
+            .unwrap()
+            .contains(&"--insecure".to_string())
     );
-    assert!(args.contains(&"--insecure".to_string()));
-    let buildkit = build(Builder::BuildKit, true);
-    let args = pod_args(&buildkit);
-    assert!(args.ends_with(",registry.insecure=true"), "{args}");
-}
 
-fn pod_args(job: &Job) -> String {
-    pod(&job.spec.as_ref().unwrap().template.spec).containers[0]
-        .args
-        .as_ref()
-        .unwrap()
-        .join(" ")
+    // BuildKit reads its registry settings from buildkitd.toml, written before it starts.
+    let buildkit = build(Builder::BuildKit, true);
+    let buildkit = steps(&buildkit);
+    let command = buildkit[1].command.as_ref().unwrap();
+    assert_eq!(command[..2], ["sh".to_string(), "-c".to_string()]);
+    assert!(command[2].contains("buildkitd.toml"), "{}", command[2]);
+    assert!(command[2].contains("http = true"), "{}", command[2]);
+    assert!(
+        command[2].ends_with("exec buildctl-daemonless.sh \"$@\""),
+        "{}",
+        command[2]
+    );
+    assert_eq!(command[3], "buildctl-daemonless.sh");
+    assert!(
+        buildkit[2]
+            .command
+            .as_ref()
+            .unwrap()
+            .contains(&"--insecure".to_string())
+    );
 }
 
 #[test]

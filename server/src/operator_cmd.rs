@@ -74,16 +74,24 @@ pub struct OperatorArgs {
     /// Registry (and path) builds push to: `<registry>/sless-<ns>-<name>:<tag>`.
     #[arg(long, env = "SLESS_REGISTRY")]
     pub registry: Option<String>,
-    /// A kubernetes.io/dockerconfigjson Secret in the operator's namespace, used to
-    /// push, and copied into every deploy namespace to pull.
+    /// A kubernetes.io/dockerconfigjson Secret in the operator's namespace that can
+    /// push: mounted only by the push step of builds, never where tenant code runs.
     #[arg(long, env = "SLESS_REGISTRY_SECRET")]
     pub registry_secret: Option<String>,
+    /// A pull-only dockerconfigjson Secret in the operator's namespace: the pods'
+    /// imagePullSecret and the build step's credential for private base images.
+    #[arg(long, env = "SLESS_REGISTRY_PULL_SECRET")]
+    pub registry_pull_secret: Option<String>,
     /// Push and pull over plain HTTP (a registry inside the cluster).
     #[arg(long, env = "SLESS_INSECURE_REGISTRY", default_value_t = false)]
     pub insecure_registry: bool,
     /// The namespace the operator runs in (the Deployment sets it from the pod).
     #[arg(long, env = "SLESS_OPERATOR_NAMESPACE", default_value = "sless-system")]
     pub operator_namespace: String,
+    /// The operator's service account (the Deployment sets it from the pod): bound to
+    /// the secrets role in each namespace a registry secret is copied into.
+    #[arg(long, env = "SLESS_SERVICE_ACCOUNT", default_value = "sless-operator")]
+    pub service_account: String,
     #[arg(long, env = "SLESS_BUILDER", value_enum, default_value_t = BuilderArg::Buildkit)]
     pub builder: BuilderArg,
     #[arg(long, env = "SLESS_BUILDKIT_IMAGE", default_value = operator::BUILDKIT_IMAGE)]
@@ -93,6 +101,9 @@ pub struct OperatorArgs {
     /// Fetches build contexts and fires cron triggers.
     #[arg(long, env = "SLESS_CURL_IMAGE", default_value = operator::CURL_IMAGE)]
     pub curl_image: String,
+    /// Pushes built images (the only step that holds the push credential).
+    #[arg(long, env = "SLESS_CRANE_IMAGE", default_value = operator::CRANE_IMAGE)]
+    pub crane_image: String,
     /// For the Service DNS names the proxy and cron triggers call.
     #[arg(long, env = "SLESS_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub cluster_domain: String,
@@ -164,9 +175,11 @@ impl OperatorArgs {
         )?;
         let mut config = KubeConfig::new(registry);
         config.registry_secret = self.registry_secret.clone();
+        config.registry_pull_secret = self.registry_pull_secret.clone();
         config.insecure_registry = self.insecure_registry;
         config.job_runs_kept = self.quotas.job_runs_kept();
         config.operator_namespace = self.operator_namespace.clone();
+        config.service_account = self.service_account.clone();
         config.builder = match self.builder {
             BuilderArg::Buildkit => Builder::BuildKit,
             BuilderArg::Kaniko => Builder::Kaniko,
@@ -174,10 +187,12 @@ impl OperatorArgs {
         config.images.buildkit = self.buildkit_image.clone();
         config.images.kaniko = self.kaniko_image.clone();
         config.images.curl = self.curl_image.clone();
+        config.images.crane = self.crane_image.clone();
         for image in [
             &config.images.buildkit,
             &config.images.kaniko,
             &config.images.curl,
+            &config.images.crane,
         ] {
             anyhow::ensure!(
                 operator::manifests::is_pinned(image),

@@ -17,21 +17,19 @@ use std::sync::{Arc, Mutex};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
+use common::authz::{assert_authorized, install_documents};
 use common::kube_cluster::{
     Cluster, FUNCTIONS, Operator, apply_function, cluster, create_namespace, eventually,
     eventually_within, wait_ready,
 };
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube_emulator::RequestRecord;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use operator::names::service_authority;
-use serde::Deserialize as _;
 use serde_json::{Value, json};
 use sless_core::model::{Trigger, deploy_namespace};
 
-const MANIFEST: &str = include_str!("../../operator/deploy/dispatcher.yaml");
 const CONFIG: &str = include_str!("../../operator/deploy/config.yaml");
 
 /// One call the function got: its body and the headers sless sets.
@@ -97,8 +95,8 @@ fn install(cluster: &Cluster, amqp_url: &str) {
 /// The dispatcher Deployment's container: its args after `sless`, and the environment
 /// the kubelet gives it, resolved from the emulator's ConfigMaps and Secrets.
 fn dispatcher_container(cluster: &Cluster) -> (Vec<String>, HashMap<String, String>) {
-    let deployment = serde_yaml::Deserializer::from_str(MANIFEST)
-        .map(|document| Value::deserialize(document).unwrap())
+    let deployment = install_documents("dispatcher.yaml")
+        .into_iter()
         .find(|object| object["kind"] == "Deployment")
         .expect("dispatcher.yaml has a Deployment");
     let namespace = deployment["metadata"]["namespace"].as_str().unwrap();
@@ -331,122 +329,19 @@ async fn the_dispatcher_component_consumes_for_an_applied_trigger_and_stops_when
 
     // Every request it made is one its RBAC in dispatcher.yaml allows (the emulator
     // authorizes nothing itself); among them, status writes of triggers.
-    let rules = rbac_rules();
-    let requests: Vec<RequestRecord> = cluster
-        .emu
-        .requests()
-        .into_iter()
-        .filter(|r| r.client.as_deref() == Some("dispatcher"))
-        .collect();
-    for request in &requests {
-        let Some(needed) = authorization(request) else {
-            continue;
-        };
-        assert!(
-            rules.iter().any(|rule| rule.allows(&needed, &request.path)),
-            "dispatcher.yaml does not allow {needed:?}: {} {}?{}",
-            request.method,
-            request.path,
-            request.query
-        );
-    }
-    let status_written = requests
-        .iter()
-        .filter_map(authorization)
-        .any(|(_, resource, verb)| {
-            resource == "triggers/status" && matches!(verb.as_str(), "update" | "patch")
-        });
+    let needs = assert_authorized(
+        &cluster.emu,
+        "dispatcher",
+        &["dispatcher.yaml"],
+        "sless-dispatcher",
+    );
+    let status_written = needs.iter().any(|need| {
+        need.resource == "triggers/status" && matches!(need.verb.as_str(), "update" | "patch")
+    });
     assert!(status_written, "no trigger status written");
 
     let log = dispatcher.log();
     assert!(!log.contains("panicked"), "{log}");
-}
-
-/// One rule of the dispatcher's ClusterRole, or of its Role (then only in its namespace).
-struct Rule {
-    groups: Vec<String>,
-    resources: Vec<String>,
-    verbs: Vec<String>,
-    namespace: Option<String>,
-}
-
-impl Rule {
-    fn allows(&self, (group, resource, verb): &(String, String, String), path: &str) -> bool {
-        let has = |list: &[String], item: &str| list.iter().any(|i| i == item || i == "*");
-        has(&self.groups, group)
-            && has(&self.resources, resource)
-            && has(&self.verbs, verb)
-            && self
-                .namespace
-                .as_ref()
-                .is_none_or(|ns| path.contains(&format!("/namespaces/{ns}/")))
-    }
-}
-
-fn rbac_rules() -> Vec<Rule> {
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_string())
-            .collect()
-    };
-    serde_yaml::Deserializer::from_str(MANIFEST)
-        .map(|document| Value::deserialize(document).unwrap())
-        .filter(|object| object["kind"] == "ClusterRole" || object["kind"] == "Role")
-        .flat_map(|role| {
-            let namespace = role["metadata"]["namespace"].as_str().map(str::to_string);
-            role["rules"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|rule| Rule {
-                    groups: strings(&rule["apiGroups"]),
-                    resources: strings(&rule["resources"]),
-                    verbs: strings(&rule["verbs"]),
-                    namespace: namespace.clone(),
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// (API group, resource[/subresource], verb) a request needs, as the API server's
-/// authorizer derives them; `None` for discovery, which every user may read.
-fn authorization(request: &RequestRecord) -> Option<(String, String, String)> {
-    let parts: Vec<&str> = request.path.trim_matches('/').split('/').collect();
-    let (group, rest) = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => ("", rest),
-        ["apis", group, _version, rest @ ..] => (*group, rest),
-        _ => return None,
-    };
-    let rest = match rest {
-        ["namespaces", _, inner @ ..] if !inner.is_empty() => inner,
-        all => all,
-    };
-    let (resource, named) = match rest {
-        [] => return None,
-        [resource] => (resource.to_string(), false),
-        [resource, _] => (resource.to_string(), true),
-        [resource, _, sub] => (format!("{resource}/{sub}"), true),
-        _ => panic!("an unexpected path {}", request.path),
-    };
-    let watch = request
-        .query
-        .split('&')
-        .any(|p| p == "watch=true" || p == "watch=1");
-    let verb = match (request.method.as_str(), named) {
-        ("GET", false) if watch => "watch",
-        ("GET", false) => "list",
-        ("GET", true) => "get",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        (method, _) => panic!("an unexpected method {method}"),
-    };
-    Some((group.to_string(), resource, verb.to_string()))
 }
 
 /// `amqps://` takes the TLS path (rustls, one crypto provider in the process): a peer

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::authz::{Admission, Write, assert_authorized, install_documents};
 use common::kube_cluster::{
     FUNCTIONS, Operator, SECRET, apply_function, cluster, create_namespace, eventually,
     eventually_within, free_port, wait_ready,
@@ -109,7 +110,15 @@ fn replicas(deployment: &Value) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     let cluster = cluster().await;
-    let operator = cluster.operator("operator", &[]);
+    // The registry credential, copied into the tenant's namespaces where the operator
+    // has bound itself the secrets role.
+    let credential = json!({"apiVersion": "v1", "kind": "Secret",
+        "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "regcred", "namespace": "sless-system"},
+        "data": {".dockerconfigjson": "e30="}});
+    cluster.emu.create("v1", "secrets", credential).unwrap();
+    let operator =
+        cluster.operator_with_env("operator", &[], &[("SLESS_REGISTRY_SECRET", "regcred")]);
     wait_ready(&operator).await;
     let alice = User::new(&operator, "alice");
     let ns = alice.ns.clone();
@@ -444,6 +453,22 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         );
     }
 
+    for namespace in [&deploy_ns, &build_ns] {
+        assert!(
+            cluster.get("v1", "secrets", namespace, "regcred").is_some(),
+            "the registry secret's copy in {namespace}"
+        );
+        let binding = cluster
+            .get(
+                "rbac.authorization.k8s.io/v1",
+                "rolebindings",
+                namespace,
+                "sless-operator-secrets",
+            )
+            .unwrap_or_else(|| panic!("the secrets role binding in {namespace}"));
+        assert_eq!(binding["roleRef"]["name"], "sless-operator-secrets");
+    }
+
     // A CR the schema refuses never reaches the controllers (kubectl apply gets 422).
     let resource = ApiResource::erase::<sless_core::model::Function>(&());
     let functions: Api<DynamicObject> =
@@ -485,6 +510,23 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         gone.then_some(())
     })
     .await;
+
+    // Every request the operator made is one a real API server lets through: allowed by
+    // its roles (and the RoleBindings it made), admitted by the policies that keep its
+    // writes to the namespaces sless made.
+    let needs = assert_authorized(&cluster.emu, "operator", &["rbac.yaml"], "sless-operator");
+    for (resource, verb) in [
+        ("secrets", "patch"),
+        ("rolebindings", "patch"),
+        ("deployments", "patch"),
+    ] {
+        assert!(
+            needs
+                .iter()
+                .any(|n| n.resource == resource && n.verb == verb),
+            "no {resource} {verb} among the checked requests"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -676,4 +718,155 @@ async fn an_unreadable_cr_is_reported_and_never_blocks_its_neighbours() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     let reason = response.text().await.unwrap();
     assert!(reason.contains("cannot be read"), "{reason}");
+}
+
+/// A write by the operator's service account, for the admission policies.
+fn operator_write(
+    operation: &'static str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> Write {
+    Write {
+        username: "system:serviceaccount:sless-system:sless-operator".into(),
+        operation,
+        group: group.into(),
+        resource: resource.into(),
+        sub_resource: String::new(),
+        namespace: namespace.map(str::to_string),
+        object: json!({"metadata": {"name": "x"}}),
+        old_object: Value::Null,
+        namespace_object: Value::Null,
+    }
+}
+
+fn namespace_object(name: &str, labels: Value) -> Value {
+    json!({"metadata": {"name": name, "labels": labels}})
+}
+
+/// The shipped admission policies refuse what RBAC alone would let a compromised
+/// operator do: write outside the namespaces sless made, bind itself another role,
+/// take over or relabel a namespace it did not make.
+#[test]
+fn the_admission_policies_keep_the_operator_in_its_own_namespaces() {
+    let admission = Admission::shipped();
+    let ours = namespace_object(
+        "sless-fn-sless-ab",
+        json!({"app.kubernetes.io/managed-by": "sless"}),
+    );
+    let theirs = namespace_object(
+        "kube-system",
+        json!({"kubernetes.io/metadata.name": "kube-system"}),
+    );
+
+    let mut deployment = operator_write("CREATE", "apps", "deployments", Some("sless-fn-sless-ab"));
+    deployment.namespace_object = ours.clone();
+    assert_eq!(admission.review(&deployment), Ok(()));
+    deployment.namespace_object = theirs.clone();
+    deployment.namespace = Some("kube-system".into());
+    let denied = admission.review(&deployment).unwrap_err();
+    assert!(denied.contains("sless-operator-writes"), "{denied}");
+    let mut unlabelled = operator_write("UPDATE", "", "secrets", Some("default"));
+    unlabelled.namespace_object = json!({"metadata": {"name": "default"}});
+    assert!(
+        admission.review(&unlabelled).is_err(),
+        "a namespace without labels"
+    );
+    // Someone else's writes are not the policies' business.
+    deployment.username = "system:serviceaccount:kube-system:deployment-controller".into();
+    assert_eq!(admission.review(&deployment), Ok(()));
+
+    let mut binding = operator_write(
+        "CREATE",
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        Some("sless-fn-sless-ab"),
+    );
+    binding.namespace_object = ours.clone();
+    binding.object = json!({"metadata": {"name": "b"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "sless-operator-secrets"}});
+    assert_eq!(admission.review(&binding), Ok(()));
+    binding.object["roleRef"]["name"] = json!("cluster-admin");
+    let denied = admission.review(&binding).unwrap_err();
+    assert!(denied.contains("no other role"), "{denied}");
+
+    let labelled = |name: &str, extra: Value| {
+        let mut labels = json!({"app.kubernetes.io/managed-by": "sless"});
+        labels
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        namespace_object(name, labels)
+    };
+    let privileged = json!({"pod-security.kubernetes.io/enforce": "privileged"});
+    let mut namespace = operator_write("CREATE", "", "namespaces", None);
+    namespace.object = labelled("sless-build-sless-ab", privileged.clone());
+    assert_eq!(admission.review(&namespace), Ok(()));
+    namespace.object = labelled("sless-fn-sless-ab", privileged.clone());
+    let denied = admission.review(&namespace).unwrap_err();
+    assert!(denied.contains("only build namespaces"), "{denied}");
+    namespace.object = namespace_object("sless-x", json!({}));
+    assert!(
+        admission.review(&namespace).is_err(),
+        "a namespace without sless's label"
+    );
+    // Taking over a namespace that exists: adding the label is not enough.
+    namespace.operation = "UPDATE";
+    namespace.object = labelled("default", json!({}));
+    namespace.old_object = json!({"metadata": {"name": "default"}});
+    let denied = admission.review(&namespace).unwrap_err();
+    assert!(denied.contains("only the namespaces it made"), "{denied}");
+    namespace.old_object = labelled("default", json!({}));
+    assert_eq!(admission.review(&namespace), Ok(()));
+}
+
+/// Every resource the operator's ClusterRole may write is one the policies watch: a
+/// rule added to rbac.yaml without its policy line fails here.
+#[test]
+fn the_admission_policies_cover_every_write_the_cluster_role_grants() {
+    let admission = Admission::shipped();
+    let documents = install_documents("rbac.yaml");
+    let role = documents
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "sless-operator")
+        .unwrap();
+    let writes = ["create", "update", "patch", "delete", "deletecollection"];
+    for rule in role["rules"].as_array().unwrap() {
+        let verbs: Vec<&str> = rule["verbs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        if !verbs.iter().any(|v| writes.contains(v)) {
+            continue;
+        }
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                let (group, resource) = (group.as_str().unwrap(), resource.as_str().unwrap());
+                assert!(
+                    admission.covers(group, resource),
+                    "the operator may write {group}/{resource}, which no admission policy watches"
+                );
+            }
+        }
+    }
+    // Secrets only through the role it binds in its own namespaces.
+    assert!(
+        !role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == "secrets")
+                && r["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v == "patch" || v == "create")),
+        "a cluster-wide Secret write"
+    );
 }

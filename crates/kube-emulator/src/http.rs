@@ -61,12 +61,17 @@ pub(crate) async fn handle(
     let params: Params = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
     let response = route(&emu, &method, &path, &params, &headers, &body)
         .unwrap_or_else(IntoResponse::into_response);
+    let created_name = (method == Method::POST)
+        .then(|| serde_json::from_slice::<Value>(&body).ok())
+        .flatten()
+        .and_then(|object| object["metadata"]["name"].as_str().map(str::to_string));
     emu.record(
         client,
         method.as_str(),
         &path,
         uri.query().unwrap_or_default(),
         response.status().as_u16(),
+        created_name,
     );
     response
 }

@@ -49,6 +49,8 @@ pub struct RequestRecord {
     pub path: String,
     pub query: String,
     pub status: u16,
+    /// The `metadata.name` of the object a POST sent (its path names only the collection).
+    pub created_name: Option<String>,
 }
 
 impl RequestRecord {
@@ -440,7 +442,15 @@ impl Emulator {
             .unwrap_or(0)
     }
 
-    fn record(&self, client: Option<String>, method: &str, path: &str, query: &str, status: u16) {
+    fn record(
+        &self,
+        client: Option<String>,
+        method: &str,
+        path: &str,
+        query: &str,
+        status: u16,
+        created_name: Option<String>,
+    ) {
         let mut requests = lock(&self.inner.requests);
         *requests
             .counts
@@ -455,6 +465,7 @@ impl Emulator {
             path: path.to_string(),
             query: query.to_string(),
             status,
+            created_name,
         });
     }
 }

@@ -91,6 +91,14 @@ pub(crate) fn builtins() -> Vec<Resource> {
         builtin("", "v1", "resourcequotas", "ResourceQuota", true, true),
         builtin("", "v1", "limitranges", "LimitRange", true, false),
         builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            false,
+        ),
         builtin("events.k8s.io", "v1", "events", "Event", true, false),
         builtin(
             "apiextensions.k8s.io",

@@ -6,7 +6,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome};
-use crate::manifests::build::{BUILD_CONTAINER, COMPONENT, FETCH_CONTAINER};
+use crate::manifests::build::{COMPONENT, STEPS};
 use crate::manifests::{self, BuildJob};
 use crate::names::{build_job_name, component_labels, selector};
 use crate::store::is_already_exists;
@@ -78,18 +78,17 @@ pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<Bui
         JobOutcome::Running => Ok(BuildState::Running { job: job_name }),
         JobOutcome::Succeeded => Ok(BuildState::Succeeded),
         JobOutcome::Failed { reason } => {
-            let mut log = ctx
-                .logs
-                .job_log(&build_ns, &job_name, BUILD_CONTAINER)
-                .await
-                .unwrap_or_default();
-            if log.trim().is_empty() {
-                // It never got past fetching the context.
+            // The steps run one after the other: the last one that printed failed.
+            let mut log = String::new();
+            for step in STEPS.iter().rev() {
                 log = ctx
                     .logs
-                    .job_log(&build_ns, &job_name, FETCH_CONTAINER)
+                    .job_log(&build_ns, &job_name, step)
                     .await
                     .unwrap_or_default();
+                if !log.trim().is_empty() {
+                    break;
+                }
             }
             let failed = format!(
                 "build of version {} failed ({reason})",

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{
     LimitRange, Namespace, Pod, ResourceQuota, Secret, Service as KubeService,
 };
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -233,14 +234,22 @@ impl Context {
         boundaries.remove(&sless_core::model::build_namespace(namespace));
     }
 
-    /// `target_ns` exists with its Pod Security labels and holds a current copy of the
-    /// registry secret.
+    /// `target_ns` exists with its Pod Security labels and holds current copies of the
+    /// registry secrets it needs: the pull secret everywhere (for the kubelet), the push
+    /// secret only in build namespaces (mounted by the push step alone).
     async fn prepare_namespace(
         &self,
         namespace: &str,
         target_ns: &str,
         pod_security: PodSecurity,
     ) -> Result<()> {
+        let builds = pod_security == PodSecurity::Privileged;
+        let mut secrets: Vec<&str> = self.config.pull_secret().into_iter().collect();
+        if let Some(push) = self.config.registry_secret.as_deref().filter(|_| builds) {
+            if !secrets.contains(&push) {
+                secrets.push(push);
+            }
+        }
         let known = self
             .namespaces
             .lock()
@@ -252,44 +261,61 @@ impl Context {
             let api: Api<Namespace> = Api::all(self.client.clone());
             let manifest = manifests::namespace(target_ns, Some(namespace), Some(pod_security));
             apply(&api, &manifest).await?;
+            if !secrets.is_empty() {
+                // Secrets may be written only where the operator bound itself this role.
+                let bindings: Api<RoleBinding> = Api::namespaced(self.client.clone(), target_ns);
+                let binding = manifests::secrets_role_binding(
+                    target_ns,
+                    &self.config.service_account,
+                    &self.config.operator_namespace,
+                );
+                apply(&bindings, &binding).await?;
+            }
             self.namespaces
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(target_ns.to_string(), Instant::now());
         }
-        self.sync_pull_secret(target_ns).await
+        for secret in secrets {
+            self.sync_secret(secret, target_ns).await?;
+        }
+        Ok(())
     }
 
-    async fn sync_pull_secret(&self, deploy_ns: &str) -> Result<()> {
-        let Some(name) = &self.config.registry_secret else {
-            return Ok(());
-        };
+    /// Copies the operator namespace's Secret `name` into `target_ns` when it changed
+    /// (or was last copied long ago).
+    async fn sync_secret(&self, name: &str, target_ns: &str) -> Result<()> {
         let sources: Api<Secret> =
             Api::namespaced(self.client.clone(), &self.config.operator_namespace);
         let Some(source) = sources.get_opt(name).await? else {
             tracing::warn!(
                 secret = %name,
                 namespace = %self.config.operator_namespace,
-                "the registry secret does not exist; pods may fail to pull"
+                "the registry secret does not exist; pods may fail to pull or push"
             );
             return Ok(());
         };
         let version = source.resource_version().unwrap_or_default();
+        let key = format!("{target_ns}/{name}");
         let current = {
             let secrets = self.secrets.lock().unwrap_or_else(|e| e.into_inner());
             secrets
-                .get(deploy_ns)
+                .get(&key)
                 .is_some_and(|(v, at)| *v == version && at.elapsed() < SECRET_RESYNC)
         };
         if current {
             return Ok(());
         }
-        let copies: Api<Secret> = Api::namespaced(self.client.clone(), deploy_ns);
-        apply(&copies, &manifests::pull_secret_copy(&source, deploy_ns)).await?;
+        let copies: Api<Secret> = Api::namespaced(self.client.clone(), target_ns);
+        apply(
+            &copies,
+            &manifests::registry_secret_copy(&source, target_ns),
+        )
+        .await?;
         self.secrets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(deploy_ns.to_string(), (version, Instant::now()));
+            .insert(key, (version, Instant::now()));
         Ok(())
     }
 }
@@ -639,23 +665,27 @@ fn managed() -> watcher::Config {
     watcher::Config::default().labels(&managed_labels())
 }
 
-/// A tick whenever the registry secret changes, so every workload re-copies it.
+/// A tick whenever a registry secret changes, so every workload re-copies it.
 fn secret_changes(ctx: &Context) -> impl Stream<Item = ()> + Send + 'static {
-    match &ctx.config.registry_secret {
-        Some(name) => {
-            let api: Api<Secret> =
-                Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
-            watcher(
-                api,
-                watcher::Config::default().fields(&format!("metadata.name={name}")),
-            )
-            .default_backoff()
-            .touched_objects()
-            .filter_map(|r| async move { r.ok().map(|_| ()) })
-            .boxed()
-        }
-        None => futures::stream::pending().boxed(),
+    let names: Vec<String> = ctx
+        .config
+        .registry_secret
+        .iter()
+        .chain(&ctx.config.registry_pull_secret)
+        .cloned()
+        .collect();
+    if names.is_empty() {
+        return futures::stream::pending().boxed();
     }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(move |r| {
+            let ours = r.is_ok_and(|secret| names.iter().any(|n| *n == secret.name_any()));
+            async move { ours.then_some(()) }
+        })
+        .boxed()
 }
 
 async fn drain<K, S>(name: &'static str, stream: S)

@@ -20,6 +20,11 @@ pub const COMPONENT: &str = "build";
 /// The container whose log a failed build reports.
 pub const BUILD_CONTAINER: &str = "build";
 pub const FETCH_CONTAINER: &str = "fetch-context";
+/// The step that pushes the built image; the only one that mounts the push credential.
+pub const PUSH_CONTAINER: &str = "push";
+/// The steps in the order they run: a failed build's cause is in the log of the last one
+/// that printed anything.
+pub const STEPS: [&str; 3] = [FETCH_CONTAINER, BUILD_CONTAINER, PUSH_CONTAINER];
 /// Retries of a failed build pod (docs/spec.md §10).
 pub const BACKOFF_LIMIT: i32 = 2;
 /// Finished build Jobs (and their logs) are kept this long.
@@ -27,6 +32,13 @@ const TTL_AFTER_FINISHED: i32 = 24 * 3600;
 /// The rootless BuildKit image runs as this user (it cannot be changed without a rebuild).
 const BUILDKIT_UID: i64 = 1000;
 const WORKSPACE: &str = "/workspace";
+/// Where the build step leaves the image for the push step.
+const OUTPUT: &str = "/output";
+const IMAGE_TAR: &str = "/output/image.tar";
+/// The push step's registry credential (its `DOCKER_CONFIG`).
+const PUSH_AUTH: &str = "/registry-auth";
+/// The uid of the crane image's `nonroot` user (distroless).
+const CRANE_UID: i64 = 65532;
 /// Where the fetch step puts the downloaded archive before unpacking it.
 const ARCHIVE: &str = "/workspace/.sless-context.tar.gz";
 
@@ -51,30 +63,50 @@ pub fn fetch_script() -> String {
     )
 }
 
-/// The build command and its arguments.
+/// The registry's host (`host[:port]`), what insecure-registry settings name.
+pub fn registry_host(image: &str) -> &str {
+    image.split('/').next().unwrap_or(image)
+}
+
+/// The build command and its arguments: the image is built into a tarball at
+/// `/output/image.tar`, never pushed by the builder (tenant code runs in it; the push
+/// credential is not there).
 pub fn build_command(builder: Builder, image: &str, insecure: bool) -> (Vec<String>, Vec<String>) {
     match builder {
         Builder::BuildKit => {
-            let mut output = format!("type=image,name={image},push=true");
-            if insecure {
-                output.push_str(",registry.insecure=true");
+            let args = [
+                "build",
+                "--frontend",
+                "dockerfile.v0",
+                "--local",
+                "context=/workspace",
+                "--local",
+                "dockerfile=/workspace",
+                "--output",
+            ]
+            .into_iter()
+            .map(String::from)
+            .chain([format!("type=docker,name={image},dest={IMAGE_TAR}")])
+            .collect();
+            if !insecure {
+                return (vec!["buildctl-daemonless.sh".into()], args);
             }
+            // Base images come over plain HTTP too: rootless buildkitd reads its
+            // registry settings from ~/.config/buildkit/buildkitd.toml.
+            let script = format!(
+                "set -eu; mkdir -p \"$HOME/.config/buildkit\"; \
+                 printf '[registry.\"%s\"]\\n  http = true\\n  insecure = true\\n' '{}' \
+                 > \"$HOME/.config/buildkit/buildkitd.toml\"; exec buildctl-daemonless.sh \"$@\"",
+                registry_host(image)
+            );
             (
-                vec!["buildctl-daemonless.sh".into()],
-                [
-                    "build",
-                    "--frontend",
-                    "dockerfile.v0",
-                    "--local",
-                    "context=/workspace",
-                    "--local",
-                    "dockerfile=/workspace",
-                    "--output",
-                ]
-                .into_iter()
-                .map(String::from)
-                .chain([output])
-                .collect(),
+                vec![
+                    "sh".into(),
+                    "-c".into(),
+                    script,
+                    "buildctl-daemonless.sh".into(),
+                ],
+                args,
             )
         }
         Builder::Kaniko => {
@@ -82,45 +114,81 @@ pub fn build_command(builder: Builder, image: &str, insecure: bool) -> (Vec<Stri
                 "--context=dir:///workspace".to_string(),
                 "--dockerfile=/workspace/Dockerfile".to_string(),
                 format!("--destination={image}"),
-                "--push-retry=2".to_string(),
+                "--no-push".to_string(),
+                format!("--tar-path={IMAGE_TAR}"),
             ];
             if insecure {
-                args.push("--insecure".into());
+                let host = registry_host(image);
+                args.push(format!("--insecure-registry={host}"));
+                args.push(format!("--skip-tls-verify-registry={host}"));
             }
             (vec!["/kaniko/executor".into()], args)
         }
     }
 }
 
+/// The push step's command: the built tarball to this build's image, nothing else.
+pub fn push_command(image: &str, insecure: bool) -> Vec<String> {
+    let mut command: Vec<String> = ["crane", "push", IMAGE_TAR, image]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    if insecure {
+        command.push("--insecure".into());
+    }
+    command
+}
+
+/// A dockerconfigjson Secret as a `config.json` directory.
+fn docker_config_volume(name: &str, secret: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_string()),
+            items: Some(vec![KeyToPath {
+                key: ".dockerconfigjson".into(),
+                path: "config.json".into(),
+                ..KeyToPath::default()
+            }]),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Tenant code runs at build time (pip/npm install, go build, RUN steps), so the steps
+/// run one after the other as containers of their own: fetch, build (with at most the
+/// pull-only credential, for private base images), then push, the only container that
+/// mounts the push credential, started once the build has exited and running nothing
+/// but `crane push` of the tarball to this function's repository.
 pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
     let name = build_job_name(build.name, build.s3_key);
     let labels = component_labels(build.kind, build.namespace, build.name, COMPONENT);
     let annotations = BTreeMap::from([(ANNOTATION_S3_KEY.to_string(), build.s3_key.to_string())]);
     let (command, args) = build_command(config.builder, build.image, config.insecure_registry);
 
-    let mut volumes = vec![empty_dir("workspace")];
+    let mut volumes = vec![empty_dir("workspace"), empty_dir("output")];
     let docker_config_dir = match config.builder {
         Builder::BuildKit => "/home/user/.docker",
         Builder::Kaniko => "/kaniko/.docker",
     };
-    let mut build_mounts = vec![mount("workspace", WORKSPACE, true)];
-    if let Some(secret) = &config.registry_secret {
-        volumes.push(Volume {
-            name: "registry-auth".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.clone()),
-                items: Some(vec![KeyToPath {
-                    key: ".dockerconfigjson".into(),
-                    path: "config.json".into(),
-                    ..KeyToPath::default()
-                }]),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
-        build_mounts.push(mount("registry-auth", docker_config_dir, true));
-    }
+    let mut build_mounts = vec![
+        mount("workspace", WORKSPACE, true),
+        mount("output", OUTPUT, false),
+    ];
     let mut env = Vec::new();
+    if let Some(secret) = &config.registry_pull_secret {
+        volumes.push(docker_config_volume("registry-pull", secret));
+        build_mounts.push(mount("registry-pull", docker_config_dir, true));
+        env.push(env_var("DOCKER_CONFIG", docker_config_dir));
+    }
+    let mut push_mounts = vec![mount("output", OUTPUT, true)];
+    let mut push_env = Vec::new();
+    if let Some(secret) = &config.registry_secret {
+        volumes.push(docker_config_volume("registry-push", secret));
+        push_mounts.push(mount("registry-push", PUSH_AUTH, true));
+        push_env.push(env_var("DOCKER_CONFIG", PUSH_AUTH));
+    }
     let security = match config.builder {
         Builder::BuildKit => {
             // Rootless BuildKit's state must be a real volume (not the image's VOLUME).
@@ -134,7 +202,6 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
                 "BUILDKITD_FLAGS",
                 "--oci-worker-no-process-sandbox",
             ));
-            env.push(env_var("DOCKER_CONFIG", docker_config_dir));
             // Rootless BuildKit (its Kubernetes examples) needs user namespaces: no
             // seccomp/AppArmor confinement, and privilege escalation for the setuid
             // newuidmap/newgidmap (moby/buildkit#1671). It never runs as root; the build
@@ -190,32 +257,54 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
                 labels,
                 PodSpec {
                     security_context: pod_security,
-                    image_pull_secrets: pull_secrets(&config.registry_secret),
-                    init_containers: Some(vec![Container {
-                        name: FETCH_CONTAINER.into(),
-                        image: Some(config.images.curl.clone()),
-                        command: Some(vec!["sh".into(), "-c".into(), fetch_script()]),
-                        env: Some(vec![env_var("SLESS_CONTEXT_URL", build.context_url)]),
-                        security_context: Some(restricted(fetch_uid, true)),
-                        volume_mounts: Some(vec![mount("workspace", WORKSPACE, false)]),
-                        ..Container::default()
-                    }]),
+                    image_pull_secrets: pull_secrets(config),
+                    init_containers: Some(vec![
+                        Container {
+                            name: FETCH_CONTAINER.into(),
+                            image: Some(config.images.curl.clone()),
+                            command: Some(vec!["sh".into(), "-c".into(), fetch_script()]),
+                            env: Some(vec![env_var("SLESS_CONTEXT_URL", build.context_url)]),
+                            security_context: Some(restricted(fetch_uid, true)),
+                            volume_mounts: Some(vec![mount("workspace", WORKSPACE, false)]),
+                            ..Container::default()
+                        },
+                        Container {
+                            name: BUILD_CONTAINER.into(),
+                            image: Some(image),
+                            command: Some(command),
+                            args: Some(args),
+                            env: (!env.is_empty()).then_some(env),
+                            security_context: Some(security),
+                            volume_mounts: Some(build_mounts),
+                            resources: Some(ResourceRequirements {
+                                requests: Some(BTreeMap::from([
+                                    ("cpu".into(), quantity("250m".into())),
+                                    ("memory".into(), quantity("512Mi".into())),
+                                ])),
+                                limits: Some(BTreeMap::from([(
+                                    "memory".into(),
+                                    quantity("4Gi".into()),
+                                )])),
+                                ..ResourceRequirements::default()
+                            }),
+                            ..Container::default()
+                        },
+                    ]),
                     containers: vec![Container {
-                        name: BUILD_CONTAINER.into(),
-                        image: Some(image),
-                        command: Some(command),
-                        args: Some(args),
-                        env: (!env.is_empty()).then_some(env),
-                        security_context: Some(security),
-                        volume_mounts: Some(build_mounts),
+                        name: PUSH_CONTAINER.into(),
+                        image: Some(config.images.crane.clone()),
+                        command: Some(push_command(build.image, config.insecure_registry)),
+                        env: (!push_env.is_empty()).then_some(push_env),
+                        security_context: Some(restricted(CRANE_UID, true)),
+                        volume_mounts: Some(push_mounts),
                         resources: Some(ResourceRequirements {
                             requests: Some(BTreeMap::from([
-                                ("cpu".into(), quantity("250m".into())),
-                                ("memory".into(), quantity("512Mi".into())),
+                                ("cpu".into(), quantity("50m".into())),
+                                ("memory".into(), quantity("64Mi".into())),
                             ])),
                             limits: Some(BTreeMap::from([(
                                 "memory".into(),
-                                quantity("4Gi".into()),
+                                quantity("512Mi".into()),
                             )])),
                             ..ResourceRequirements::default()
                         }),

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
     PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
     SecurityContext, Volume, VolumeMount,
 };
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use build::{BuildJob, build_job};
@@ -100,9 +101,44 @@ impl PodSecurity {
     }
 }
 
-/// The registry secret as it is copied into a deploy namespace: same name, type and
+/// The ClusterRole the operator binds to itself in each namespace it made, to copy the
+/// registry secrets there; never bound cluster-wide (operator/deploy/rbac.yaml), and
+/// the admission policy lets the operator bind no other.
+pub const SECRETS_ROLE: &str = "sless-operator-secrets";
+
+/// The binding of [`SECRETS_ROLE`] to the operator's service account in `namespace`.
+pub fn secrets_role_binding(
+    namespace: &str,
+    service_account: &str,
+    operator_namespace: &str,
+) -> RoleBinding {
+    RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(SECRETS_ROLE.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY.to_string(),
+                MANAGER.to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: SECRETS_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: service_account.to_string(),
+            namespace: Some(operator_namespace.to_string()),
+            ..Subject::default()
+        }]),
+    }
+}
+
+/// A registry secret as it is copied into a namespace sless made: same name, type and
 /// data, none of the source's server-set metadata.
-pub fn pull_secret_copy(source: &Secret, namespace: &str) -> Secret {
+pub fn registry_secret_copy(source: &Secret, namespace: &str) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: source.metadata.name.clone(),
@@ -214,10 +250,12 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
-fn pull_secrets(secret: &Option<String>) -> Option<Vec<LocalObjectReference>> {
-    secret
-        .as_ref()
-        .map(|name| vec![LocalObjectReference { name: name.clone() }])
+fn pull_secrets(config: &super::KubeConfig) -> Option<Vec<LocalObjectReference>> {
+    config.pull_secret().map(|name| {
+        vec![LocalObjectReference {
+            name: name.to_string(),
+        }]
+    })
 }
 
 /// A function's container: limits from `memory_mb`, `cpu_millis` and `disk_mb` (the
@@ -287,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn pull_secret_copy_keeps_type_and_data_only() {
+    fn registry_secret_copy_keeps_type_and_data_only() {
         let source = Secret {
             metadata: ObjectMeta {
                 name: Some("regcred".into()),
@@ -303,7 +341,7 @@ mod tests {
             )])),
             ..Secret::default()
         };
-        let copy = pull_secret_copy(&source, "sless-fn-sless-ab");
+        let copy = registry_secret_copy(&source, "sless-fn-sless-ab");
         assert_eq!(
             copy.metadata.namespace.as_deref(),
             Some("sless-fn-sless-ab")

@@ -59,7 +59,7 @@ pub fn run_job(run: &RunJob, config: &KubeConfig) -> Job {
             template: one_shot_pod(
                 labels,
                 PodSpec {
-                    image_pull_secrets: pull_secrets(&config.registry_secret),
+                    image_pull_secrets: pull_secrets(config),
                     security_context: Some(restricted_pod(RUNTIME_UID)),
                     containers: vec![Container {
                         name: RUN_CONTAINER.into(),

@@ -109,7 +109,7 @@ pub fn deployment(workload: &Workload, config: &KubeConfig) -> Deployment {
                 spec: Some(PodSpec {
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
-                    image_pull_secrets: pull_secrets(&config.registry_secret),
+                    image_pull_secrets: pull_secrets(config),
                     security_context: Some(restricted_pod(RUNTIME_UID)),
                     containers: vec![Container {
                         name: CONTAINER.into(),

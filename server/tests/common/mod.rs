@@ -1,6 +1,7 @@
 //! `sless up` as a real process on a random loopback port, for the binary's tests.
 #![allow(dead_code)]
 
+pub mod authz;
 pub mod kube_cluster;
 
 use std::io::{BufRead, BufReader};
