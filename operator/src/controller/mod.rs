@@ -245,10 +245,10 @@ impl Context {
     ) -> Result<()> {
         let builds = pod_security == PodSecurity::Privileged;
         let mut secrets: Vec<&str> = self.config.pull_secret().into_iter().collect();
-        if let Some(push) = self.config.registry_secret.as_deref().filter(|_| builds) {
-            if !secrets.contains(&push) {
-                secrets.push(push);
-            }
+        if let Some(push) = self.config.registry_secret.as_deref().filter(|_| builds)
+            && !secrets.contains(&push)
+        {
+            secrets.push(push);
         }
         let known = self
             .namespaces
