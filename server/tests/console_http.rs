@@ -2284,6 +2284,154 @@ async fn create_with_and_without_a_zip_and_upload_a_new_version() {
     assert_eq!(f.rest_status("functions", "forged").await, 404);
 }
 
+/// The text of the diff lines of one kind (`diff-add`, `diff-del`) on a diff page,
+/// unescaped.
+fn diff_lines(html: &str, class: &str) -> Vec<String> {
+    html.split(&format!("<span class=\"diff-line {class}\">"))
+        .skip(1)
+        .map(|line| {
+            let after_sign = line.split_once("diff-sign\">").expect("a sign").1;
+            let text = after_sign.split_once("</span>").expect("the sign's end").1;
+            let text = text.split('\n').next().unwrap_or_default();
+            let text: String = text
+                .split('<')
+                .map(|part| part.split_once('>').map_or(part, |(_, text)| text))
+                .collect();
+            text.replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&#x27;", "'")
+                .replace("&#39;", "'")
+                .replace("&amp;", "&")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn two_versions_diff_per_file_escaped_and_only_for_their_owner() {
+    let f = Fixture::new();
+    f.function("hello", "python3.11").await;
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    f.upload(
+        "hello",
+        &[
+            ("handler.py", HELLO_V1),
+            ("notes.txt", b"kept as it is\n"),
+            ("old.txt", b"removed in v2\n"),
+            ("logo.png", png),
+        ],
+    )
+    .await;
+    let hostile = format!(
+        "{}# </pre><script>alert(1)</script>\n",
+        String::from_utf8_lossy(HELLO_V2)
+    );
+    f.upload(
+        "hello",
+        &[
+            ("handler.py", hostile.as_bytes()),
+            ("notes.txt", b"kept as it is\n"),
+            ("new.txt", b"added in v2\n"),
+            ("logo.png", &[png, b"\0more"].concat()),
+        ],
+    )
+    .await;
+    let versions = f.rest(Method::GET, "functions/hello/versions", None).await;
+    let versions: Vec<String> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap().to_string())
+        .collect();
+    let (old, new) = (versions[1].clone(), versions[0].clone());
+    let path = f.function_path("hello");
+    let diff_path = format!("{path}/diff?from={old}&to={new}");
+
+    // The Versions panel leads to it: a link per version and a picker of two.
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let page = browser.get(&path).await.expect(200, "hello's page");
+    let panel = enclosing(&page.body, "id=\"versions\"", "<section", "</section>");
+    assert!(
+        panel.contains(&format!("href=\"{}\"", diff_path.replace('&', "&amp;"))),
+        "{panel}"
+    );
+    assert!(
+        panel.contains(&format!("action=\"{path}/diff\""))
+            && panel.contains("name=\"from\"")
+            && panel.contains("name=\"to\""),
+        "{panel}"
+    );
+
+    let diff = browser.get(&diff_path).await.expect(200, "the diff");
+    let summary = enclosing(&diff.body, "class=\"diff-summary\"", "<p", "</p>");
+    assert!(
+        summary.contains("2 changed, 1 added, 1 removed, 1 unchanged files"),
+        "{summary}"
+    );
+    assert_eq!(
+        diff_lines(&diff.body, "diff-del"),
+        ["    return {'version': 1}"]
+    );
+    assert_eq!(
+        diff_lines(&diff.body, "diff-add"),
+        [
+            "    return {'version': 2}",
+            "# </pre><script>alert(1)</script>"
+        ]
+    );
+    assert!(!diff.body.contains("<script>alert(1)"), "escaped");
+    assert!(
+        diff.body
+            .contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{}",
+        diff.body
+    );
+    let logo = file_section(&diff.body, "logo.png");
+    assert!(logo.contains("Binary file"), "summarised: {logo}");
+    assert!(!logo.contains("diff-line"), "{logo}");
+    for (name, change) in [
+        ("new.txt", "added"),
+        ("old.txt", "removed"),
+        ("notes.txt", "unchanged"),
+    ] {
+        assert!(
+            file_section(&diff.body, name).contains(&format!(">{change}</span>")),
+            "{name}: {}",
+            file_section(&diff.body, name)
+        );
+    }
+
+    // A version not kept: 404 naming the kept ones; not a version at all: 400.
+    let gone = browser
+        .get(&format!("{path}/diff?from=20000101000000&to={new}"))
+        .await
+        .expect(404, "a version not kept");
+    assert!(
+        gone.body.contains(&old) && gone.body.contains(&new),
+        "{}",
+        gone.body
+    );
+    browser
+        .get(&format!("{path}/diff?from=../etc&to={new}"))
+        .await
+        .expect(400, "not a version");
+
+    // Another tenant: not their namespace (403), nor in their own (404).
+    let bob = common::token(&f.data, "bob");
+    f.get(&diff_path, Some(&bob), Some(BROWSER_ACCEPT))
+        .await
+        .expect(403, "another tenant's function");
+    let bob_ns = sless_core::model::namespace_for_sub("bob");
+    f.get(
+        &format!("/funcs/{bob_ns}/function/hello/diff?from={old}&to={new}"),
+        Some(&bob),
+        Some(BROWSER_ACCEPT),
+    )
+    .await
+    .expect(404, "no such function of theirs");
+}
+
 /// Logged in on `echo`'s page (of [`echo_fixture`]), with the page's CSRF token.
 async fn on_echo_page<'a>(f: &'a Fixture) -> (Browser<'a>, String) {
     let mut browser = f.browser();

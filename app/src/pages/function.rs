@@ -6,6 +6,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use leptos::server_fn::ServerFn as _;
 
+use super::diff::DiffPicker;
 use super::layout::{CsrfField, PageContext, document};
 use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, cpu, limits};
 use super::source::SourceFile;
@@ -20,7 +21,7 @@ use crate::function::{
 };
 use crate::highlight::render_json_text;
 use crate::listing::{Phase, url_encode};
-use crate::routes::{function_href, source_href};
+use crate::routes::{diff_href, function_href, source_href};
 use sless_api::LogLineResponse;
 use sless_client::client::LogFilter;
 
@@ -521,9 +522,33 @@ fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl I
     let kind = sless_api::WorkloadKind::from_name(acting.kind)
         .unwrap_or(sless_api::WorkloadKind::Function);
     let source = source_href(&acting.namespace, kind, &acting.name);
+    // Each version's changes from the one kept before it.
+    let older: Vec<Option<String>> = versions
+        .iter()
+        .skip(1)
+        .map(|v| Some(v.version.clone()))
+        .chain(std::iter::once(None))
+        .collect();
+    let picker = (versions.len() > 1).then(|| {
+        let action = format!(
+            "{}/diff",
+            function_href(&acting.namespace, kind, &acting.name)
+        );
+        let (from, to) = (versions[1].version.clone(), versions[0].version.clone());
+        view! {
+            <h3>"Compare two versions"</h3>
+            <DiffPicker action=action versions=versions.clone() from=from to=to/>
+        }
+    });
     let rows: Vec<_> = versions
         .into_iter()
-        .map(|v| {
+        .zip(older)
+        .map(|(v, older)| {
+            let changes = older.map(|older| {
+                let href = diff_href(&acting.namespace, kind, &acting.name, &older, &v.version);
+                let label = format!("Changes from version {older} to {}", v.version);
+                view! { " " <a class="diff-link" href=href aria-label=label>"changes"</a> }
+            });
             let by = v.uploaded_by.clone().unwrap_or_else(|| "–".into());
             let size = v
                 .size
@@ -550,7 +575,7 @@ fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl I
             };
             view! {
                 <tr>
-                    <td><a href=format!("{source}&version={}", url_encode(&v.version))><code>{v.version.clone()}</code></a></td>
+                    <td><a href=format!("{source}&version={}", url_encode(&v.version))><code>{v.version.clone()}</code></a>{changes}</td>
                     <td><Time at=v.created_at.clone()/></td>
                     <td>{by}</td>
                     <td>{size}</td>
@@ -577,6 +602,7 @@ fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl I
         <section class="panel" id="versions" aria-labelledby="versions-title">
             <h2 id="versions-title">"Versions"</h2>
             {body}
+            {picker}
         </section>
     }
 }
