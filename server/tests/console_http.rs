@@ -2689,6 +2689,72 @@ async fn triggers_are_added_with_a_cron_preview_and_removed() {
 }
 
 #[tokio::test]
+async fn event_triggers_take_their_queue_options_and_say_why_one_is_refused() {
+    let f = echo_fixture().await;
+    let ns = f.ns.clone();
+    let (mut browser, csrf) = on_echo_page(&f).await;
+    let page = browser
+        .get(&f.function_path("echo"))
+        .await
+        .expect(200, "echo's page");
+    let form = enclosing(&page.body, "id=\"add-trigger\"", "<form", "</form>");
+    for field in ["queue", "concurrency", "max_retries"] {
+        assert!(
+            form.contains(&format!("name=\"{field}\"")),
+            "{field}: {form}"
+        );
+    }
+
+    let event = |concurrency: &'static str, max_retries: &'static str| {
+        [
+            ("trigger", "echo-orders"),
+            ("trigger_type", "event"),
+            ("queue", "orders"),
+            ("concurrency", concurrency),
+            ("max_retries", max_retries),
+        ]
+    };
+    for (concurrency, max_retries, field) in [("0", "", "concurrency"), ("4", "101", "max_retries")]
+    {
+        let done = browser
+            .post(
+                ADD_TRIGGER,
+                &echo_form(&csrf, &ns, &event(concurrency, max_retries)),
+            )
+            .await;
+        assert!(done.redirect(field).ends_with("#triggers"));
+        let page = browser.follow(&done, field, "error").await;
+        // Said in the panel the browser lands on, the field marked, the rest as typed.
+        let why = enclosing(&page.body, "id=\"trigger-error\"", "<p", "</p>");
+        assert!(why.contains(&format!("{field}: ")), "{why}");
+        let form = enclosing(&page.body, "id=\"add-trigger\"", "<form", "</form>");
+        let input = enclosing(form, &format!("name=\"{field}\""), "<input", ">");
+        assert!(input.contains("aria-invalid=\"true\""), "{input}");
+        assert_eq!(form.matches("aria-invalid").count(), 1, "{form}");
+        assert!(form.contains("value=\"orders\""), "{form}");
+        assert!(form.contains("value=\"echo-orders\""), "{form}");
+        assert_eq!(f.rest_status("triggers", "echo-orders").await, 404);
+    }
+
+    let done = browser
+        .post(ADD_TRIGGER, &echo_form(&csrf, &ns, &event("4", "2")))
+        .await;
+    let page = browser.follow(&done, "add event", "ok").await;
+    assert!(!page.body.contains("id=\"trigger-error\""));
+    let stored = f.rest(Method::GET, "triggers/echo-orders", None).await;
+    assert_eq!(
+        (
+            &stored["type"],
+            &stored["queue"],
+            &stored["concurrency"],
+            &stored["max_retries"]
+        ),
+        (&json!("event"), &json!("orders"), &json!(4), &json!(2)),
+        "{stored}"
+    );
+}
+
+#[tokio::test]
 async fn delete_names_what_goes_and_needs_its_confirmation_step() {
     let f = echo_fixture().await;
     let ns = f.ns.clone();
