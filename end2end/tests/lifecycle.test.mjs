@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { Platform, zipOf } from '../lib/platform.mjs';
-import { launchChromium, openPage, logIn } from '../lib/browser.mjs';
+import { launchChromium, openPage, logIn, shot } from '../lib/browser.mjs';
 
 let platform;
 let browser;
@@ -140,6 +140,7 @@ test('upload two versions from the console, roll back to the first and see what 
   assert.ok(removed.some((line) => line.includes('return {"version": 1}')), removed.join('\n'));
   assert.ok(added.some((line) => line.includes('<b>v2</b> notes')), added.join('\n'));
   assert.equal(await page.locator('.diff-add b').count(), 0, 'code is text, not markup');
+  await shot(page, 'diff.png');
   await Promise.all([page.waitForURL(/from=.*&to=/), page.getByRole('link', { name: 'Swap' }).click()]);
   assert.equal(new URL(page.url()).searchParams.get('from'), v2);
   assert.deepEqual(dialogs, []);
