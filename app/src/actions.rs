@@ -469,6 +469,7 @@ pub async fn change_env(
 
 /// Adds an http, cron or event trigger to the workload `name`.
 #[server(prefix = "/console", endpoint = "add-trigger")]
+#[allow(clippy::too_many_arguments)]
 pub async fn add_trigger(
     namespace: String,
     kind: String,
@@ -477,6 +478,8 @@ pub async fn add_trigger(
     trigger_type: String,
     schedule: Option<String>,
     queue: Option<String>,
+    concurrency: Option<String>,
+    max_retries: Option<String>,
 ) -> Result<ActionReply, ServerFnError> {
     let ctx = context()?;
     let back = workload_back(&namespace, &kind, &name, "triggers");
@@ -485,6 +488,8 @@ pub async fn add_trigger(
         trigger_type,
         schedule,
         queue,
+        concurrency,
+        max_retries,
     };
     let result = async {
         let client = ctx.client(&namespace)?;

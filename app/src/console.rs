@@ -12,6 +12,7 @@ use sless_client::client::{
     Client, ClientError, Invocation, Kind, LogFilter, RunWait, TriggerWait,
 };
 
+use crate::diff::{FileDiff, diff_files};
 use crate::forms::{
     CreateForm, EnvChange, SAVED_EVENTS_MAX, SettingsForm, TriggerForm, validate_event_body,
     validate_event_name,
@@ -92,6 +93,13 @@ pub struct JobPage {
     pub job: JobResponse,
     pub runs: Vec<JobRunResponse>,
     pub run: Option<JobRunResponse>,
+}
+
+/// The diff page's data: the kept versions (newest first) and the files compared.
+#[derive(Clone, Debug)]
+pub struct VersionDiff {
+    pub versions: Vec<sless_api::VersionResponse>,
+    pub files: Vec<FileDiff>,
 }
 
 #[derive(Clone, Debug)]
@@ -331,6 +339,29 @@ impl Console {
         }
         let listed = client.version_source(kind.into(), name, version).await?;
         self.highlight(&key, listed).await
+    }
+
+    /// The kept versions and what changed from `from` to `to`, diffed off the async
+    /// runtime. A version not kept is the API's 404, which names the kept ones.
+    pub async fn version_diff(
+        &self,
+        client: &Client,
+        kind: WorkloadKind,
+        name: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<VersionDiff> {
+        let (versions, old, new) = tokio::try_join!(
+            client.versions(kind.into(), name),
+            client.version_source(kind.into(), name, from),
+            client.version_source(kind.into(), name, to),
+        )?;
+        let files = tokio::task::spawn_blocking(move || {
+            diff_files(&old, &new, crate::diff::DiffLimits::default())
+        })
+        .await
+        .map_err(|e| ViewError::Data(format!("diffing failed: {e}")))?;
+        Ok(VersionDiff { versions, files })
     }
 
     /// Highlights the files of an upload not yet cached (off the async runtime) and

@@ -258,6 +258,10 @@ pub struct TriggerForm {
     pub trigger_type: String,
     pub schedule: Option<String>,
     pub queue: Option<String>,
+    /// Event triggers: messages handled at once (empty: the API's default).
+    pub concurrency: Option<String>,
+    /// Event triggers: retries before the dead-letter queue (empty: the API's default).
+    pub max_retries: Option<String>,
 }
 
 impl TriggerForm {
@@ -288,6 +292,16 @@ impl TriggerForm {
         }
         let cron = trigger_type == sless_api::TriggerType::Cron;
         let event = trigger_type == sless_api::TriggerType::Event;
+        // The event fields are on the form whatever the type: only an event trigger's count.
+        let (concurrency, max_retries) = if event {
+            (
+                number("concurrency", self.concurrency.as_deref())?,
+                number("max_retries", self.max_retries.as_deref())?,
+            )
+        } else {
+            (None, None)
+        };
+        validation::validate_event_options(trigger_type, concurrency, max_retries)?;
         Ok(TriggerRequest {
             name: Some(name.to_string()),
             trigger_type: Some(trigger_type.as_str().to_string()),
@@ -295,6 +309,8 @@ impl TriggerForm {
             schedule: schedule.filter(|_| cron).map(str::to_string),
             queue: queue.filter(|_| event).map(str::to_string),
             enabled: Some(true),
+            concurrency,
+            max_retries,
             ..TriggerRequest::default()
         })
     }
@@ -430,6 +446,8 @@ mod tests {
             trigger_type: t.into(),
             schedule: schedule.map(String::from),
             queue: None,
+            concurrency: None,
+            max_retries: None,
         };
         let cron = form("cron", Some("*/5 * * * *")).request("f").unwrap();
         assert_eq!(cron.schedule.as_deref(), Some("*/5 * * * *"));
@@ -448,6 +466,44 @@ mod tests {
         );
         let http = form("http", Some("ignored")).request("f").unwrap();
         assert_eq!(http.schedule, None);
+    }
+
+    #[test]
+    fn event_triggers_take_a_queue_concurrency_and_retries_within_range() {
+        let form = |concurrency: &str, max_retries: &str| TriggerForm {
+            trigger: "orders".into(),
+            trigger_type: "event".into(),
+            schedule: None,
+            queue: Some("orders".into()),
+            concurrency: Some(concurrency.into()),
+            max_retries: Some(max_retries.into()),
+        };
+        let event = form("8", "0").request("f").unwrap();
+        assert_eq!(event.queue.as_deref(), Some("orders"));
+        assert_eq!((event.concurrency, event.max_retries), (Some(8), Some(0)));
+        let defaults = form("", " ").request("f").unwrap();
+        assert_eq!((defaults.concurrency, defaults.max_retries), (None, None));
+        for (concurrency, retries, field) in [
+            ("0", "", "concurrency"),
+            ("65", "", "concurrency"),
+            ("two", "", "concurrency"),
+            ("", "101", "max_retries"),
+            ("", "-1", "max_retries"),
+        ] {
+            let error = form(concurrency, retries).request("f").unwrap_err();
+            assert_eq!(error.field, field, "{concurrency:?} {retries:?}: {error}");
+        }
+        let mut amq = form("", "");
+        amq.queue = Some("amq.gen".into());
+        assert_eq!(amq.request("f").unwrap_err().field, "queue");
+        let mut http = form("0", "500");
+        http.trigger_type = "http".into();
+        let http = http.request("f").unwrap();
+        assert_eq!(
+            (http.concurrency, http.max_retries),
+            (None, None),
+            "ignored"
+        );
     }
 
     #[test]

@@ -23,12 +23,14 @@
 //! - [`forms`]: the lifecycle forms read into API requests under the API's own rules;
 //! - [`function`]: one Function or Service's page data and its text/JSON answers;
 //! - [`source_cache`], [`highlight`]: highlighted source, rendered once and shared;
+//! - [`diff`]: the changes between two versions' files;
 //! - [`routes`]: the pages' addresses;
 //! - [`listing`]: a namespace's list, its filters and its text/JSON answers;
 //! - [`setup`]: once-per-process setup.
 
 pub mod actions;
 pub mod console;
+pub mod diff;
 pub mod forms;
 pub mod function;
 pub mod highlight;

@@ -37,3 +37,13 @@ pub fn list_href(namespace: &str) -> String {
 pub fn new_href(namespace: &str) -> String {
     format!("/funcs/{}/new", url_encode(namespace))
 }
+
+/// The changes between two kept versions of an entry.
+pub fn diff_href(namespace: &str, kind: WorkloadKind, name: &str, from: &str, to: &str) -> String {
+    format!(
+        "{}/diff?from={}&to={}",
+        function_href(namespace, kind, name),
+        url_encode(from),
+        url_encode(to)
+    )
+}

@@ -1,6 +1,11 @@
 // Debian's Chromium driven by playwright-core (no downloaded browser builds here).
 
+import { mkdir, copyFile } from 'node:fs/promises';
+import path from 'node:path';
+
 import { chromium } from 'playwright-core';
+
+import { repoRoot } from './platform.mjs';
 
 export function launchChromium() {
   return chromium.launch({
@@ -40,4 +45,15 @@ export async function logIn(page, baseUrl, user) {
   await page.goto(`${baseUrl}/funcs/${user.namespace}`);
   await page.locator('input[name="token"]').fill(user.token);
   await Promise.all([page.waitForURL(`**/funcs/${user.namespace}`), page.getByRole('button', { name: 'Log in' }).click()]);
+}
+
+/** Keeps a screenshot in test-results/, and in docs/ with SLESS_UPDATE_SCREENSHOT=1. */
+export async function shot(page, name) {
+  const out = path.join(repoRoot, 'end2end', 'test-results');
+  await mkdir(out, { recursive: true });
+  const file = path.join(out, name);
+  await page.screenshot({ path: file, fullPage: true });
+  if (process.env.SLESS_UPDATE_SCREENSHOT === '1') {
+    await copyFile(file, path.join(repoRoot, 'docs', name));
+  }
 }

@@ -2,11 +2,9 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, copyFile } from 'node:fs/promises';
-import path from 'node:path';
 
-import { Platform, repoRoot } from '../lib/platform.mjs';
-import { launchChromium, openPage, logIn } from '../lib/browser.mjs';
+import { Platform } from '../lib/platform.mjs';
+import { launchChromium, openPage, logIn, shot } from '../lib/browser.mjs';
 import { ALICE, HOSTILE_CONTENT, HOSTILE_FILE, deployFixtures, printed } from '../lib/fixtures.mjs';
 
 let platform;
@@ -28,16 +26,6 @@ after(async () => {
 
 const listUrl = () => `${platform.url}/funcs/${alice.namespace}`;
 const entry = (page, name) => page.locator(`li.entry#entry-${name}`);
-/** Keeps a screenshot in test-results/, and in docs/ with SLESS_UPDATE_SCREENSHOT=1. */
-async function shot(page, name) {
-  const out = path.join(repoRoot, 'end2end', 'test-results');
-  await mkdir(out, { recursive: true });
-  const file = path.join(out, name);
-  await page.screenshot({ path: file, fullPage: true });
-  if (process.env.SLESS_UPDATE_SCREENSHOT === '1') {
-    await copyFile(file, path.join(repoRoot, 'docs', name));
-  }
-}
 const invoke = (name) => fetch(`${platform.url}/fn/${alice.namespace}/${name}`, { method: 'POST' });
 
 test('without a session the console sends the browser to /login; a bad token is refused there', async () => {

@@ -2284,6 +2284,154 @@ async fn create_with_and_without_a_zip_and_upload_a_new_version() {
     assert_eq!(f.rest_status("functions", "forged").await, 404);
 }
 
+/// The text of the diff lines of one kind (`diff-add`, `diff-del`) on a diff page,
+/// unescaped.
+fn diff_lines(html: &str, class: &str) -> Vec<String> {
+    html.split(&format!("<span class=\"diff-line {class}\">"))
+        .skip(1)
+        .map(|line| {
+            let after_sign = line.split_once("diff-sign\">").expect("a sign").1;
+            let text = after_sign.split_once("</span>").expect("the sign's end").1;
+            let text = text.split('\n').next().unwrap_or_default();
+            let text: String = text
+                .split('<')
+                .map(|part| part.split_once('>').map_or(part, |(_, text)| text))
+                .collect();
+            text.replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&#x27;", "'")
+                .replace("&#39;", "'")
+                .replace("&amp;", "&")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn two_versions_diff_per_file_escaped_and_only_for_their_owner() {
+    let f = Fixture::new();
+    f.function("hello", "python3.11").await;
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+    f.upload(
+        "hello",
+        &[
+            ("handler.py", HELLO_V1),
+            ("notes.txt", b"kept as it is\n"),
+            ("old.txt", b"removed in v2\n"),
+            ("logo.png", png),
+        ],
+    )
+    .await;
+    let hostile = format!(
+        "{}# </pre><script>alert(1)</script>\n",
+        String::from_utf8_lossy(HELLO_V2)
+    );
+    f.upload(
+        "hello",
+        &[
+            ("handler.py", hostile.as_bytes()),
+            ("notes.txt", b"kept as it is\n"),
+            ("new.txt", b"added in v2\n"),
+            ("logo.png", &[png, b"\0more"].concat()),
+        ],
+    )
+    .await;
+    let versions = f.rest(Method::GET, "functions/hello/versions", None).await;
+    let versions: Vec<String> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap().to_string())
+        .collect();
+    let (old, new) = (versions[1].clone(), versions[0].clone());
+    let path = f.function_path("hello");
+    let diff_path = format!("{path}/diff?from={old}&to={new}");
+
+    // The Versions panel leads to it: a link per version and a picker of two.
+    let mut browser = f.browser();
+    browser.logged_in().await;
+    let page = browser.get(&path).await.expect(200, "hello's page");
+    let panel = enclosing(&page.body, "id=\"versions\"", "<section", "</section>");
+    assert!(
+        panel.contains(&format!("href=\"{}\"", diff_path.replace('&', "&amp;"))),
+        "{panel}"
+    );
+    assert!(
+        panel.contains(&format!("action=\"{path}/diff\""))
+            && panel.contains("name=\"from\"")
+            && panel.contains("name=\"to\""),
+        "{panel}"
+    );
+
+    let diff = browser.get(&diff_path).await.expect(200, "the diff");
+    let summary = enclosing(&diff.body, "class=\"diff-summary\"", "<p", "</p>");
+    assert!(
+        summary.contains("2 changed, 1 added, 1 removed, 1 unchanged files"),
+        "{summary}"
+    );
+    assert_eq!(
+        diff_lines(&diff.body, "diff-del"),
+        ["    return {'version': 1}"]
+    );
+    assert_eq!(
+        diff_lines(&diff.body, "diff-add"),
+        [
+            "    return {'version': 2}",
+            "# </pre><script>alert(1)</script>"
+        ]
+    );
+    assert!(!diff.body.contains("<script>alert(1)"), "escaped");
+    assert!(
+        diff.body
+            .contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{}",
+        diff.body
+    );
+    let logo = file_section(&diff.body, "logo.png");
+    assert!(logo.contains("Binary file"), "summarised: {logo}");
+    assert!(!logo.contains("diff-line"), "{logo}");
+    for (name, change) in [
+        ("new.txt", "added"),
+        ("old.txt", "removed"),
+        ("notes.txt", "unchanged"),
+    ] {
+        assert!(
+            file_section(&diff.body, name).contains(&format!(">{change}</span>")),
+            "{name}: {}",
+            file_section(&diff.body, name)
+        );
+    }
+
+    // A version not kept: 404 naming the kept ones; not a version at all: 400.
+    let gone = browser
+        .get(&format!("{path}/diff?from=20000101000000&to={new}"))
+        .await
+        .expect(404, "a version not kept");
+    assert!(
+        gone.body.contains(&old) && gone.body.contains(&new),
+        "{}",
+        gone.body
+    );
+    browser
+        .get(&format!("{path}/diff?from=../etc&to={new}"))
+        .await
+        .expect(400, "not a version");
+
+    // Another tenant: not their namespace (403), nor in their own (404).
+    let bob = common::token(&f.data, "bob");
+    f.get(&diff_path, Some(&bob), Some(BROWSER_ACCEPT))
+        .await
+        .expect(403, "another tenant's function");
+    let bob_ns = sless_core::model::namespace_for_sub("bob");
+    f.get(
+        &format!("/funcs/{bob_ns}/function/hello/diff?from={old}&to={new}"),
+        Some(&bob),
+        Some(BROWSER_ACCEPT),
+    )
+    .await
+    .expect(404, "no such function of theirs");
+}
+
 /// Logged in on `echo`'s page (of [`echo_fixture`]), with the page's CSRF token.
 async fn on_echo_page<'a>(f: &'a Fixture) -> (Browser<'a>, String) {
     let mut browser = f.browser();
@@ -2538,6 +2686,72 @@ async fn triggers_are_added_with_a_cron_preview_and_removed() {
     let page = browser.follow(&done, "remove", "ok").await;
     assert!(!page.body.contains("id=\"trigger-echo-hourly\""));
     assert_eq!(f.rest_status("triggers", "echo-hourly").await, 404);
+}
+
+#[tokio::test]
+async fn event_triggers_take_their_queue_options_and_say_why_one_is_refused() {
+    let f = echo_fixture().await;
+    let ns = f.ns.clone();
+    let (mut browser, csrf) = on_echo_page(&f).await;
+    let page = browser
+        .get(&f.function_path("echo"))
+        .await
+        .expect(200, "echo's page");
+    let form = enclosing(&page.body, "id=\"add-trigger\"", "<form", "</form>");
+    for field in ["queue", "concurrency", "max_retries"] {
+        assert!(
+            form.contains(&format!("name=\"{field}\"")),
+            "{field}: {form}"
+        );
+    }
+
+    let event = |concurrency: &'static str, max_retries: &'static str| {
+        [
+            ("trigger", "echo-orders"),
+            ("trigger_type", "event"),
+            ("queue", "orders"),
+            ("concurrency", concurrency),
+            ("max_retries", max_retries),
+        ]
+    };
+    for (concurrency, max_retries, field) in [("0", "", "concurrency"), ("4", "101", "max_retries")]
+    {
+        let done = browser
+            .post(
+                ADD_TRIGGER,
+                &echo_form(&csrf, &ns, &event(concurrency, max_retries)),
+            )
+            .await;
+        assert!(done.redirect(field).ends_with("#triggers"));
+        let page = browser.follow(&done, field, "error").await;
+        // Said in the panel the browser lands on, the field marked, the rest as typed.
+        let why = enclosing(&page.body, "id=\"trigger-error\"", "<p", "</p>");
+        assert!(why.contains(&format!("{field}: ")), "{why}");
+        let form = enclosing(&page.body, "id=\"add-trigger\"", "<form", "</form>");
+        let input = enclosing(form, &format!("name=\"{field}\""), "<input", ">");
+        assert!(input.contains("aria-invalid=\"true\""), "{input}");
+        assert_eq!(form.matches("aria-invalid").count(), 1, "{form}");
+        assert!(form.contains("value=\"orders\""), "{form}");
+        assert!(form.contains("value=\"echo-orders\""), "{form}");
+        assert_eq!(f.rest_status("triggers", "echo-orders").await, 404);
+    }
+
+    let done = browser
+        .post(ADD_TRIGGER, &echo_form(&csrf, &ns, &event("4", "2")))
+        .await;
+    let page = browser.follow(&done, "add event", "ok").await;
+    assert!(!page.body.contains("id=\"trigger-error\""));
+    let stored = f.rest(Method::GET, "triggers/echo-orders", None).await;
+    assert_eq!(
+        (
+            &stored["type"],
+            &stored["queue"],
+            &stored["concurrency"],
+            &stored["max_retries"]
+        ),
+        (&json!("event"), &json!("orders"), &json!(4), &json!(2)),
+        "{stored}"
+    );
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use leptos::server_fn::ServerFn as _;
 
+use super::diff::DiffPicker;
 use super::layout::{CsrfField, PageContext, document};
 use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, cpu, limits};
 use super::source::SourceFile;
@@ -20,7 +21,7 @@ use crate::function::{
 };
 use crate::highlight::render_json_text;
 use crate::listing::{Phase, url_encode};
-use crate::routes::{function_href, source_href};
+use crate::routes::{diff_href, function_href, source_href};
 use sless_api::LogLineResponse;
 use sless_client::client::LogFilter;
 
@@ -521,9 +522,33 @@ fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl I
     let kind = sless_api::WorkloadKind::from_name(acting.kind)
         .unwrap_or(sless_api::WorkloadKind::Function);
     let source = source_href(&acting.namespace, kind, &acting.name);
+    // Each version's changes from the one kept before it.
+    let older: Vec<Option<String>> = versions
+        .iter()
+        .skip(1)
+        .map(|v| Some(v.version.clone()))
+        .chain(std::iter::once(None))
+        .collect();
+    let picker = (versions.len() > 1).then(|| {
+        let action = format!(
+            "{}/diff",
+            function_href(&acting.namespace, kind, &acting.name)
+        );
+        let (from, to) = (versions[1].version.clone(), versions[0].version.clone());
+        view! {
+            <h3>"Compare two versions"</h3>
+            <DiffPicker action=action versions=versions.clone() from=from to=to/>
+        }
+    });
     let rows: Vec<_> = versions
         .into_iter()
-        .map(|v| {
+        .zip(older)
+        .map(|(v, older)| {
+            let changes = older.map(|older| {
+                let href = diff_href(&acting.namespace, kind, &acting.name, &older, &v.version);
+                let label = format!("Changes from version {older} to {}", v.version);
+                view! { " " <a class="diff-link" href=href aria-label=label>"changes"</a> }
+            });
             let by = v.uploaded_by.clone().unwrap_or_else(|| "–".into());
             let size = v
                 .size
@@ -550,7 +575,7 @@ fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl I
             };
             view! {
                 <tr>
-                    <td><a href=format!("{source}&version={}", url_encode(&v.version))><code>{v.version.clone()}</code></a></td>
+                    <td><a href=format!("{source}&version={}", url_encode(&v.version))><code>{v.version.clone()}</code></a>{changes}</td>
                     <td><Time at=v.created_at.clone()/></td>
                     <td>{by}</td>
                     <td>{size}</td>
@@ -577,6 +602,7 @@ fn Versions(versions: Vec<sless_api::VersionResponse>, acting: Acting) -> impl I
         <section class="panel" id="versions" aria-labelledby="versions-title">
             <h2 id="versions-title">"Versions"</h2>
             {body}
+            {picker}
         </section>
     }
 }
@@ -638,6 +664,8 @@ fn Triggers(
     href: String,
     typed: Option<crate::forms::KeptForm>,
     preview: Option<(String, Result<Vec<String>, String>)>,
+    /// Why the add form just posted was refused, shown beside it.
+    error: Option<String>,
 ) -> impl IntoView {
     let list = if triggers.is_empty() {
         view! { <p class="muted">"No triggers."</p> }.into_any()
@@ -650,10 +678,19 @@ fn Triggers(
     };
     let typed = typed.unwrap_or_default();
     let get = |field: &str| typed.get(field).cloned();
-    let (typed_trigger, typed_queue) = (
+    let (typed_trigger, typed_queue, typed_concurrency, typed_retries) = (
         get("trigger").unwrap_or_default(),
         get("queue").unwrap_or_default(),
+        get("concurrency").unwrap_or_default(),
+        get("max_retries").unwrap_or_default(),
     );
+    // The field the API's message names ("queue: ...") is marked invalid.
+    let invalid_field = error
+        .as_deref()
+        .and_then(|e| e.split_once(": "))
+        .map(|(field, _)| field.to_string());
+    let invalid = move |field: &str| (invalid_field.as_deref() == Some(field)).then_some("true");
+    let error = error.map(|e| view! { <p class="flash flash-error" id="trigger-error">{e}</p> });
     let schedule = preview
         .as_ref()
         .map(|(s, _)| s.clone())
@@ -687,6 +724,7 @@ fn Triggers(
         Err(why) => view! { <p class="flash flash-error" role="alert" id="cron-preview">{why}</p> }
             .into_any(),
     });
+    use sless_api::validation as v;
     let default_name = format!("{}-", acting.name);
     let check = format!("{href}#triggers");
     let preview_schedule = schedule.clone();
@@ -699,16 +737,23 @@ fn Triggers(
                 <button type="submit" class="button-quiet">"Preview next runs"</button>
             </form>
             {preview}
-            <ActionForm action={ServerAction::<AddTrigger>::new()} attr:class="settings-form">
+            {error}
+            <ActionForm action={ServerAction::<AddTrigger>::new()} attr:class="settings-form" attr:id="add-trigger">
                 <Hidden acting=acting.clone()/>
                 <div class="form-row">
-                    <label>"Name " <input type="text" name="trigger" required maxlength="63" pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" placeholder=default_name value=typed_trigger spellcheck="false" autocomplete="off"/></label>
+                    <label>"Name " <input type="text" name="trigger" required maxlength="63" pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" placeholder=default_name value=typed_trigger spellcheck="false" autocomplete="off" aria-invalid=invalid("trigger")/></label>
                     <label>"Type " <select name="trigger_type">{types}</select></label>
                 </div>
-                <div class="form-row">
-                    <label class="grow">"Schedule (cron) " <input type="text" name="schedule" value=schedule placeholder="*/5 * * * *" spellcheck="false" maxlength="128"/></label>
-                    <label class="grow">"Queue (event) " <input type="text" name="queue" value=typed_queue spellcheck="false" maxlength="244"/></label>
-                </div>
+                <label class="grow">"Schedule (cron) " <input type="text" name="schedule" value=schedule placeholder="*/5 * * * *" spellcheck="false" maxlength="128" aria-invalid=invalid("schedule")/></label>
+                <fieldset class="event-fields">
+                    <legend>"Event (RabbitMQ queue)"</legend>
+                    <div class="form-row">
+                        <label class="grow">"Queue " <input type="text" name="queue" value=typed_queue spellcheck="false" maxlength=v::MAX_QUEUE_LEN.to_string() placeholder="orders" aria-invalid=invalid("queue")/></label>
+                        <label>"Messages at once " <input type="number" name="concurrency" min="1" max=v::MAX_EVENT_CONCURRENCY.to_string() placeholder="1" value=typed_concurrency aria-invalid=invalid("concurrency")/></label>
+                        <label>"Retries " <input type="number" name="max_retries" min="0" max=v::MAX_EVENT_RETRIES.to_string() placeholder="5" value=typed_retries aria-invalid=invalid("max_retries")/></label>
+                    </div>
+                    <p class="hint muted">"sless declares the queue (durable) if missing; after the retries a message goes to " <code>"<queue>.dead"</code> "."</p>
+                </fieldset>
                 <button type="submit">"Add trigger"</button>
             </ActionForm>
         }
@@ -849,6 +894,12 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
         let trigger_names: Vec<String> = view.triggers.iter().map(|t| t.trigger.name.clone()).collect();
         let env_names: Vec<String> = w.env_vars.keys().cloned().collect();
         let typed_env = kept.as_ref().and_then(|k| k.get("env_name").cloned());
+        let trigger_error = ctx
+            .flash
+            .as_ref()
+            .filter(|f| f.kind == super::layout::FlashKind::Error)
+            .filter(|_| kept.as_ref().is_some_and(|k| k.contains_key("trigger_type")))
+            .map(|f| f.text.clone());
         let body = view! {
             <p class="crumbs"><a href=format!("/funcs/{}", url_encode(page.namespace))>"← " {page.namespace.to_string()}</a></p>
             <div class="page-head">
@@ -874,7 +925,7 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
             <Versions versions=view.versions.clone() acting=acting.clone()/>
             <Settings workload=w.clone() acting=acting.clone() typed=kept.clone()/>
             <Env names=env_names acting=acting.clone() typed_name=typed_env/>
-            <Triggers triggers=view.triggers.clone() acting=acting.clone() href=href.clone() typed=kept.clone() preview=page.cron_preview.clone()/>
+            <Triggers triggers=view.triggers.clone() acting=acting.clone() href=href.clone() typed=kept.clone() preview=page.cron_preview.clone() error=trigger_error/>
             <p class="source-link"><a href=source_href(page.namespace, w.kind, &w.name)>"Source of the latest upload"</a></p>
             <DeletePanel acting=acting href=href.clone() confirm=page.confirm_delete triggers=trigger_names events=page.events.len()/>
         };

@@ -3,6 +3,7 @@
 //! expands entries.
 
 mod create;
+mod diff;
 mod function;
 mod jobs;
 mod layout;
@@ -15,6 +16,7 @@ mod source;
 mod splice;
 
 pub use create::{CreatePage, render_create};
+pub use diff::{DiffPage, render_diff};
 pub use function::{FunctionPage, render_function};
 pub use jobs::{job_text, jobs_text, render_job, render_jobs};
 pub use layout::{Flash, FlashKind, PageContext, UserBadge};

@@ -578,6 +578,67 @@ pub async fn source(
 }
 
 #[derive(Deserialize)]
+pub struct DiffQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// `/funcs/<ns>/<kind>/<name>/diff?from=<version>&to=<version>`: what changed.
+pub async fn diff(
+    State(state): Shared,
+    Path((namespace, kind, name)): Path<(String, String, String)>,
+    Extension(nonce): Extension<Nonce>,
+    uri: Uri,
+    caller: Caller,
+) -> Result<Response, ConsoleError> {
+    check_name("namespace", &namespace)?;
+    caller.authorize(&namespace)?;
+    let kind = WorkloadKind::from_name(&kind).ok_or_else(|| {
+        ConsoleError::NotFound(format!(
+            "{kind:?} is not a kind: expected function or service"
+        ))
+    })?;
+    check_name("name", &name)?;
+    let diff_query: DiffQuery = query(&uri)?;
+    let version = |field: &str, value: Option<String>| {
+        value
+            .filter(|v| sless_api::keys::is_version(v))
+            .ok_or_else(|| {
+                ConsoleError::BadRequest(format!(
+                    "{field}: expected a version stamp as the Versions panel lists them \
+                     (pick two there)"
+                ))
+            })
+    };
+    let from = version("from", diff_query.from)?;
+    let to = version("to", diff_query.to)?;
+    let client = state.console.client(&caller.token, &namespace);
+    let started = Instant::now();
+    let diff = state
+        .console
+        .version_diff(&client, kind, &name, &from, &to)
+        .await?;
+    let ctx = page_context(&caller, &nonce).await?;
+    let page = app::pages::DiffPage {
+        namespace: &namespace,
+        kind,
+        name: &name,
+        from: &from,
+        to: &to,
+        versions: &diff.versions,
+        files: &diff.files,
+    };
+    let fetch = started.elapsed();
+    let rendering = Instant::now();
+    let html = app::pages::render_diff(&page, &ctx).await;
+    Ok(timed(
+        Html(html).into_response(),
+        fetch,
+        rendering.elapsed(),
+    ))
+}
+
+#[derive(Deserialize)]
 pub struct LoginQuery {
     next: Option<String>,
     /// Set by the logout action's redirect: the page says it worked.

@@ -130,6 +130,7 @@ pub async fn router(
         .route("/funcs/{ns}/jobs", get(handlers::jobs))
         .route("/funcs/{ns}/jobs/{name}", get(handlers::job))
         .route("/funcs/{ns}/{kind}/{name}", get(handlers::function))
+        .route("/funcs/{ns}/{kind}/{name}/diff", get(handlers::diff))
         .route(
             "/funcs/{ns}/{kind}/{name}/logs/live",
             get(handlers::live_logs),
