@@ -524,3 +524,164 @@ fn controller_objects_validate_against_the_kubernetes_schemas() {
         );
     }
 }
+
+fn images_script(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("bash")
+        .arg(deploy_dir().join("../../scripts/images"))
+        .args(args)
+        .env("SLESS_IMAGE_TOOL", "podman")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn scripts_images_builds_every_image_under_the_names_the_install_uses() {
+    let prefix = "registry.test:5000/team";
+    let output = images_script(&["--dry-run", "--insecure", prefix]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let commands: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("+ "))
+        .collect();
+
+    // The operator image, under the name the Deployments use but for the prefix.
+    let version = env!("CARGO_PKG_VERSION");
+    let operator = format!("{prefix}/sless:v{version}");
+    assert!(commands.contains(&&*format!(
+        "podman build -f operator/deploy/Dockerfile -t {operator} ."
+    )));
+    assert!(commands.contains(&&*format!("podman push --tls-verify=false {operator}")));
+    let mut install_images = Vec::new();
+    for (_, object) in install_objects() {
+        images(&object, &mut install_images);
+    }
+    let shipped = format!("registry.example.com/sless/sless:v{version}");
+    assert!(install_images.contains(&shipped), "{install_images:?}");
+    assert!(stdout.contains(&format!("registry.example.com/sless/sless={operator}")));
+
+    // Every runtime's base, under the name build contexts put in FROM.
+    for runtime in Runtime::ALL {
+        let base = sless_core::upload::base_image(prefix, runtime);
+        let dir = format!("runtimes/{}", runtime.as_str());
+        assert!(
+            commands.contains(&&*format!(
+                "podman build -f {dir}/Dockerfile -t {base} {dir}"
+            )),
+            "no build of {base}: {commands:?}"
+        );
+        assert!(commands.contains(&&*format!("podman push --tls-verify=false {base}")));
+    }
+    assert_eq!(commands.len(), 2 * (1 + Runtime::ALL.len()), "{commands:?}");
+}
+
+#[test]
+fn scripts_images_refuses_a_missing_or_malformed_prefix() {
+    for args in [
+        &["--dry-run"][..],
+        &["--dry-run", "reg.test/a b"],
+        &["--bogus", "reg"],
+    ] {
+        let output = images_script(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+}
+
+/// The Service of the install named `name`: the `app.kubernetes.io/name` its selector
+/// picks and the ports it exposes (number and name).
+fn install_service(name: &str) -> (String, Vec<(i64, String)>) {
+    let (_, service) = install_objects()
+        .into_iter()
+        .find(|(_, o)| o["kind"] == "Service" && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the install has no Service {name}"));
+    let selects = service["spec"]["selector"]["app.kubernetes.io/name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ports = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_i64().unwrap(),
+                p["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    (selects, ports)
+}
+
+#[test]
+fn both_route_examples_send_the_api_and_fn_to_the_data_plane_and_the_rest_to_the_console() {
+    let objects = install_objects();
+    let find = |kind: &str| {
+        objects
+            .iter()
+            .find(|(_, o)| o["kind"] == kind)
+            .map(|(_, o)| o.clone())
+            .unwrap_or_else(|| panic!("no {kind} example"))
+    };
+    // (path prefix, Service, port number or name) of each example.
+    let ingress = find("Ingress");
+    let mut routes: Vec<(String, String, String, String)> = Vec::new();
+    for path in ingress["spec"]["rules"][0]["http"]["paths"]
+        .as_array()
+        .unwrap()
+    {
+        let service = &path["backend"]["service"];
+        routes.push((
+            "Ingress".into(),
+            path["path"].as_str().unwrap().into(),
+            service["name"].as_str().unwrap().into(),
+            service["port"]["name"].as_str().unwrap().into(),
+        ));
+    }
+    let route = find("HTTPRoute");
+    for rule in route["spec"]["rules"].as_array().unwrap() {
+        let backend = &rule["backendRefs"][0];
+        for matched in rule["matches"].as_array().unwrap() {
+            assert_eq!(matched["path"]["type"], "PathPrefix");
+            routes.push((
+                "HTTPRoute".into(),
+                matched["path"]["value"].as_str().unwrap().into(),
+                backend["name"].as_str().unwrap().into(),
+                backend["port"].as_i64().unwrap().to_string(),
+            ));
+        }
+    }
+    for example in ["Ingress", "HTTPRoute"] {
+        for (prefix, component) in [
+            ("/v1", "sless-api"),
+            ("/fn", "sless-api"),
+            ("/", "sless-console"),
+        ] {
+            let (_, _, service, port) = routes
+                .iter()
+                .find(|(e, p, _, _)| e == example && p == prefix)
+                .unwrap_or_else(|| panic!("the {example} example does not route {prefix}"));
+            let (selects, ports) = install_service(service);
+            assert_eq!(selects, component, "{example} {prefix} goes to {service}");
+            assert!(
+                ports
+                    .iter()
+                    .any(|(number, name)| *port == number.to_string() || port == name),
+                "{example} {prefix}: {service} has no port {port}"
+            );
+        }
+    }
+    let timeout = route["spec"]["rules"][0]["timeouts"]["request"]
+        .as_str()
+        .unwrap();
+    assert_eq!(timeout, "910s", "as long as the Ingress's read timeout");
+    assert_eq!(
+        ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-read-timeout"],
+        "910"
+    );
+}

@@ -153,6 +153,8 @@ fn deployment_limits_probes_and_security() {
         assert_eq!(http.port, IntOrString::Int(8080));
     }
     assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8080);
+    // Content-addressed tags: a cached image is reused, not pulled on every start.
+    assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
     let security = container.security_context.as_ref().unwrap();
     assert_eq!(security.allow_privilege_escalation, Some(false));
     assert_eq!(security.run_as_non_root, Some(true));
@@ -461,6 +463,7 @@ fn run_job_carries_the_event_and_job_mode() {
     );
     assert!(env.contains(&("SLESS_EVENT_JSON".into(), "{\"day\": 1}".into())));
     assert!(env.contains(&("SLESS_MODE".into(), "job".into())));
+    assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
     let limits = container
         .resources
         .as_ref()

@@ -24,7 +24,8 @@ enum Command {
     /// Run the embedded all-in-one server: the REST API, the `/fn` proxy and the console on
     /// one address, state in SQLite and an embedded S3 endpoint under the data dir.
     Up(Box<up::UpArgs>),
-    /// Print a JWT signed with the embedded key of a data dir.
+    /// Print a JWT signed with the embedded key of a data dir, or with the HS256 secret
+    /// a Kubernetes install verifies tokens with.
     Token {
         /// The user's identity; their namespace is derived from it.
         #[arg(long, required_unless_present = "admin")]
@@ -37,6 +38,10 @@ enum Command {
         /// Issue an admin token (acts on every namespace); --sub is then not needed.
         #[arg(long)]
         admin: bool,
+        /// Sign with this secret instead of the data dir's key (the operator's
+        /// SLESS_JWT_HS256_SECRET).
+        #[arg(long, env = "SLESS_JWT_HS256_SECRET", hide_env_values = true)]
+        jwt_hs256_secret: Option<String>,
     },
     /// Run on Kubernetes: the API and `/fn` proxy on CustomResources, and the controllers.
     Operator(Box<operator_cmd::OperatorArgs>),
@@ -83,23 +88,28 @@ async fn run() -> anyhow::Result<()> {
             data_dir,
             ttl,
             admin,
-        } => token(sub, &data_dir, ttl, admin),
+            jwt_hs256_secret,
+        } => {
+            let key = match jwt_hs256_secret {
+                Some(_) if admin => anyhow::bail!(
+                    "with SLESS_JWT_HS256_SECRET an admin is a subject named in \
+                     SLESS_ADMIN_SUBJECTS: pass --sub <that subject> instead of --admin"
+                ),
+                Some(secret) => secret.into_bytes(),
+                None => sless_core::auth::load_signing_key(&data_dir)?,
+            };
+            token(sub, &key, ttl, admin)
+        }
     }
 }
 
-/// `sless token`: a JWT signed with the data dir's key.
-fn token(
-    sub: Option<String>,
-    data_dir: &std::path::Path,
-    ttl: u64,
-    admin: bool,
-) -> anyhow::Result<()> {
-    let key = sless_core::auth::load_signing_key(data_dir)?;
+/// `sless token`: a JWT signed with `key`.
+fn token(sub: Option<String>, key: &[u8], ttl: u64, admin: bool) -> anyhow::Result<()> {
     let sub = match sub {
         Some(sub) if !admin => sub,
         _ => settings::EMBEDDED_ADMIN_SUBJECT.to_string(),
     };
-    let token = sless_core::auth::issue_hs256(&key, &sub, ttl)?;
+    let token = sless_core::auth::issue_hs256(key, &sub, ttl)?;
     if admin {
         eprintln!("admin token (any namespace), valid {ttl} s");
     } else {

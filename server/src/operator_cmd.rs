@@ -125,9 +125,10 @@ pub struct OperatorArgs {
     /// together (its ResourceQuota), as `sless up --max-running-memory-mb`.
     #[arg(long, env = "SLESS_MAX_RUNNING_MEMORY_MB", default_value_t = sless_core::quota::DEFAULT_MAX_RUNNING_MEMORY_MB)]
     pub max_running_memory_mb: u64,
-    /// Registry prefix of the runtime base images named in build contexts.
-    #[arg(long, env = "SLESS_BASE_IMAGE_PREFIX", default_value = "sless")]
-    pub base_image_prefix: String,
+    /// Registry prefix of the runtime base images named in build contexts; default:
+    /// the registry builds push to, where `scripts/images` puts them.
+    #[arg(long, env = "SLESS_BASE_IMAGE_PREFIX")]
+    pub base_image_prefix: Option<String>,
     /// Largest accepted zip, in MiB.
     #[arg(long, env = "SLESS_MAX_UPLOAD_MB", default_value_t = 50)]
     pub max_upload_mb: u64,
@@ -168,6 +169,14 @@ pub struct OperatorArgs {
 }
 
 impl OperatorArgs {
+    /// Where builds find the runtime base images: the flag, else the registry.
+    fn base_image_prefix(&self) -> String {
+        self.base_image_prefix
+            .clone()
+            .or_else(|| self.registry.clone())
+            .unwrap_or_else(|| "sless".into())
+    }
+
     fn kube_config(&self) -> anyhow::Result<KubeConfig> {
         let registry = self.registry.clone().context(
             "the controllers need a registry to push builds to: set SLESS_REGISTRY \
@@ -437,7 +446,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         };
         let (store, proxy, _tasks) = routed_proxy(&args, &client, &readiness).await?;
         let mut config = ApiConfig {
-            base_image_prefix: args.base_image_prefix.clone(),
+            base_image_prefix: args.base_image_prefix(),
             code_review: args.review.reviewer()?,
             keep_versions: args.quotas.keep_versions(),
             ..ApiConfig::default()

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::authz::{Admission, Write, assert_authorized, install_documents};
 use common::kube_cluster::{
-    FUNCTIONS, Operator, SECRET, apply_function, cluster, create_namespace, eventually,
+    Cluster, FUNCTIONS, Operator, SECRET, apply_function, cluster, create_namespace, eventually,
     eventually_within, free_port, wait_ready,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -103,6 +103,38 @@ impl User {
     }
 }
 
+/// `sless token <args>` with the cluster's HS256 secret: the token, or the error.
+fn cli_token(args: &[&str]) -> Result<String, String> {
+    let output = Command::new(env!("CARGO_BIN_EXE_sless"))
+        .arg("token")
+        .args(args)
+        .env("SLESS_JWT_HS256_SECRET", SECRET)
+        .env("SLESS_DATA_DIR", "/nonexistent")
+        .output()
+        .unwrap();
+    match output.status.success() {
+        true => Ok(String::from_utf8(output.stdout).unwrap().trim().to_string()),
+        false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+    }
+}
+
+/// The `FROM` of the Dockerfile in the build context stored at `key`.
+fn context_base_image(cluster: &Cluster, key: &str) -> String {
+    let stored = std::fs::File::open(cluster.dir.path().join("s3/sless").join(key)).unwrap();
+    let mut context = tar::Archive::new(flate2::read::GzDecoder::new(stored));
+    let mut dockerfile = context
+        .entries()
+        .unwrap()
+        .map(Result::unwrap)
+        .find(|entry| entry.path().unwrap().to_str() == Some("Dockerfile"))
+        .expect("the context has a Dockerfile");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut dockerfile, &mut text).unwrap();
+    let from = text.lines().find_map(|line| line.strip_prefix("FROM "));
+    from.expect("the Dockerfile starts FROM a base image")
+        .to_string()
+}
+
 fn replicas(deployment: &Value) -> i64 {
     deployment["spec"]["replicas"].as_i64().unwrap()
 }
@@ -121,6 +153,16 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         cluster.operator_with_env("operator", &[], &[("SLESS_REGISTRY_SECRET", "regcred")]);
     wait_ready(&operator).await;
     let alice = User::new(&operator, "alice");
+    // `sless token` signs with the secret the operator verifies with (docs/kubernetes.md).
+    let mut bob = User::new(&operator, "bob");
+    bob.token = cli_token(&["--sub", "bob"]).unwrap();
+    let (status, body) = bob.get("functions").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let refused = cli_token(&["--admin"]).unwrap_err();
+    assert!(
+        refused.starts_with("error: ") && refused.contains("SLESS_ADMIN_SUBJECTS"),
+        "{refused}"
+    );
     let ns = alice.ns.clone();
     let deploy_ns = deploy_namespace(&ns);
     let build_ns = build_namespace(&ns);
@@ -134,6 +176,12 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let key = alice.upload("functions", "hello").await;
+    // Without SLESS_BASE_IMAGE_PREFIX the base images are looked for in the registry,
+    // where scripts/images pushes them.
+    assert_eq!(
+        context_base_image(&cluster, &key),
+        "registry.test/sless/runtime-python3.11:v0.1.0"
+    );
     let build = build_job_name("hello", &key);
     let job = eventually(&operator, "the build Job", || {
         cluster.get("batch/v1", "jobs", &build_ns, &build)

@@ -31,6 +31,8 @@ use super::names::{MANAGED_BY, MANAGER};
 pub const RUNTIME_UID: i64 = 10001;
 /// The uid/gid of the curl image's user.
 pub const CURL_UID: i64 = 100;
+/// Function images: their tags are content-addressed, so a cached image is the right one.
+pub const IMAGE_PULL_POLICY: &str = "IfNotPresent";
 /// Scratch space for code that writes temporary files under a read-only root.
 pub const TMP_MOUNT: &str = "/tmp";
 

@@ -7,8 +7,8 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use super::{
-    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, limits, metadata, mount, one_shot_pod,
-    pull_secrets, restricted, restricted_pod,
+    IMAGE_PULL_POLICY, RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, limits, metadata, mount,
+    one_shot_pod, pull_secrets, restricted, restricted_pod,
 };
 use crate::KubeConfig;
 use crate::names::{component_labels, run_job_name};
@@ -64,7 +64,9 @@ pub fn run_job(run: &RunJob, config: &KubeConfig) -> Job {
                     containers: vec![Container {
                         name: RUN_CONTAINER.into(),
                         image: Some(run.image.to_string()),
-                        image_pull_policy: Some("Always".into()),
+                        // Tags are content-addressed (sha of the upload's key): a node that
+                        // has the image has this image. Only sless names images in pods.
+                        image_pull_policy: Some(IMAGE_PULL_POLICY.into()),
                         env: Some(env_vars(&env)),
                         resources: Some(limits(run.memory_mb, run.cpu_millis, run.disk_mb)),
                         security_context: Some(restricted(RUNTIME_UID, run.read_only_root)),

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
-    RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, limits, metadata, mount, pull_secrets, restricted,
-    restricted_pod,
+    IMAGE_PULL_POLICY, RUNTIME_UID, TMP_MOUNT, empty_dir, env_vars, limits, metadata, mount,
+    pull_secrets, restricted, restricted_pod,
 };
 use crate::KubeConfig;
 use crate::names::{
@@ -114,8 +114,9 @@ pub fn deployment(workload: &Workload, config: &KubeConfig) -> Deployment {
                     containers: vec![Container {
                         name: CONTAINER.into(),
                         image: Some(workload.image.to_string()),
-                        // A rebuild of the same upload may push the same tag again.
-                        image_pull_policy: Some("Always".into()),
+                        // Tags are content-addressed (sha of the upload's key): a node that
+                        // has the image has this image. Only sless names images in pods.
+                        image_pull_policy: Some(IMAGE_PULL_POLICY.into()),
                         env: Some(env_vars(&env)),
                         ports: Some(vec![ContainerPort {
                             name: Some("http".into()),
