@@ -19,16 +19,16 @@ use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
 use common::authz::{assert_authorized, install_documents};
 use common::kube_cluster::{
-    Cluster, FUNCTIONS, Operator, apply_function, cluster, create_namespace, eventually,
-    eventually_within, wait_ready,
+    Cluster, FUNCTIONS, Operator, apply_function, apply_trigger, cluster, create_namespace,
+    eventually, eventually_within, triggers, wait_ready,
 };
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use operator::names::service_authority;
 use serde_json::{Value, json};
-use sless_core::model::{Trigger, deploy_namespace};
+use sless_core::model::deploy_namespace;
 
 const CONFIG: &str = include_str!("../../operator/deploy/config.yaml");
 
@@ -151,21 +151,6 @@ fn start_dispatcher(cluster: &Cluster, connect_to: Option<&str>) -> Operator {
     }
     let args: Vec<&str> = args[1..].iter().map(String::as_str).collect();
     cluster.spawn("dispatcher", &args, env)
-}
-
-fn triggers(cluster: &Cluster, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::erase::<Trigger>(&());
-    Api::namespaced_with(cluster.client.clone(), ns, &resource)
-}
-
-/// Creates a Trigger with `spec`, as `kubectl apply` would.
-async fn apply_trigger(cluster: &Cluster, ns: &str, name: &str, spec: Value) {
-    let mut trigger = DynamicObject::new(name, &ApiResource::erase::<Trigger>(&()));
-    trigger.data = json!({ "spec": spec });
-    triggers(cluster, ns)
-        .create(&PostParams::default(), &trigger)
-        .await
-        .unwrap();
 }
 
 fn trigger_status(cluster: &Cluster, ns: &str, name: &str) -> Value {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::authz::{Admission, Write, assert_authorized, install_documents};
 use common::kube_cluster::{
-    Cluster, FUNCTIONS, Operator, SECRET, apply_function, cluster, create_namespace, eventually,
-    eventually_within, free_port, wait_ready,
+    Cluster, FUNCTIONS, Operator, SECRET, apply_function, apply_trigger, cluster, create_namespace,
+    eventually, eventually_within, free_port, triggers, wait_ready,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -917,4 +917,130 @@ fn the_admission_policies_cover_every_write_the_cluster_role_grants() {
                     .any(|v| v == "patch" || v == "create")),
         "a cluster-wide Secret write"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fn_keeps_answering_through_a_30_s_api_server_outage() {
+    let cluster = cluster().await;
+    let ns = "team-o";
+    create_namespace(&cluster.client, ns).await;
+    let deploy_ns = deploy_namespace(ns);
+    let build_ns = build_namespace(ns);
+    // The function's pod: a local server the data plane reaches for its Service.
+    let pod = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pod_address = pod.local_addr().unwrap();
+    let app = axum::Router::new().fallback(|| async { "hello from the pod" });
+    tokio::spawn(async move { axum::serve(pod, app).await.unwrap() });
+    let authority = operator::names::service_authority(ns, "hello", "cluster.local");
+    let controllers = cluster.operator("controllers", &["--components", "controllers"]);
+    let data_plane = cluster.operator_with_env(
+        "api",
+        &["--components", "api"],
+        &[("SLESS_CONNECT_TO", &format!("{authority}={pod_address}"))],
+    );
+    wait_ready(&controllers).await;
+    wait_ready(&data_plane).await;
+
+    // A built function with an http trigger and a ready pod.
+    let resource = ApiResource::erase::<sless_core::model::Function>(&());
+    let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
+    let build = apply_function(&functions, &resource, ns, "hello").await;
+    eventually(&controllers, "the build Job", || {
+        cluster.get("batch/v1", "jobs", &build_ns, &build)
+    })
+    .await;
+    cluster.finish_job(&build_ns, &build, true);
+    apply_trigger(
+        &cluster,
+        ns,
+        "web",
+        json!({"type": "http", "functionRef": "hello"}),
+    )
+    .await;
+    eventually(&controllers, "one replica for the trigger", || {
+        cluster
+            .get("apps/v1", "deployments", &deploy_ns, "hello")
+            .filter(|d| d["spec"]["replicas"] == 1)
+    })
+    .await;
+    let ready = json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1});
+    let deployments = ("apps/v1", "deployments", Some(deploy_ns.as_str()), "hello");
+    cluster
+        .emu
+        .update_status(
+            deployments.0,
+            deployments.1,
+            deployments.2,
+            deployments.3,
+            ready,
+        )
+        .unwrap();
+    let http = reqwest::Client::new();
+    let call = || async {
+        let response = http
+            .get(format!("{}/fn/{ns}/hello", data_plane.base))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((status, body))
+    };
+    let answered = |result: &Result<(StatusCode, String), String>| matches!(result, Ok((StatusCode::OK, body)) if body == "hello from the pod");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !answered(&call().await) {
+        assert!(
+            Instant::now() < deadline,
+            "/fn never answered: {}",
+            data_plane.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The API server goes away for 30 s: every call in that time still answers from the
+    // routes the data plane last saw.
+    cluster.emu.set_down(true);
+    let outage = Instant::now();
+    let mut calls = 0;
+    while outage.elapsed() < Duration::from_secs(30) {
+        let result = call().await;
+        assert!(
+            answered(&result),
+            "after {:?} of outage: {result:?}\n{}",
+            outage.elapsed(),
+            data_plane.log()
+        );
+        calls += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(calls >= 20, "only {calls} calls in the outage");
+    let refused = cluster
+        .emu
+        .requests()
+        .iter()
+        .filter(|r| r.status == 503)
+        .count();
+    assert!(refused > 0, "the data plane never noticed the outage");
+
+    // Back: the data plane follows changes again (a disabled trigger stops the calls).
+    cluster.emu.set_down(false);
+    let patch = json!({"spec": {"enabled": false}});
+    triggers(&cluster, ns)
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while answered(&call().await) {
+        assert!(
+            Instant::now() < deadline,
+            "the disabled trigger was not seen after the outage: {}",
+            data_plane.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

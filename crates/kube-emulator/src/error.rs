@@ -99,6 +99,14 @@ impl ApiError {
         Self::new(422, "Invalid", message)
     }
 
+    pub(crate) fn service_unavailable() -> Self {
+        Self::new(
+            503,
+            "ServiceUnavailable",
+            "the API server is down (an outage the test made)",
+        )
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

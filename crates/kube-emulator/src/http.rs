@@ -59,8 +59,12 @@ pub(crate) async fn handle(
         None => (None, uri.path().to_string()),
     };
     let params: Params = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
-    let response = route(&emu, &method, &path, &params, &headers, &body)
-        .unwrap_or_else(IntoResponse::into_response);
+    let response = if emu.is_down() {
+        ApiError::service_unavailable().into_response()
+    } else {
+        route(&emu, &method, &path, &params, &headers, &body)
+            .unwrap_or_else(IntoResponse::into_response)
+    };
     let created_name = (method == Method::POST)
         .then(|| serde_json::from_slice::<Value>(&body).ok())
         .flatten()
@@ -456,6 +460,7 @@ impl Target {
         };
         let (tx, mut rx) = mpsc::channel::<Bytes>(WATCH_QUEUE);
         tokio::spawn(stream_watch(WatchStream {
+            outage: emu.outage(),
             filter,
             lines,
             receiver,
@@ -558,6 +563,8 @@ impl WatchFilter {
 }
 
 struct WatchStream {
+    /// Ends the watch when the API server goes down.
+    outage: tokio::sync::watch::Receiver<bool>,
     filter: WatchFilter,
     lines: Vec<Value>,
     receiver: Option<Changes>,
@@ -593,6 +600,7 @@ async fn stream_watch(mut w: WatchStream) {
         let line = tokio::select! {
             () = &mut deadline => return,
             () = w.tx.closed() => return,
+            _ = w.outage.wait_for(|down| *down) => return,
             _ = ticks.tick(), if w.bookmarks => w.filter.bookmark(w.seen, false),
             change = receiver.recv() => match change {
                 Ok(change) => {

@@ -70,6 +70,8 @@ struct Inner {
     state: Mutex<State>,
     requests: Mutex<Requests>,
     addr: SocketAddr,
+    /// True while the API server is down: see [`Emulator::set_down`].
+    down: tokio::sync::watch::Sender<bool>,
 }
 
 /// A cheap handle on a running emulator's shared state.
@@ -101,6 +103,7 @@ impl Emulator {
                 state: Mutex::new(State::new()),
                 requests: Mutex::new(Requests::default()),
                 addr,
+                down: tokio::sync::watch::Sender::new(false),
             }),
         };
         let app = axum::Router::new()
@@ -112,6 +115,20 @@ impl Emulator {
             }
         });
         Ok((emulator, addr))
+    }
+
+    /// An outage: while down, every request is answered 503 and open watches end, as
+    /// when clients cannot reach the API server; its state is kept for when it is back.
+    pub fn set_down(&self, down: bool) {
+        self.inner.down.send_replace(down);
+    }
+
+    pub(crate) fn is_down(&self) -> bool {
+        *self.inner.down.borrow()
+    }
+
+    pub(crate) fn outage(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.down.subscribe()
     }
 
     pub fn addr(&self) -> SocketAddr {

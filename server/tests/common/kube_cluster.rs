@@ -262,6 +262,22 @@ pub async fn wait_ready(operator: &Operator) {
 }
 
 /// Applies a Function with code, as `kubectl apply` would; the name of its build Job.
+pub fn triggers(cluster: &Cluster, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::erase::<sless_core::model::Trigger>(&());
+    Api::namespaced_with(cluster.client.clone(), ns, &resource)
+}
+
+/// Creates a Trigger with `spec`, as `kubectl apply` would.
+pub async fn apply_trigger(cluster: &Cluster, ns: &str, name: &str, spec: Value) {
+    let resource = ApiResource::erase::<sless_core::model::Trigger>(&());
+    let mut trigger = DynamicObject::new(name, &resource);
+    trigger.data = json!({ "spec": spec });
+    triggers(cluster, ns)
+        .create(&PostParams::default(), &trigger)
+        .await
+        .unwrap();
+}
+
 pub async fn apply_function(
     functions: &Api<DynamicObject>,
     resource: &ApiResource,
