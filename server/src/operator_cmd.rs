@@ -449,6 +449,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             base_image_prefix: args.base_image_prefix(),
             code_review: args.review.reviewer()?,
             keep_versions: args.quotas.keep_versions(),
+            egress_host_names: false,
             ..ApiConfig::default()
         };
         config.upload_limits.max_zip_bytes = args.max_upload_mb * 1024 * 1024;

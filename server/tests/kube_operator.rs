@@ -164,6 +164,24 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         "{refused}"
     );
     let ns = alice.ns.clone();
+    // NetworkPolicy knows no host names: an egress list naming one is refused up front.
+    let named =
+        json!({"name": "named", "runtime": "python3.11", "egress": ["api.example.com:443"]});
+    let (status, body) = alice.post("functions", named).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let message = body["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("api.example.com:443") && message.contains("NetworkPolicy"),
+        "{body}"
+    );
+    let addressed =
+        json!({"name": "addressed", "runtime": "python3.11", "egress": ["10.1.2.3/32:443"]});
+    let (status, body) = alice.post("functions", addressed).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(
+        alice.delete("functions/addressed").await,
+        StatusCode::NO_CONTENT
+    );
     let deploy_ns = deploy_namespace(&ns);
     let build_ns = build_namespace(&ns);
 

@@ -90,6 +90,7 @@ pub async fn create(
         .ok_or_else(|| ApiError::BadRequest("name: required".into()))?;
     validate_name("name", &name)?;
     let spec = job_spec(&request)?;
+    state.config.check_egress(request.egress.as_ref())?;
     let created = state
         .store
         .create_typed::<FunctionJob>(&auth.namespace, &name, &spec)

@@ -24,10 +24,10 @@ pub use error::ApiError;
 
 use crate::proxy::Proxy;
 use extract::Authorized;
-use sless_api::NamespaceResponse;
+use sless_api::{Egress, EgressRule, NamespaceResponse};
 use sless_core::auth::Authenticator;
 use sless_core::logs::WorkloadLogs;
-use sless_core::model::{Function, Kind, Service};
+use sless_core::model::{Function, Kind, Service, ValidationError};
 use sless_core::quota::{Quota, QuotaStore, Quotas, Slots};
 use sless_core::review::Reviewer;
 use sless_core::s3::ObjectStore;
@@ -55,6 +55,31 @@ pub struct ApiConfig {
     pub code_review: Option<Arc<Reviewer>>,
     /// Versions kept per function or service (`--keep-versions`); older ones are pruned.
     pub keep_versions: usize,
+    /// Whether `egress` lists may name hosts: the embedded proxy checks names, while
+    /// Kubernetes enforces egress with NetworkPolicy, which knows only addresses.
+    pub egress_host_names: bool,
+}
+
+impl ApiConfig {
+    /// Refuses an `egress` list that names a host where names cannot be enforced.
+    pub fn check_egress(&self, egress: Option<&Egress>) -> Result<(), ValidationError> {
+        let Some(Egress::Allow(rules)) = egress else {
+            return Ok(());
+        };
+        match rules
+            .iter()
+            .find(|rule| matches!(rule, EgressRule::Host { .. }))
+        {
+            Some(host) if !self.egress_host_names => Err(ValidationError::new(
+                "egress",
+                format!(
+                    "{host} names a host, which a Kubernetes NetworkPolicy cannot enforce: \
+                     list its addresses (an IP or CIDR, with a port) instead"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for ApiConfig {
@@ -69,6 +94,7 @@ impl Default for ApiConfig {
             spool_dir: std::env::temp_dir(),
             code_review: None,
             keep_versions: sless_core::versions::DEFAULT_KEEP_VERSIONS,
+            egress_host_names: true,
         }
     }
 }

@@ -61,6 +61,7 @@ pub async fn create<R: WorkloadResource>(
         .ok_or_else(|| ApiError::BadRequest("name: required".into()))?;
     validate_name("name", &name)?;
     let spec = workload_spec(&request, false)?;
+    state.config.check_egress(request.egress.as_ref())?;
     let ns = &auth.namespace;
 
     if let Some(other) = R::KIND.shares_names_with()
@@ -106,6 +107,7 @@ pub async fn replace<R: WorkloadResource>(
         )));
     }
     let new_spec = workload_spec(&request, true)?;
+    state.config.check_egress(request.egress.as_ref())?;
     let ns = &auth.namespace;
     let object = load::<R>(&state, ns, &name).await?;
     let old = R::workload(&object.spec).clone();
