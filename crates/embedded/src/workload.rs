@@ -838,7 +838,6 @@ impl Actor {
             name: &self.name,
             version: &config.version,
             standby,
-            tags_call_logs: runtime.descriptor().tags_call_logs,
             sockets: &shared.sockets,
         };
         Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)
