@@ -153,6 +153,8 @@ package handler
 import (
 	"errors"
 	"fmt"
+	"log"
+	"os"
 	"sync"
 	"time"
 
@@ -186,6 +188,11 @@ func Handle(event map[string]any) (any, error) {
 		return nil, nil
 	case "/print":
 		fmt.Println("hello from handler")
+		return "printed", nil
+	case "/print-unended":
+		fmt.Print("unended ")
+		fmt.Fprint(os.Stderr, "on stderr")
+		log.Print("from log")
 		return "printed", nil
 	case "/sleep":
 		time.Sleep(500 * time.Millisecond)
@@ -509,13 +516,12 @@ def test_http(rt):
             expect(value == "dep-ok", value)
 
         def logs_only_handler_output():
-            # Python and Node tag a call's lines with its request id (runtimes/README.md).
+            # Each runtime tags a call's lines with its request id (runtimes/README.md).
             request(port, "GET", "/print", headers={"X-Request-Id": "call-7"})
             time.sleep(0.2)
             out.seek(0)
             lines = [line for line in out.read().splitlines() if line]
-            line = "hello from handler" if n == "go1.23" else "[call-7] hello from handler"
-            expect(lines and set(lines) == {line}, lines)
+            expect(lines and set(lines) == {"[call-7] hello from handler"}, lines)
 
         def event_trigger_properties():
             # The dispatcher passes a message's AMQP properties as base64 JSON; the
@@ -546,6 +552,9 @@ def test_http(rt):
         if n == "python3.11":
             for name, fn in python_http_checks(port, proc, out):
                 check(n, name, fn)
+        if n == "go1.23":
+            for name, fn in go_http_checks(port, out, err):
+                check(n, name, fn)
 
         def sigterm():
             proc.send_signal(signal.SIGTERM)
@@ -560,6 +569,44 @@ def test_http(rt):
             proc.wait()
         out.close()
         err.close()
+
+
+def go_http_checks(port, out, err):
+    """How the Go wrapper ties lines to calls without a per-call context: by the calls
+    running as a line begins."""
+
+    def new_lines(stream, before):
+        time.sleep(0.2)
+        stream.seek(0)
+        return [line for line in stream.read().splitlines() if line][before:]
+
+    def count(stream):
+        stream.seek(0)
+        return len([line for line in stream.read().splitlines() if line])
+
+    def unended_lines_and_the_log_package():
+        seen_out, seen_err = count(out), count(err)
+        request(port, "GET", "/print-unended", headers={"X-Request-Id": "call-8"})
+        expect(new_lines(out, seen_out) == ["[call-8] unended "], new_lines(out, seen_out))
+        # The log package's lines go out at once (log.Fatal exits right after), the
+        # others through the tagging pipe: their order may differ.
+        errs = sorted(new_lines(err, seen_err), key=lambda line: line.endswith(" from log"))
+        expect(len(errs) == 2 and errs[0] == "[call-8] on stderr", errs)
+        expect(errs[1].startswith("[call-8] ") and errs[1].endswith(" from log"), errs)
+
+    def lines_of_calls_running_at_once_are_tied_to_none():
+        seen = count(out)
+        slow = threading.Thread(target=lambda: request(port, "GET", "/sleep"))
+        slow.start()
+        time.sleep(0.2)
+        request(port, "GET", "/print", headers={"X-Request-Id": "call-9"})
+        slow.join()
+        request(port, "GET", "/print", headers={"X-Request-Id": "call-10"})
+        expect(new_lines(out, seen) == ["[-] hello from handler", "[call-10] hello from handler"],
+               new_lines(out, seen))
+
+    return [("a call's unended line and log package lines are its own", unended_lines_and_the_log_package),
+            ("lines while calls run at once are tied to none", lines_of_calls_running_at_once_are_tied_to_none)]
 
 
 def python_http_checks(port, proc, out):

@@ -35,6 +35,12 @@ pub struct Call {
     pub duration_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The version of the code that served it, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// It waited for an instance to start.
+    #[serde(default)]
+    pub cold: bool,
 }
 
 /// The answer of a call made from the invoke form, kept for the page shown after it.
@@ -270,13 +276,15 @@ pub fn render_text(view: &FunctionView) -> String {
     for call in &c.recent {
         let _ = writeln!(
             out,
-            "  {}  {:<5} {:<6} {}  {}  {:.1} ms  {}",
+            "  {}  {:<5} {:<6} {}  {}  {:.1} ms{}  {}  {}",
             call.time,
             call.trigger,
             call.method,
             call.status,
             call.path,
             call.duration_ms,
+            if call.cold { " (cold)" } else { "" },
+            call.version.as_deref().unwrap_or("-"),
             call.request_id
         );
     }
@@ -334,6 +342,8 @@ mod tests {
             status,
             duration_ms: ms,
             error: None,
+            version: None,
+            cold: false,
         }
     }
 

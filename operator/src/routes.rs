@@ -15,6 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
+use sless_api::keys::version_of;
 use sless_api::text::first_line;
 use sless_core::model::{Function, Kind, Phase, Service, Trigger, WorkloadSpec, WorkloadStatus};
 use sless_core::routes::{Address, Instances, Route, RouteTable};
@@ -154,7 +155,14 @@ fn workload_route<R: WorkloadResource>(
         },
         (None, _) => {
             let address = Address::Tcp(service_authority(namespace, name, cluster_domain).into());
-            demand.ready_route(R::KIND, address, spec.timeout())
+            // Ready: the Deployment's pods all run the current code. Otherwise the
+            // previous version's pods may serve while the next rolls out: unknown.
+            let version = spec
+                .s3_key
+                .as_deref()
+                .filter(|_| object.status.phase == Phase::Ready)
+                .map(|key| version_of(key).into());
+            demand.ready_route(R::KIND, address, spec.timeout(), version)
         }
     }
 }

@@ -263,8 +263,21 @@ async fn routes_follow_the_store() {
             kind: Kind::Function,
             instances: Address::Tcp("hello.sless-fn-sless-ab.svc.cluster.local:8080".into()).into(),
             timeout: Some(Duration::from_secs(30)),
+            version: Some("1".into()),
         }
     );
+    // The next version rolling out: the pods may run either, so the calls' version is
+    // not known.
+    modify_status::<Function, _>(&*kube, ns, "hello", |f| {
+        f.status.phase = Phase::Building;
+        f.status.image_ref = Some("registry/hello:1".into());
+    })
+    .await
+    .unwrap();
+    wait_for(|r| matches!(r, Route::Ready { version: None, .. })).await;
+    modify_status::<Function, _>(&*kube, ns, "hello", |f| f.status.image_ref = None)
+        .await
+        .unwrap();
     // A version being built: calls wait for it rather than fail at once.
     modify_status::<Function, _>(&*kube, ns, "hello", |f| f.status.phase = Phase::Building)
         .await

@@ -13,11 +13,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"net"
 	"net/http"
@@ -28,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -375,6 +379,8 @@ func handleRequest(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // client went away
 	}
+	call := beginCall(r.Header.Get("X-Request-Id"))
+	defer endCall(call)
 	result, err := callHandler(buildEvent(r, body, path, rawQuery))
 	var resp response
 	if err == nil {
@@ -443,6 +449,8 @@ func serve() int {
 		fmt.Fprintf(os.Stderr, "sless-runtime: %v\n", err)
 		return 1
 	}
+	stopTagging := tagCallLogs()
+	defer stopTagging()
 	announceReady()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -456,6 +464,245 @@ func serve() int {
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
 	return 0
+}
+
+// ------------------------------------------------------------------ call logs
+//
+// Each line a handler prints goes out as "[<request id>] line" when one call ran as it
+// began, else as "[-] line", the tags the Python and Node runtimes write. Go has no
+// per-call context a print could be told apart by: os.Stdout and os.Stderr become
+// pipes read here, and each call writes a marker into both as it begins and ends, so
+// the readers see, in the order of the writes, which calls ran. A line printed while
+// several calls run at once is tied to none; one printed by a goroutine a call left
+// behind, to the call then running alone, if any.
+
+// maxPendingLine: a line longer than this goes out cut (sless keeps 16 KiB of a line).
+const maxPendingLine = 16384
+
+const outsideCall = "[-] "
+
+var callLogs struct {
+	// Starts every marker: a NUL and random bytes no handler prints by chance.
+	marker []byte
+	// The pipes' write ends; none until tagCallLogs.
+	pipes []*os.File
+	calls uint64
+
+	// The calls running, for the log package's lines, written at once.
+	mu      sync.Mutex
+	running map[uint64]string
+}
+
+// beginCall marks the start of a call in the logs; its number ends it.
+func beginCall(requestID string) uint64 {
+	n := atomic.AddUint64(&callLogs.calls, 1)
+	tag := callTag(requestID)
+	callLogs.mu.Lock()
+	callLogs.running[n] = tag
+	callLogs.mu.Unlock()
+	writeMarker(fmt.Sprintf("b %d %s", n, tag))
+	return n
+}
+
+func endCall(n uint64) {
+	writeMarker(fmt.Sprintf("e %d", n))
+	callLogs.mu.Lock()
+	delete(callLogs.running, n)
+	callLogs.mu.Unlock()
+}
+
+// writeMarker writes one marker line into each pipe: short, so one atomic write.
+func writeMarker(text string) {
+	line := append(append(append([]byte{}, callLogs.marker...), text...), '\n')
+	for _, pipe := range callLogs.pipes {
+		_, _ = pipe.Write(line)
+	}
+}
+
+func callTag(requestID string) string {
+	if requestID == "" || len(requestID) > 64 {
+		return outsideCall
+	}
+	for _, c := range requestID {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return outsideCall
+		}
+	}
+	return "[" + requestID + "] "
+}
+
+// tagCallLogs routes os.Stdout, os.Stderr and the log package through the tagging;
+// the returned func sends out what is held and puts the streams back.
+func tagCallLogs() func() {
+	var token [12]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return func() {}
+	}
+	stdout, stderr := os.Stdout, os.Stderr
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return func() {}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		_, _ = outR.Close(), outW.Close()
+		return func() {}
+	}
+	callLogs.marker = []byte("\x00sless-" + hex.EncodeToString(token[:]) + " ")
+	callLogs.running = map[uint64]string{}
+	callLogs.pipes = []*os.File{outW, errW}
+	outDone, errDone := make(chan struct{}), make(chan struct{})
+	go relayTagged(outR, stdout, outDone)
+	go relayTagged(errR, stderr, errDone)
+	os.Stdout, os.Stderr = outW, errW
+	// Written at once, not through a pipe: log.Fatal exits right after.
+	log.SetOutput(logWriter{stderr})
+	return func() {
+		os.Stdout, os.Stderr = stdout, stderr
+		log.SetOutput(stderr)
+		_, _ = outW.Close(), errW.Close()
+		for _, done := range []chan struct{}{outDone, errDone} {
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second): // a child process may hold a pipe open
+			}
+		}
+	}
+}
+
+// logWriter tags the log package's lines with the call running alone, if any.
+type logWriter struct{ out *os.File }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	tag := outsideCall
+	callLogs.mu.Lock()
+	if len(callLogs.running) == 1 {
+		for _, running := range callLogs.running {
+			tag = running
+		}
+	}
+	callLogs.mu.Unlock()
+	var out []byte
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(string(p), "\n"), "\n") {
+		out = append(append(out, tag...), line...)
+	}
+	_, err := w.out.Write(append(out, '\n'))
+	return len(p), err
+}
+
+// relayTagged copies what the handler printed from r to out, each line behind its
+// call's tag, following the markers; done is closed at r's end.
+func relayTagged(r io.Reader, out io.Writer, done chan struct{}) {
+	defer close(done)
+	marker := callLogs.marker
+	t := tagger{running: map[string]string{}}
+	buf := make([]byte, 32*1024)
+	var held []byte
+	for {
+		n, err := r.Read(buf)
+		held = append(held, buf[:n]...)
+		for len(held) > 0 {
+			at := bytes.Index(held, marker)
+			if at < 0 {
+				// The start of a marker may end what was read: kept for the next read.
+				keep := 0
+				if i := bytes.LastIndexByte(held, 0); i >= 0 && err == nil && bytes.HasPrefix(marker, held[i:]) {
+					keep = len(held) - i
+				}
+				t.text(held[:len(held)-keep])
+				held = held[len(held)-keep:]
+				break
+			}
+			t.text(held[:at])
+			end := bytes.IndexByte(held[at:], '\n')
+			if end < 0 {
+				held = held[at:]
+				break
+			}
+			t.mark(string(held[at+len(marker) : at+end]))
+			held = held[at+end+1:]
+		}
+		if err != nil {
+			t.endLine()
+		}
+		if len(t.out) > 0 {
+			_, _ = out.Write(t.out)
+			t.out = t.out[:0]
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// tagger follows the calls running and the line being printed.
+type tagger struct {
+	running map[string]string // call number -> its tag
+	line    []byte
+	tag     string // the tag of the line begun; "" before its first byte
+	owner   string // the call it is tied to; "" for none
+	cut     bool   // it went out cut: its rest is dropped
+	out     []byte // tagged lines to write
+}
+
+func (t *tagger) text(p []byte) {
+	for len(p) > 0 {
+		chunk := p
+		nl := bytes.IndexByte(p, '\n')
+		if nl >= 0 {
+			chunk = p[:nl]
+		}
+		if t.tag == "" {
+			t.tag, t.owner = outsideCall, ""
+			if len(t.running) == 1 {
+				for call, tag := range t.running {
+					t.tag, t.owner = tag, call
+				}
+			}
+		}
+		if !t.cut {
+			if room := maxPendingLine - len(t.line); len(chunk) > room {
+				t.line = append(t.line, chunk[:room]...)
+				t.write()
+				t.cut = true
+			} else {
+				t.line = append(t.line, chunk...)
+			}
+		}
+		if nl < 0 {
+			return
+		}
+		t.endLine()
+		p = p[nl+1:]
+	}
+}
+
+// endLine writes the line begun, if any and not cut, and starts the next.
+func (t *tagger) endLine() {
+	if t.tag != "" && !t.cut {
+		t.write()
+	}
+	t.tag, t.owner, t.cut = "", "", false
+}
+
+func (t *tagger) write() {
+	t.out = append(append(append(t.out, t.tag...), t.line...), '\n')
+	t.line = t.line[:0]
+}
+
+// mark applies a marker: "b <call> <tag>" or "e <call>". A line its call left unended
+// goes out as the call ends.
+func (t *tagger) mark(text string) {
+	fields := strings.SplitN(text, " ", 3)
+	switch {
+	case len(fields) == 3 && fields[0] == "b":
+		t.running[fields[1]] = fields[2]
+	case len(fields) == 2 && fields[0] == "e":
+		delete(t.running, fields[1])
+		if t.owner == fields[1] {
+			t.endLine()
+		}
+	}
 }
 
 // ------------------------------------------------------------------- job mode

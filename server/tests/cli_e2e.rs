@@ -379,6 +379,8 @@ fn everyday_developer_loop() {
         "node-hello-cron",
         "*/5 * * * *",
         "POST",
+        "VERSION",
+        "COLD",
     ] {
         assert!(
             described.stdout.contains(needle),

@@ -1383,6 +1383,8 @@ async fn the_function_page_shows_calls_logs_build_log_and_settings_in_three_form
         .json();
     assert_eq!(json["calls"]["totals"]["count"], 2, "{json}");
     assert_eq!(json["calls"]["recent"][0]["status"], 200, "{json}");
+    let version = json["workload"]["version"].as_str().unwrap().to_owned();
+    assert_eq!(json["calls"]["recent"][0]["version"], version, "{json}");
     assert_eq!(json["calls"]["per_minute"].as_array().unwrap().len(), 60);
     assert!(json["calls"]["p95_ms"].as_f64().is_some(), "{json}");
     assert_eq!(json["stopped"], false);
@@ -1417,6 +1419,10 @@ async fn the_function_page_shows_calls_logs_build_log_and_settings_in_three_form
     assert!(html.contains("<svg viewBox=\"0 0 300 48\""), "{html}");
     assert!(html.contains("class=\"bar-calls\""), "{html}");
     assert!(html.contains("class=\"calls-total\">2<"), "{html}");
+    assert!(
+        html.contains(&format!("class=\"version\">{version}<")),
+        "each call names its version: {html}"
+    );
     assert!(
         html.contains("SECRET") && !html.contains("hunter2"),
         "{html}"

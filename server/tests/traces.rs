@@ -1,7 +1,8 @@
 //! Call spans exported by the shipped binary over OTLP/HTTP when the standard
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, received by a collector stand-in on a loopback
 //! port that decodes the real OTLP protobuf (the official `opentelemetry-proto`
-//! definitions): one trace from the caller through the proxy to the function.
+//! definitions): one trace from the caller through the proxy to the function, with the
+//! cold start of the first call in it.
 
 mod common;
 
@@ -23,6 +24,8 @@ use sless_core::model::namespace_for_sub;
 
 /// The caller's trace: sampled, and one that asks not to be recorded.
 const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+/// The first call's, which waits for the instance to start.
+const COLD: &str = "00-cccccccccccccccccccccccccccccccc-2222222222222222-01";
 const NOT_SAMPLED: &str = "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-1111111111111111-00";
 
 /// Prints the trace context the function was given.
@@ -124,6 +127,9 @@ async fn a_call_is_one_trace_from_the_caller_through_the_proxy_to_the_function()
             .json(&json!({}))
             .send()
     };
+    // Right after the upload: the call waits for the build and the start.
+    let first = call(COLD).await.unwrap();
+    assert_eq!(first.status(), 200);
     let ready_by = Instant::now() + Duration::from_secs(30);
     loop {
         let answer = call(NOT_SAMPLED).await.unwrap();
@@ -151,23 +157,28 @@ async fn a_call_is_one_trace_from_the_caller_through_the_proxy_to_the_function()
     );
     let given_parent = &seen[36..52];
 
-    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let by = Instant::now() + Duration::from_secs(15);
-    let spans = loop {
-        let spans: Vec<(String, Span)> = received
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, span)| hex(&span.trace_id) == trace)
-            .cloned()
-            .collect();
-        if spans.len() >= 2 {
-            break spans;
+    let spans_of = |trace: &'static str, count: usize| {
+        let received = received.clone();
+        async move {
+            let by = Instant::now() + Duration::from_secs(15);
+            loop {
+                let spans: Vec<(String, Span)> = received
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(_, span)| hex(&span.trace_id) == trace)
+                    .cloned()
+                    .collect();
+                if spans.len() >= count {
+                    return spans;
+                }
+                assert!(Instant::now() < by, "spans not exported: {spans:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
-        assert!(Instant::now() < by, "spans not exported: {spans:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(spans.len(), 2, "{spans:?}");
+    let spans = spans_of("4bf92f3577b34da6a3ce929d0e0e4736", 2).await;
+    assert_eq!(spans.len(), 2, "a warm call has no cold start: {spans:?}");
     let find = |kind: SpanKind| {
         spans
             .iter()
@@ -195,6 +206,26 @@ async fn a_call_is_one_trace_from_the_caller_through_the_proxy_to_the_function()
         Some("200")
     );
     assert!(proxy.end_time_unix_nano > proxy.start_time_unix_nano);
+
+    // The first call waited for its instance: a span of its own under the proxy's.
+    let cold = spans_of("cccccccccccccccccccccccccccccccc", 3).await;
+    let named = |name: &str| {
+        cold.iter()
+            .map(|(_, span)| span)
+            .find(|span| span.name == name)
+            .unwrap_or_else(|| panic!("no {name:?} span: {cold:?}"))
+    };
+    let proxy = named(&format!("POST /fn/{ns}/f"));
+    let start = named("cold start");
+    let function = named(&format!("call {ns}/f"));
+    assert_eq!(cold.len(), 3, "{cold:?}");
+    assert_eq!(start.parent_span_id, proxy.span_id);
+    assert_eq!(function.parent_span_id, proxy.span_id);
+    assert!(
+        start.start_time_unix_nano >= proxy.start_time_unix_nano
+            && start.end_time_unix_nano <= function.start_time_unix_nano,
+        "the start comes before the call: {cold:?}"
+    );
 
     // Exported in order: the unsampled calls before it were left out, not delayed.
     let unsampled = received

@@ -116,7 +116,11 @@ fn Calls(calls: CallSummary, href: String) -> impl IntoView {
                     <td>{c.method.clone()}</td>
                     <td class="path">{c.path.clone()}</td>
                     <td class=class>{c.status.to_string()}</td>
-                    <td class="num">{format!("{:.1} ms", c.duration_ms)}</td>
+                    <td class="num">
+                        {format!("{:.1} ms", c.duration_ms)}
+                        {c.cold.then(|| view! { " " <span class="badge badge-cold" title="It waited for an instance to start">"cold"</span> })}
+                    </td>
+                    <td class="version">{c.version.clone().unwrap_or_else(|| "–".into())}</td>
                 </tr>
             }
         })
@@ -127,7 +131,7 @@ fn Calls(calls: CallSummary, href: String) -> impl IntoView {
         view! {
             <div class="table-wrap">
                 <table class="calls">
-                    <thead><tr><th>"Time"</th><th>"Call"</th><th>"Via"</th><th>"Method"</th><th>"Path"</th><th>"Status"</th><th>"Duration"</th></tr></thead>
+                    <thead><tr><th>"Time"</th><th>"Call"</th><th>"Via"</th><th>"Method"</th><th>"Path"</th><th>"Status"</th><th>"Duration"</th><th>"Version"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
             </div>

@@ -423,8 +423,9 @@ impl Client {
             })
     }
 
-    /// Recent calls through `/fn` and their totals:
-    /// `{"stats": {...}, "invocations": [{"time", "method", "path", "status", "duration_ms"}]}`.
+    /// Recent calls and their totals: `{"stats": {...}, "invocations": [{"request_id",
+    /// "trigger", "time", "method", "path", "status", "duration_ms", "version", "cold"}]}`
+    /// (docs/api.md).
     pub async fn invocations(
         &self,
         kind: Kind,

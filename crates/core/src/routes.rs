@@ -31,6 +31,9 @@ pub enum Route {
         instances: Instances,
         /// `None` = no limit.
         timeout: Option<Duration>,
+        /// The version (as `GET .../versions` lists it) its instances run, when the
+        /// runner knows it: what each call's record names.
+        version: Option<Arc<str>>,
     },
     /// Running for a trigger other than http (an event trigger): `/fn` answers 503
     /// with the reason, the trigger's own calls (the proxy's `call`) go through.
@@ -39,6 +42,7 @@ pub enum Route {
         kind: Kind,
         instances: Instances,
         timeout: Option<Duration>,
+        version: Option<Arc<str>>,
     },
 }
 
@@ -305,6 +309,8 @@ pub struct JobRun {
     pub started: chrono::DateTime<chrono::Utc>,
     pub duration: std::time::Duration,
     pub outcome: JobOutcome,
+    /// The function's version it ran.
+    pub version: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

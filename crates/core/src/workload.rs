@@ -2,6 +2,7 @@
 //! `/fn` may reach it, from its triggers. The embedded runner, the Kubernetes controller
 //! and the Kubernetes route table all follow this one rule, and say "no code yet" alike.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{Kind, TriggerSpec, TriggerType};
@@ -65,6 +66,7 @@ impl Demand {
         kind: Kind,
         instances: impl Into<Instances>,
         timeout: Option<Duration>,
+        version: Option<Arc<str>>,
     ) -> Route {
         let instances = instances.into();
         match &self.exposed {
@@ -72,12 +74,14 @@ impl Demand {
                 kind,
                 instances,
                 timeout,
+                version,
             },
             Err(reason) if self.dispatched => Route::Hidden {
                 reason: reason.clone(),
                 kind,
                 instances,
                 timeout,
+                version,
             },
             Err(reason) => Route::Unavailable {
                 reason: reason.clone(),
@@ -172,7 +176,12 @@ mod tests {
         assert!(cron.needed && cron.exposed.is_err() && cron.dispatched);
         let idle = of(&[("web", trigger(TriggerType::Http, "f", false))]);
         assert!(matches!(
-            idle.ready_route(Kind::Function, Address::Tcp("127.0.0.1:1".into()), None),
+            idle.ready_route(
+                Kind::Function,
+                Address::Tcp("127.0.0.1:1".into()),
+                None,
+                None
+            ),
             Route::Unavailable { .. }
         ));
         let event = of(&[
@@ -182,17 +191,17 @@ mod tests {
         assert!(event.needed && event.dispatched);
         let address = Address::Tcp("127.0.0.1:1".into());
         assert!(matches!(
-            event.ready_route(Kind::Function, address.clone(), None),
+            event.ready_route(Kind::Function, address.clone(), None, None),
             Route::Hidden { .. }
         ));
         assert!(matches!(
-            cron.ready_route(Kind::Function, address.clone(), None),
+            cron.ready_route(Kind::Function, address.clone(), None, None),
             Route::Hidden { .. }
         ));
         let web = of(&[("web", trigger(TriggerType::Http, "f", true))]);
         assert!(web.needed && web.exposed.is_ok());
         assert!(matches!(
-            web.ready_route(Kind::Function, address, None),
+            web.ready_route(Kind::Function, address, None, None),
             Route::Ready { .. }
         ));
     }

@@ -39,6 +39,8 @@ struct Run {
 /// What to execute for one run.
 struct Plan {
     dir: PathBuf,
+    /// The version whose build runs, for the run's record.
+    version: String,
     runtime: Runtime,
     entrypoint: String,
     env: BTreeMap<String, String>,
@@ -157,19 +159,21 @@ async fn reconcile(
             }
             Some(f) => {
                 let workload = &f.spec.workload;
-                let dir = workload.s3_key.as_ref().map(|key| {
+                let version = workload.s3_key.as_deref().map(version_of);
+                let dir = version.map(|version| {
                     shared
                         .builds_root(Kind::Function, ns, function)
-                        .join(version_of(key))
+                        .join(version)
                 });
-                match (f.status.phase, dir) {
+                match (f.status.phase, dir, version) {
                     // A built version runs as a job even while the function's instance
                     // crash-loops (Failed, restarting): the run is a process of its own.
-                    (Phase::Ready | Phase::Failed, Some(dir)) if dir.is_dir() => {
+                    (Phase::Ready | Phase::Failed, Some(dir), Some(version)) if dir.is_dir() => {
                         let mut env = workload.env.clone();
                         env.extend(spec.env.clone());
                         Plan {
                             dir,
+                            version: version.to_string(),
                             runtime: workload.runtime,
                             entrypoint: workload.entrypoint.clone(),
                             env,
@@ -180,7 +184,7 @@ async fn reconcile(
                             scratch: shared.scratch(Kind::FunctionJob, ns, name),
                         }
                     }
-                    (Phase::Failed, _) => {
+                    (Phase::Failed, _, _) => {
                         fail(
                             shared,
                             ns,
@@ -191,7 +195,7 @@ async fn reconcile(
                         .await?;
                         return Ok(Next::Idle);
                     }
-                    (phase, _) => {
+                    (phase, _, _) => {
                         write(shared, ns, name, run_id, |s| {
                             s.phase = JobPhase::Pending;
                             s.message = Some(format!(
@@ -223,6 +227,7 @@ async fn reconcile(
             match shared.builder.build(&root, &key, runtime).await {
                 Ok(dir) => Plan {
                     dir,
+                    version: version_of(&key).to_string(),
                     runtime,
                     entrypoint: spec.entrypoint_or_default(),
                     env: spec.env.clone(),
@@ -274,6 +279,7 @@ async fn reconcile(
                 started: started_at,
                 duration: elapsed,
                 outcome: outcome.end,
+                version: Some(plan.version.clone()),
             });
         }
         let result = write(&task_shared, &task_ns, &task_name, run_id, |s| {

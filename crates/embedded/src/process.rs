@@ -48,8 +48,6 @@ pub struct Launch<'a> {
     /// Pre-start: the runtime loads and takes its socket, then waits on stdin for the
     /// version directory under `dir` it is to serve ([`Instance::bind`]).
     pub standby: bool,
-    /// Its output lines carry the tag of the call that printed them.
-    pub tags_call_logs: bool,
     /// Where its listening socket is made.
     pub sockets: &'a SocketDir,
 }
@@ -110,16 +108,12 @@ fn capture(
     namespace: String,
     name: String,
     version: Arc<Mutex<String>>,
-    tagged: bool,
 ) {
     tokio::spawn(async move {
         sless_core::logs::read_lines(reader, sless_core::logs::MAX_LINE_BYTES, |line| {
             let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if tagged {
-                logs.push_output(&namespace, &name, stream, &version, &line);
-            } else {
-                logs.push(&namespace, &name, stream, &version, &line);
-            }
+            // Each runtime tags a line with the call that printed it.
+            logs.push_output(&namespace, &name, stream, &version, &line);
         })
         .await;
     });
@@ -245,7 +239,6 @@ impl Instance {
                     launch.namespace.to_string(),
                     launch.name.to_string(),
                     version.clone(),
-                    launch.tags_call_logs,
                 );
             }
         }

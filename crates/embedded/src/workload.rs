@@ -378,9 +378,12 @@ impl Actor {
             ready,
             scaler: self.scaler.clone(),
         };
-        let route = serving
-            .demand
-            .ready_route(self.kind, instances, serving.spec.timeout());
+        let route = serving.demand.ready_route(
+            self.kind,
+            instances,
+            serving.spec.timeout(),
+            Some(serving.config.version.as_str().into()),
+        );
         self.shared.set_route(&self.ns, &self.name, route);
     }
 
@@ -835,7 +838,6 @@ impl Actor {
             name: &self.name,
             version: &config.version,
             standby,
-            tags_call_logs: runtime.descriptor().tags_call_logs,
             sockets: &shared.sockets,
         };
         Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)

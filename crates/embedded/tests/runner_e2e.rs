@@ -33,9 +33,13 @@ exports.handle = async (event) => {
 
 const GO_HANDLER: &[u8] = br#"package handler
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 func Handle(event map[string]any) (any, error) {
+	fmt.Println("go handler saw", event["msg"])
 	if event["fail"] == true {
 		return nil, errors.New("asked to fail")
 	}
@@ -253,6 +257,26 @@ async fn go_function() {
     api.deploy("gofn", "go1.23", &[("handler.go", GO_HANDLER)])
         .await;
     check_runtime(&api, "gofn").await;
+    // The line the call printed is the call's.
+    let call = json!({"msg": "the tagged one"});
+    assert_eq!(
+        api.call_as("gofn", "go-call-1", &call).await,
+        StatusCode::OK
+    );
+    let record = api
+        .wait_until(
+            "functions/gofn/invocations/go-call-1",
+            Duration::from_secs(5),
+            |record| !record["logs"].as_array().unwrap().is_empty(),
+        )
+        .await;
+    let lines: Vec<&str> = record["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| line["line"].as_str().unwrap())
+        .collect();
+    assert_eq!(lines, ["go handler saw the tagged one"], "{record}");
 }
 
 #[tokio::test]

@@ -42,6 +42,7 @@ async fn main() -> std::io::Result<()> {
         kind: Kind::Function,
         instances: Address::Tcp(format!("127.0.0.1:{upstream}").into()).into(),
         timeout: Some(Duration::from_secs(30)),
+        version: None,
     }));
     let proxy = Arc::new(Proxy::new(routes, ProxyConfig::default()));
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], listen))).await?;

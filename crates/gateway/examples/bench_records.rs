@@ -77,6 +77,7 @@ async fn main() -> Result<(), BoxError> {
         kind: Kind::Function,
         instances: Address::Tcp(upstream_address.to_string().into()).into(),
         timeout: Some(Duration::from_secs(30)),
+        version: None,
     }));
     let proxy = Arc::new(Proxy::new(routes, ProxyConfig::default()));
     let flusher = proxy.keep_calls_in(store.clone()).await?;

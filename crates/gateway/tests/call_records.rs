@@ -165,3 +165,115 @@ async fn a_deleted_function_forgets_its_records() {
     assert_eq!(fresh["stats"]["count"], 0, "{fresh}");
     assert!(ids(&fresh).is_empty(), "{fresh}");
 }
+
+/// Calls `/fn/<name>` as the call `request_id`; its status and answer.
+async fn answer_of(api: &Api<'_>, name: &str, request_id: &str) -> (StatusCode, Value) {
+    let response = api
+        .server
+        .client
+        .post(api.fn_url(name))
+        .header("x-request-id", request_id)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Calls until `answer` comes (a new version rolls in); the request id of that call.
+async fn first_answering(api: &Api<'_>, name: &str, answer: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for i in 0.. {
+        let request_id = format!("{answer}-{i}");
+        if answer_of(api, name, &request_id).await.1 == json!(answer) {
+            return request_id;
+        }
+        assert!(Instant::now() < deadline, "{answer} never served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    unreachable!()
+}
+
+#[tokio::test]
+async fn a_record_names_the_version_that_served_it_and_whether_it_waited_for_a_start() {
+    let (server, _runner) = TestServer::platform(|config| {
+        config.scale_to_zero_after = Duration::from_secs(2);
+    })
+    .await;
+    let api = Api::new(&server, "versioned");
+    let handler = |answer: &str| format!("def handle(e):\n    return {answer:?}\n");
+    api.create_and_upload(
+        json!({"name": "ver", "runtime": "python3.11", "timeout_sec": 5}),
+        &[("handler.py", handler("v1").as_bytes())],
+    )
+    .await;
+    // Right after the upload: the call waits for the build and the start.
+    assert_eq!(
+        answer_of(&api, "ver", "first").await,
+        (StatusCode::OK, json!("v1"))
+    );
+    assert_eq!(answer_of(&api, "ver", "second").await.0, StatusCode::OK);
+    let v1 = api.get("functions/ver").await["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let record = |id: &str| {
+        let (api, path) = (&api, format!("functions/ver/invocations/{id}"));
+        async move { api.get(&path).await }
+    };
+    let first = record("first").await;
+    assert_eq!(
+        (&first["version"], &first["cold"]),
+        (&json!(v1), &json!(true)),
+        "{first}"
+    );
+    let second = record("second").await;
+    assert_eq!(
+        (&second["version"], &second["cold"]),
+        (&json!(v1), &json!(false)),
+        "{second}"
+    );
+    let listed = api.get("functions/ver/invocations?tail=2").await;
+    let fields =
+        |call: &Value| [&call["request_id"], &call["version"], &call["cold"]].map(Clone::clone);
+    assert_eq!(
+        [
+            fields(&listed["invocations"][0]),
+            fields(&listed["invocations"][1])
+        ],
+        [fields(&second), fields(&first)],
+        "the listing shows the same"
+    );
+
+    // Scaled to zero after 2 s without calls: the next call starts an instance again.
+    api.wait_until(
+        "functions/ver/logs?tail=100",
+        Duration::from_secs(30),
+        |logs| logs.to_string().contains("without calls"),
+    )
+    .await;
+    assert_eq!(answer_of(&api, "ver", "woken").await.0, StatusCode::OK);
+    assert_eq!(record("woken").await["cold"], true);
+
+    let uploaded = api
+        .upload("functions/ver", &[("handler.py", handler("v2").as_bytes())])
+        .await;
+    let v2 = uploaded["version"].as_str().unwrap().to_string();
+    assert_ne!(v1, v2);
+    let on_v2 = first_answering(&api, "ver", "v2").await;
+    assert_eq!(record(&on_v2).await["version"], json!(v2));
+
+    let (status, body) = api
+        .send(
+            reqwest::Method::POST,
+            "functions/ver/rollback",
+            Some(json!({"version": v1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let back = first_answering(&api, "ver", "v1").await;
+    assert_eq!(record(&back).await["version"], json!(v1));
+}

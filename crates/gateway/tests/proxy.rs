@@ -49,6 +49,7 @@ fn ready(authority: &str, timeout: Option<Duration>) -> Route {
         kind: Kind::Function,
         instances: Address::Tcp(authority.into()).into(),
         timeout,
+        version: None,
     }
 }
 
@@ -1240,6 +1241,7 @@ async fn functions_on_unix_sockets_are_called_on_both_paths() {
         kind: Kind::Function,
         instances: Address::Unix(socket.clone().into()).into(),
         timeout: Some(Duration::from_secs(30)),
+        version: None,
     };
     h.routes.set("ns", "u", route);
     let chunked = || {
@@ -1274,6 +1276,7 @@ async fn functions_on_unix_sockets_are_called_on_both_paths() {
         kind: Kind::Function,
         instances: Address::Unix(dir.path().join("gone").into()).into(),
         timeout: None,
+        version: None,
     };
     h.routes.set("ns", "gone", gone);
     for request in [

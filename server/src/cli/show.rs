@@ -236,11 +236,18 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
                         text("path"),
                         call["status"].to_string(),
                         format!("{:.1} ms", call["duration_ms"].as_f64().unwrap_or(0.0)),
+                        text("version"),
+                        if call["cold"] == true { "yes" } else { "no" }.to_string(),
                     ]
                 })
                 .collect();
             if !rows.is_empty() {
-                let rendered = table(&["TIME", "METHOD", "PATH", "STATUS", "DURATION"], &rows);
+                let rendered = table(
+                    &[
+                        "TIME", "METHOD", "PATH", "STATUS", "DURATION", "VERSION", "COLD",
+                    ],
+                    &rows,
+                );
                 for line in rendered.lines() {
                     out.push_str(&format!("  {line}\n"));
                 }

@@ -43,7 +43,6 @@ pub static GO123: RuntimeDescriptor = RuntimeDescriptor {
     standby: false,
     // Goroutines per call: many at once.
     target_concurrency: 32,
-    tags_call_logs: false,
     etc_paths: &[],
     build_variables: &["GOPROXY", "GONOSUMDB", "GOFLAGS"],
 };

@@ -93,9 +93,6 @@ pub struct RuntimeDescriptor {
     /// function does not say (`target_concurrency`): what one process of the runtime
     /// serves well at once.
     pub target_concurrency: u32,
-    /// Its wrapper tags each line a call prints with the call's request id
-    /// ([`crate::split_call_tag`]); other runtimes' lines are kept as printed.
-    pub tags_call_logs: bool,
     /// Embedded sandbox: entries of `/etc` the runtime's processes read.
     pub etc_paths: &'static [&'static str],
     /// Embedded builds: variables of sless's environment that reach the build (the

@@ -42,7 +42,6 @@ pub static NODEJS20: RuntimeDescriptor = RuntimeDescriptor {
     standby: true,
     // One event loop serves many calls waiting on I/O.
     target_concurrency: 32,
-    tags_call_logs: true,
     etc_paths: &["npmrc"],
     build_variables: &["NPM_CONFIG_REGISTRY", "npm_config_registry"],
 };

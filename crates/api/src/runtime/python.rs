@@ -55,7 +55,6 @@ pub static PYTHON311: RuntimeDescriptor = RuntimeDescriptor {
     standby: true,
     // 64 handler threads, but one interpreter lock: a few calls waiting on I/O at once.
     target_concurrency: 8,
-    tags_call_logs: true,
     etc_paths: &["pip.conf", "python3", "python3.11"],
     build_variables: &[
         "PIP_INDEX_URL",

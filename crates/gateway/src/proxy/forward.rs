@@ -141,6 +141,10 @@ impl TriggerCalls for TriggerCaller {
             trigger: Via::Job,
             trigger_name: Some(run.job.into()),
             refused: false,
+            version: run.version.map(Into::into),
+            // A process of its own, started for the run.
+            cold: true,
+            start_wait: Duration::ZERO,
             time: run.started,
             method: Method::POST,
             path: "/".into(),
@@ -185,7 +189,10 @@ async fn route_and_forward(
     };
 
     let mut route = proxy.routes.route(target.namespace, target.name);
+    // An upload not seen yet, a build or a start: what comes ready is a cold start.
+    let mut cold = false;
     if matches!(route, Route::NoCode { .. }) {
+        cold = true;
         route = proxy
             .wait_while(&target, proxy.config.upload_wait, |r| {
                 matches!(r, Route::NoCode { .. })
@@ -193,6 +200,7 @@ async fn route_and_forward(
             .await;
     }
     if matches!(route, Route::Starting { .. }) {
+        cold = true;
         route = proxy
             .wait_while(&target, proxy.config.start_wait, |r| {
                 matches!(r, Route::Starting { .. })
@@ -220,7 +228,7 @@ async fn route_and_forward(
         calls.record(record);
         response
     };
-    let (instances, timeout) = match route {
+    let (instances, timeout, mut version) = match route {
         // Not recorded: random names must not grow the log.
         Route::Unknown => {
             return InvokeError::Unknown {
@@ -233,20 +241,31 @@ async fn route_and_forward(
             return refuse(reason);
         }
         Route::Ready {
-            instances, timeout, ..
+            instances,
+            timeout,
+            version,
+            ..
         }
         | Route::Hidden {
-            instances, timeout, ..
-        } => (instances, timeout),
+            instances,
+            timeout,
+            version,
+            ..
+        } => (instances, timeout, version),
     };
     // None ready (scaled to zero): the runner was asked for one, the call waits for it.
     let lease = match instances.lease() {
         Some(lease) => lease,
         None => match proxy.wait_for_instance(&target, caller).await {
-            Ok(lease) => lease,
+            Ok((lease, started_version)) => {
+                cold = true;
+                version = started_version;
+                lease
+            }
             Err(reason) => return refuse(reason),
         },
     };
+    let start_wait = cold.then(|| started.elapsed());
     let address = lease.address().clone();
     let calls = proxy.invocations.calls(target.namespace, target.name);
     let in_flight = calls.in_flight();
@@ -281,7 +300,15 @@ async fn route_and_forward(
                 parts.status,
                 started,
                 (in_flight, lease),
-                (ids, caller, trigger_name),
+                (
+                    ids,
+                    caller,
+                    trigger_name,
+                    Served {
+                        version,
+                        start_wait,
+                    },
+                ),
             );
             let body = ResponseBody::new(first, rest, deadline, record);
             return Response::from_parts(parts, Body::new(body));
@@ -302,6 +329,7 @@ async fn route_and_forward(
         caller.into(),
     );
     record.trigger_name = trigger_name;
+    record.served_by(version, start_wait);
     calls.record(record);
     response
 }
@@ -367,20 +395,26 @@ impl Proxy {
 
     /// A place on an instance of a workload that has none ready (scaled to zero, or
     /// its instances closing): the runner was asked for one; the call waits for it up
-    /// to the start wait. Err is why not, for the caller's 503 (the start's failure).
+    /// to the start wait, and gets the version it runs. Err is why not, for the caller's
+    /// 503 (the start's failure).
     async fn wait_for_instance(
         &self,
         target: &Target<'_>,
         caller: Caller,
-    ) -> Result<Lease, String> {
+    ) -> Result<(Lease, Option<Arc<str>>), String> {
         let deadline = Instant::now() + self.config.start_wait;
         loop {
             tokio::time::sleep(WAKE_POLL).await;
             match self.routes.route(target.namespace, target.name) {
                 Route::Hidden { reason, .. } if !caller.is_trigger() => return Err(reason),
-                Route::Ready { instances, .. } | Route::Hidden { instances, .. } => {
+                Route::Ready {
+                    instances, version, ..
+                }
+                | Route::Hidden {
+                    instances, version, ..
+                } => {
                     if let Some(lease) = instances.lease() {
-                        return Ok(lease);
+                        return Ok((lease, version));
                     }
                 }
                 Route::Starting { .. } | Route::NoCode { .. } => {}
@@ -522,6 +556,13 @@ impl Proxy {
     }
 }
 
+/// What served a streaming call, for its record.
+struct Served {
+    version: Option<Arc<str>>,
+    /// How long it waited for an instance to start; None when one was ready.
+    start_wait: Option<Duration>,
+}
+
 /// Records the call once its streaming body ends, as cut when it was.
 fn record_later(
     calls: Arc<Calls>,
@@ -531,7 +572,7 @@ fn record_later(
     started: Instant,
     // Held until the answer ends: the call counts as in flight on its instance.
     held: (InFlight, Lease),
-    (ids, caller, trigger_name): (&CallIds, Caller, Option<Box<str>>),
+    (ids, caller, trigger_name, served): (&CallIds, Caller, Option<Box<str>>, Served),
 ) -> impl FnOnce(Option<CallError>) + Send + 'static {
     let path = target.rest.to_owned();
     let ids = *ids;
@@ -539,6 +580,7 @@ fn record_later(
         drop(held);
         let mut record = invocation(method, path, status, started, error, &ids, caller.into());
         record.trigger_name = trigger_name;
+        record.served_by(served.version, served.start_wait);
         calls.record(record);
     }
 }
@@ -564,6 +606,9 @@ pub(super) fn invocation(
         trigger,
         trigger_name: None,
         refused: false,
+        version: None,
+        cold: false,
+        start_wait: Duration::ZERO,
         time: Utc::now() - duration,
         method,
         path,

@@ -111,6 +111,18 @@ pub struct Invocation {
     /// no code): not counted as the function's error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused: bool,
+    /// The version of the code that served it, as `GET .../versions` lists it; None
+    /// when the runner does not know it (a rollout in Kubernetes) or no code served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Arc<str>>,
+    /// The call waited for an instance to start: the first after an upload, a start
+    /// or a scale to zero; a job run, which is a process of its own.
+    #[serde(default)]
+    pub cold: bool,
+    /// How long it waited for that instance; only for the cold start's span at the end
+    /// of the call.
+    #[serde(skip)]
+    pub start_wait: Duration,
     /// The call's W3C trace: its id is shown (to find the call's spans); the span ids
     /// are only for the export at the end of the call.
     #[serde(
@@ -121,6 +133,16 @@ pub struct Invocation {
         deserialize_with = "trace_id_from_hex"
     )]
     pub trace: Option<TraceIds>,
+}
+
+impl Invocation {
+    /// Names the version that served the call and, when it waited for an instance to
+    /// start, how long.
+    pub(crate) fn served_by(&mut self, version: Option<Arc<str>>, start_wait: Option<Duration>) {
+        self.version = version;
+        self.cold = start_wait.is_some();
+        self.start_wait = start_wait.unwrap_or_default();
+    }
 }
 
 fn trace_id_hex<S: Serializer>(trace: &Option<TraceIds>, s: S) -> Result<S::Ok, S::Error> {
@@ -511,6 +533,9 @@ mod tests {
             trigger: Via::Http,
             trigger_name: None,
             refused: false,
+            version: None,
+            cold: false,
+            start_wait: Duration::ZERO,
             time: DateTime::UNIX_EPOCH,
             method: Method::GET,
             path: path.into(),
@@ -579,6 +604,8 @@ mod tests {
         invocation.error = Some(CallError::Timeout);
         invocation.trigger_name = Some("nightly".into());
         invocation.refused = true;
+        invocation.version = Some("20250102030405-2".into());
+        invocation.cold = true;
         let text = serde_json::to_string(&invocation).unwrap();
         assert_eq!(
             serde_json::from_str::<Invocation>(&text).unwrap(),
@@ -655,6 +682,7 @@ mod tests {
                 "path": "/a",
                 "status": 200,
                 "duration_ms": 1.5,
+                "cold": false,
             })
         );
     }

@@ -106,7 +106,7 @@ impl Connection<'_> {
             Some(Cut::BadAnswer) => Some(CallError::BadAnswer),
             Some(Cut::CallerGone) | None => None,
         };
-        call.function.calls.record(invocation(
+        let mut record = invocation(
             call.method,
             call.rest,
             status,
@@ -114,7 +114,10 @@ impl Connection<'_> {
             error,
             &call.ids,
             Via::Http,
-        ));
+        );
+        // Only a call to a ready instance takes the fast path: never a cold one.
+        record.served_by(call.version, None);
+        call.function.calls.record(record);
         cut.is_none()
     }
 
@@ -375,7 +378,7 @@ impl Connection<'_> {
         let written = self.client.write_all(&self.out).await.is_ok();
         self.out.clear();
         // Recorded before the close, which may linger for a caller still sending.
-        call.function.calls.record(invocation(
+        let mut record = invocation(
             call.method.clone(),
             call.rest.clone(),
             status,
@@ -383,7 +386,9 @@ impl Connection<'_> {
             None,
             &call.ids,
             Via::Http,
-        ));
+        );
+        record.served_by(call.version.clone(), None);
+        call.function.calls.record(record);
         if written && !keep {
             Linger::close(self.client).await;
         }

@@ -46,6 +46,8 @@ pub(super) struct Call {
     /// Its place on an instance, held until the call ends.
     pub(super) lease: Lease,
     pub(super) timeout: Option<Duration>,
+    /// The version its instances run, for the record.
+    pub(super) version: Option<Arc<str>>,
     /// Its request id (given to the caller) and trace context.
     pub(super) ids: CallIds,
 }
@@ -141,7 +143,10 @@ pub(super) fn prepare(
         return Step::HandOver;
     }
     let Route::Ready {
-        instances, timeout, ..
+        instances,
+        timeout,
+        version,
+        ..
     } = proxy.routes.route(target.namespace, target.name)
     else {
         return Step::HandOver;
@@ -197,6 +202,7 @@ pub(super) fn prepare(
         rest: target.rest.to_owned(),
         lease,
         timeout,
+        version,
         ids,
     })
 }
@@ -222,6 +228,7 @@ mod tests {
                     kind: Kind::Function,
                     instances: Address::Tcp("127.0.0.1:9000".into()).into(),
                     timeout: None,
+                    version: None,
                 },
                 _ => Route::Unknown,
             }
