@@ -637,6 +637,31 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     assert!(writes_by("first") > 0);
     assert_eq!(writes_by("second"), 0, "the standby wrote");
 
+    // Built and triggered, it is deployed with one replica; the reconciles read its
+    // triggers from the watch cache: the only trigger lists are the watches' own.
+    cluster.finish_job(&build_ns, &job, true);
+    apply_trigger(
+        &cluster,
+        ns,
+        "web",
+        json!({"type": "http", "functionRef": "one"}),
+    )
+    .await;
+    eventually(&first, "one replica for the trigger", || {
+        cluster
+            .get("apps/v1", "deployments", &deploy_namespace(ns), "one")
+            .filter(|d| d["spec"]["replicas"] == 1)
+    })
+    .await;
+    let namespaced_trigger_lists = cluster
+        .emu
+        .requests()
+        .iter()
+        .filter(|r| r.client.as_deref() == Some("first") && r.method == "GET")
+        .filter(|r| r.path.ends_with(&format!("/namespaces/{ns}/triggers")))
+        .count();
+    assert_eq!(namespaced_trigger_lists, 0, "reconciles listed triggers");
+
     // The leader stops; the standby takes over within the lease duration.
     drop(first);
     let job = apply_function(&functions, &resource, ns, "two").await;

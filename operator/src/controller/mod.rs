@@ -58,6 +58,8 @@ pub enum Error {
     PresignError(#[source] crate::PresignError),
     #[error("MissingObjectKey: {0}")]
     MissingObjectKey(&'static str),
+    #[error("WatchStopped: the {0} watch stopped")]
+    WatchStopped(&'static str),
 }
 
 impl From<kube::Error> for Error {
@@ -81,6 +83,7 @@ impl Error {
             Error::SerializationError(_) => "SerializationError",
             Error::PresignError(_) => "PresignError",
             Error::MissingObjectKey(_) => "MissingObjectKey",
+            Error::WatchStopped(_) => "WatchStopped",
         }
     }
 
@@ -116,6 +119,9 @@ pub struct Context {
     secrets: Mutex<HashMap<String, (String, Instant)>>,
     /// Deploy namespaces whose boundaries were applied, and when.
     boundaries: Mutex<HashMap<String, Instant>>,
+    /// The triggers the function controller watches: reconciles read a function's
+    /// demand here instead of listing them from the API server each time.
+    triggers: std::sync::OnceLock<Store<Trigger>>,
 }
 
 /// Cached facts about a deploy namespace (it exists, its pull secret is current) are
@@ -144,7 +150,27 @@ impl Context {
             namespaces: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
             boundaries: Mutex::new(HashMap::new()),
+            triggers: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The triggers of `namespace`: from the function controller's watch cache once it
+    /// runs (updated before the controller hears of a change), else listed.
+    pub(crate) async fn triggers_in(&self, namespace: &str) -> Result<Vec<Arc<Trigger>>> {
+        let Some(cache) = self.triggers.get() else {
+            let listed = tolerant::list::<Trigger>(&self.client, namespace).await?;
+            return Ok(listed.into_iter().map(Arc::new).collect());
+        };
+        // Before the first list the cache is empty, which would read as no demand.
+        cache
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::WatchStopped("trigger"))?;
+        Ok(cache
+            .state()
+            .into_iter()
+            .filter(|t| t.metadata.namespace.as_deref() == Some(namespace))
+            .collect())
     }
 
     /// Records an Event on `object`; a failure is logged, never fails a reconcile.
@@ -817,14 +843,14 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
     // The CRs are watched through `tolerant`, so one unreadable object stalls nothing.
     let (function_store, function_events) = tolerant::watch::<Function>(client.clone(), true);
     let known_functions = function_store.clone();
+    let (trigger_cache, trigger_changes) = tolerant::watch::<Trigger>(client.clone(), false);
+    // Set once per process: a second run (tests) keeps the first, equally current cache.
+    let _ = ctx.triggers.set(trigger_cache);
     let functions = Controller::for_stream(function_events, function_store)
-        .watches_stream(
-            tolerant::watch::<Trigger>(client.clone(), false).1,
-            |trigger: Trigger| {
-                let namespace = trigger.namespace()?;
-                Some(ObjectRef::new(&trigger.spec.function_ref).within(&namespace))
-            },
-        )
+        .watches_stream(trigger_changes, |trigger: Trigger| {
+            let namespace = trigger.namespace()?;
+            Some(ObjectRef::new(&trigger.spec.function_ref).within(&namespace))
+        })
         .watches(
             Api::<Deployment>::all(client.clone()),
             managed(),

@@ -25,7 +25,7 @@ use crate::names::{
 use crate::store::api_resource;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_BUILT_VERSIONS, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind,
-    Phase, Service, Trigger, build_namespace, deploy_namespace, now, workload_image,
+    Phase, Service, build_namespace, deploy_namespace, now, workload_image,
 };
 use sless_core::store::WorkloadResource;
 use sless_core::upload::version_of;
@@ -60,7 +60,7 @@ async fn demand_on<K: WorkloadResource>(
     name: &str,
 ) -> Result<Demand> {
     let triggers = match K::KIND {
-        Kind::Function => super::tolerant::list::<Trigger>(&ctx.client, namespace).await?,
+        Kind::Function => ctx.triggers_in(namespace).await?,
         _ => Vec::new(),
     };
     let live = triggers
