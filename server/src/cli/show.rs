@@ -48,6 +48,12 @@ fn type_rank(trigger_type: &str) -> u8 {
     }
 }
 
+/// `1/0-4`: running / min-max, `-` running where the platform does not count them.
+fn instances_text(w: &WorkloadResponse) -> String {
+    let running = w.instances.map_or_else(|| "-".into(), |n| n.to_string());
+    format!("{running}/{}-{}", w.min_instances, w.max_instances)
+}
+
 pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) -> String {
     let rows: Vec<Vec<String>> = workloads
         .iter()
@@ -68,12 +74,21 @@ pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) ->
                 } else {
                     labels.join(",")
                 },
+                instances_text(w),
                 w.url.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
     table(
-        &["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"],
+        &[
+            "NAME",
+            "KIND",
+            "RUNTIME",
+            "PHASE",
+            "TRIGGERS",
+            "INSTANCES",
+            "URL",
+        ],
         &rows,
     )
 }
@@ -130,6 +145,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         ("Timeout", timeout),
         ("Egress", w.egress.to_string()),
         ("Phase", w.phase.to_string()),
+        ("Instances", describe_instances(&w)),
         ("URL", dash(&w.url)),
         ("Image", dash(&w.image_ref)),
         ("S3 key", dash(&w.s3_key)),
@@ -249,6 +265,19 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     }
     print!("{out}");
     Ok(())
+}
+
+/// `1 running (warm), min 0, max 4, target 8 calls each`.
+fn describe_instances(w: &WorkloadResponse) -> String {
+    let running = match w.instances {
+        Some(0) => "0 running (cold: the next call starts one), ".to_string(),
+        Some(n) => format!("{n} running (warm), "),
+        None => String::new(),
+    };
+    format!(
+        "{running}min {}, max {}, target {} calls each",
+        w.min_instances, w.max_instances, w.target_concurrency
+    )
 }
 
 /// `1 call`, `2 calls`.
