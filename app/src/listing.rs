@@ -345,7 +345,7 @@ pub struct PageNav {
 }
 
 /// Page `number` of the selected entries, [`DEFAULT_PAGE_SIZE`] a page.
-pub fn numbered_page<'a>(entries: Vec<&'a Entry>, number: usize) -> (Vec<&'a Entry>, PageNav) {
+pub fn numbered_page(entries: Vec<&Entry>, number: usize) -> (Vec<&Entry>, PageNav) {
     let size = DEFAULT_PAGE_SIZE;
     let nav = PageNav {
         number,
