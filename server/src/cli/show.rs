@@ -330,6 +330,43 @@ mod tests {
     }
 
     #[test]
+    fn ls_shows_instances_running_and_the_bounds() {
+        let workload = |name: &str, instances: Option<u32>| WorkloadResponse {
+            name: name.into(),
+            instances,
+            min_instances: 0,
+            max_instances: 4,
+            ..serde_json::from_value(serde_json::json!({
+                "namespace": "ns", "name": name, "kind": "function", "runtime": "python3.11",
+                "entrypoint": "handler.handle", "memory_mb": 128, "cpu_millis": 1000,
+                "disk_mb": 512, "timeout_sec": 30, "env_vars": {}, "phase": "Ready",
+                "message": null, "image_ref": null, "s3_key": null, "last_built_at": null,
+                "url": null, "resource_version": "1", "created_at": "now"
+            }))
+            .unwrap()
+        };
+        let text = ls_table(
+            &[
+                workload("cold", Some(0)),
+                workload("warm", Some(2)),
+                workload("kube", None),
+            ],
+            &[],
+        );
+        let cells: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(cells[0][5], "INSTANCES", "{text}");
+        assert_eq!(
+            (cells[1][5], cells[2][5], cells[3][5]),
+            ("0/0-4", "2/0-4", "-/0-4"),
+            "{text}"
+        );
+        assert!(describe_instances(&workload("cold", Some(0))).starts_with("0 running (cold"));
+    }
+
+    #[test]
     fn one_is_singular() {
         assert_eq!(counted(1, "error"), "1 error");
         assert_eq!(counted(0, "call"), "0 calls");
