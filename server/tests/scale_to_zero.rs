@@ -119,6 +119,19 @@ async fn assert_instances(
         metric(client, base, admin, "instances").await,
         running as f64
     );
+    // The function page says warm or cold.
+    let page = client
+        .get(format!("{base}/funcs/{ns}/function/nap"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let warmth = if running == 0 { "cold" } else { "warm" };
+    let line = format!("instances:   {running} running ({warmth}), 0-4");
+    assert!(page.contains(&line), "{page}");
 }
 
 async fn wait_gone(pid: u64) {
