@@ -229,9 +229,14 @@ pub fn render_text(view: &FunctionView) -> String {
     let _ = writeln!(out, "cpu:         {} millicores", w.cpu_millis);
     let _ = writeln!(out, "disk:        {} MB", w.disk_mb);
     let _ = writeln!(out, "timeout:     {} s", w.timeout_sec);
+    let running = match w.instances {
+        Some(0) => "0 running (cold), ".to_string(),
+        Some(n) => format!("{n} running (warm), "),
+        None => String::new(),
+    };
     let _ = writeln!(
         out,
-        "instances:   {}-{}, target {} calls each",
+        "instances:   {running}{}-{}, target {} calls each",
         w.min_instances, w.max_instances, w.target_concurrency
     );
     let _ = writeln!(out, "egress:      {}", w.egress);

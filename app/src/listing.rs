@@ -6,6 +6,10 @@ use std::cmp::Ordering;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
+use sless_api::page::{
+    Cursor, DEFAULT_PAGE_SIZE, Page, PageQuery, page_after, parse_page_number, take_page,
+};
+use sless_api::validation::ValidationError;
 pub use sless_api::{Phase, WorkloadKind};
 use sless_api::{TriggerResponse, WorkloadResponse};
 
@@ -75,6 +79,12 @@ impl TriggerView {
     }
 }
 
+/// `1/0-4`: running / min-max, `-` for a count the platform does not keep.
+pub fn instances_text(running: Option<u32>, min: u32, max: u32) -> String {
+    let running = running.map_or_else(|| "-".to_string(), |n| n.to_string());
+    format!("{running}/{min}-{max}")
+}
+
 /// Stopped: it has http triggers and all of them are stopped, so `/fn` answers 503.
 pub fn http_stopped<'a>(triggers: impl IntoIterator<Item = &'a TriggerView>) -> bool {
     let mut http = triggers
@@ -96,6 +106,11 @@ pub struct Entry {
     pub last_built_at: Option<String>,
     pub memory_mb: u32,
     pub timeout_sec: u32,
+    /// Instances running now (None where the platform does not count them), and the
+    /// scaling's bounds.
+    pub instances: Option<u32>,
+    pub min_instances: u32,
+    pub max_instances: u32,
     /// The latest upload's build context; None before the first upload.
     #[serde(skip)]
     pub s3_key: Option<String>,
@@ -114,6 +129,9 @@ impl Entry {
             last_built_at: w.last_built_at,
             memory_mb: w.memory_mb,
             timeout_sec: w.timeout_sec,
+            instances: w.instances,
+            min_instances: w.min_instances,
+            max_instances: w.max_instances,
             s3_key: w.s3_key,
             triggers: Vec::new(),
         }
@@ -131,6 +149,12 @@ impl Entry {
 
     pub fn stopped(&self) -> bool {
         http_stopped(&self.triggers)
+    }
+
+    /// `1/0-4`: running / min-max (`-` running where it is not counted); the text
+    /// listing's INSTANCES column.
+    pub fn instances_text(&self) -> String {
+        instances_text(self.instances, self.min_instances, self.max_instances)
     }
 
     pub fn triggers_text(&self) -> String {
@@ -250,6 +274,119 @@ pub struct ListQuery {
     pub sort: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
+    /// The list page's page number, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<String>,
+    /// The text and JSON listings' page: its length and the last name before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// `table` for the compact view; cards otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<String>,
+}
+
+impl ListQuery {
+    /// The page asked for; unlike the filters, a bad number is an error naming its
+    /// field, as a silently different page would mislead.
+    pub fn paging(&self) -> Result<Paging, ValidationError> {
+        let page = match self.page.as_deref() {
+            Some(value) => parse_page_number(value)?,
+            None => 1,
+        };
+        let cursor = PageQuery {
+            limit: self.limit.clone(),
+            after: self.after.clone(),
+        }
+        .cursor()?;
+        Ok(Paging { page, cursor })
+    }
+}
+
+/// Which part of the selected entries an answer holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paging {
+    /// The list page's number, from 1 ([`DEFAULT_PAGE_SIZE`] entries a page).
+    pub page: usize,
+    /// The text and JSON listings' page; None = every entry.
+    pub cursor: Option<Cursor>,
+}
+
+/// How the list page shows its entries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum View {
+    /// A card per entry with its triggers and source.
+    #[default]
+    Cards,
+    /// One row per entry.
+    Table,
+}
+
+impl View {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            View::Cards => "cards",
+            View::Table => "table",
+        }
+    }
+}
+
+/// Where the list page is among the pages of the selected entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageNav {
+    /// From 1; may be past the last page (then the page is empty).
+    pub number: usize,
+    /// At least 1.
+    pub pages: usize,
+    pub size: usize,
+    /// Entries the selection matches, on every page.
+    pub matching: usize,
+}
+
+/// Page `number` of the selected entries, [`DEFAULT_PAGE_SIZE`] a page.
+pub fn numbered_page(entries: Vec<&Entry>, number: usize) -> (Vec<&Entry>, PageNav) {
+    let size = DEFAULT_PAGE_SIZE;
+    let nav = PageNav {
+        number,
+        pages: entries.len().div_ceil(size).max(1),
+        size,
+        matching: entries.len(),
+    };
+    let start = (number - 1).saturating_mul(size);
+    let page = take_page(entries, start, size, |e: &&Entry| e.name.as_str());
+    (page.items, nav)
+}
+
+/// The page of the selected entries after the cursor's name. Sorted by name, the
+/// cursor needs no entry of that name (one deleted meanwhile still finds its place);
+/// in another order it must name an entry of the selection.
+pub fn cursor_page<'a>(
+    entries: Vec<&'a Entry>,
+    cursor: &Cursor,
+    sort: SortKey,
+) -> Result<Page<&'a Entry>, ValidationError> {
+    fn name<'e>(entry: &'e &Entry) -> &'e str {
+        &entry.name
+    }
+    let after = match (&cursor.after, sort) {
+        (None, _) => return Ok(take_page(entries, 0, cursor.limit, name)),
+        (Some(_), SortKey::Name) => return Ok(page_after(entries, cursor, name)),
+        (Some(after), _) => after,
+    };
+    let start = entries
+        .iter()
+        .position(|e| &e.name == after)
+        .ok_or_else(|| {
+            ValidationError::new(
+                "after",
+                format!(
+                    "no entry {after:?} in this listing (sorted by {}, the cursor must name one of its entries)",
+                    sort.as_str()
+                ),
+            )
+        })?;
+    Ok(take_page(entries, start + 1, cursor.limit, name))
 }
 
 /// A parsed [`ListQuery`]: unknown values mean "no filter" rather than an error, so a
@@ -260,6 +397,7 @@ pub struct Selection {
     pub kind: Option<WorkloadKind>,
     pub phase: Option<Phase>,
     pub sort: SortKey,
+    pub view: View,
 }
 
 impl Selection {
@@ -282,11 +420,15 @@ impl Selection {
                 .as_deref()
                 .and_then(SortKey::parse)
                 .unwrap_or_default(),
+            view: match query.view.as_deref().map(str::trim) {
+                Some(v) if v.eq_ignore_ascii_case("table") => View::Table,
+                _ => View::Cards,
+            },
         }
     }
 
-    /// The query string that reproduces this selection (without `format`), for the
-    /// redirect after a form post; empty when nothing is selected.
+    /// The query string that reproduces this selection and view (without `format` or
+    /// a page), for links to its pages; empty when nothing is selected.
     pub fn to_query_string(&self) -> String {
         let mut pairs = Vec::new();
         if !self.text.is_empty() {
@@ -300,6 +442,9 @@ impl Selection {
         }
         if self.sort != SortKey::Name {
             pairs.push(("sort", self.sort.as_str()));
+        }
+        if self.view != View::Cards {
+            pairs.push(("view", self.view.as_str()));
         }
         // Selections hold plain strings: encoding them cannot fail.
         serde_urlencoded::to_string(pairs).unwrap_or_default()
@@ -393,8 +538,16 @@ impl Counts {
 /// The text/plain listing: a header and one line per entry, columns padded to the
 /// widest value (the last column is not padded, so lines carry no trailing blanks).
 pub fn render_text(entries: &[&Entry]) -> String {
-    const HEADER: [&str; 6] = ["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"];
-    let rows: Vec<[String; 6]> = entries
+    const HEADER: [&str; 7] = [
+        "NAME",
+        "KIND",
+        "RUNTIME",
+        "PHASE",
+        "TRIGGERS",
+        "INSTANCES",
+        "URL",
+    ];
+    let rows: Vec<[String; 7]> = entries
         .iter()
         .map(|e| {
             [
@@ -403,6 +556,7 @@ pub fn render_text(entries: &[&Entry]) -> String {
                 e.runtime.clone(),
                 e.phase.to_string(),
                 e.triggers_text(),
+                e.instances_text(),
                 e.display_url().unwrap_or("-").to_string(),
             ]
         })
@@ -414,7 +568,7 @@ pub fn render_text(entries: &[&Entry]) -> String {
         }
     }
     let mut out = String::with_capacity((rows.len() + 1) * (widths.iter().sum::<usize>() + 12));
-    let mut push_row = |cells: [&str; 6]| {
+    let mut push_row = |cells: [&str; 7]| {
         for (i, cell) in cells.iter().enumerate() {
             out.push_str(cell);
             if i + 1 < cells.len() {
@@ -426,7 +580,9 @@ pub fn render_text(entries: &[&Entry]) -> String {
     };
     push_row(HEADER);
     for row in &rows {
-        push_row([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
+        push_row([
+            &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6],
+        ]);
     }
     out
 }
@@ -438,14 +594,18 @@ pub struct JsonListing<'a> {
     pub counts: Counts,
     pub entries: Vec<&'a Entry>,
     pub orphan_triggers: &'a [TriggerView],
+    /// The `after` of the next page, when a page was asked for and more are left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
-pub fn render_json(listing: &Listing, entries: Vec<&Entry>) -> String {
+pub fn render_json(listing: &Listing, entries: Vec<&Entry>, next: Option<String>) -> String {
     let body = JsonListing {
         namespace: &listing.namespace,
         counts: Counts::of(listing),
         entries,
         orphan_triggers: &listing.orphan_triggers,
+        next,
     };
     // Plain data of strings and numbers: serialisation cannot fail.
     serde_json::to_string_pretty(&body).unwrap_or_else(|_| "{}".into())
@@ -471,6 +631,7 @@ mod tests {
             min_instances: 0,
             max_instances: 4,
             target_concurrency: 8,
+            instances: Some(0),
             phase,
             message: None,
             image_ref: None,
@@ -560,7 +721,7 @@ mod tests {
         }
         assert!(lines[2].starts_with("beta       function"), "{}", lines[2]);
         assert!(
-            lines[2].contains("cron(*/5 * * * *)-off,http  http://h/fn/ns/beta"),
+            lines[2].contains("cron(*/5 * * * *)-off,http  0/0-4      http://h/fn/ns/beta"),
             "{}",
             lines[2]
         );
@@ -603,13 +764,14 @@ mod tests {
             kind: Some("service".into()),
             phase: Some("failed".into()),
             sort: Some("phase".into()),
-            format: None,
+            view: Some("table".into()),
+            ..ListQuery::default()
         };
         let selection = Selection::from_query(&query);
         assert_eq!(selection.phase, Some(Phase::Failed));
         assert_eq!(
             selection.to_query_string(),
-            "q=a+b%26c&kind=service&phase=Failed&sort=phase"
+            "q=a+b%26c&kind=service&phase=Failed&sort=phase&view=table"
         );
         assert_eq!(Selection::default().to_query_string(), "");
     }
@@ -628,5 +790,128 @@ mod tests {
         // Jobs are their own kind: "job" is not a Function.
         assert_eq!(kind("job"), None);
         assert_eq!(kind("always-on"), None);
+    }
+
+    /// `n` functions `f000`..: every third Failed, the others Ready.
+    fn many(n: usize) -> Listing {
+        let functions = (0..n)
+            .map(|i| {
+                let phase = if i % 3 == 0 {
+                    Phase::Failed
+                } else {
+                    Phase::Ready
+                };
+                workload(&format!("f{i:03}"), phase, None)
+            })
+            .collect();
+        Listing::from_api("ns", functions, vec![], vec![])
+    }
+
+    fn page_names(entries: &[&Entry]) -> Vec<String> {
+        entries.iter().map(|e| e.name.clone()).collect()
+    }
+
+    fn paging(pairs: serde_json::Value) -> Result<Paging, ValidationError> {
+        serde_json::from_value::<ListQuery>(pairs).unwrap().paging()
+    }
+
+    #[test]
+    fn numbered_pages_cover_the_selection_and_count_it_whole() {
+        let empty = Listing::default();
+        let (entries, nav) = numbered_page(Selection::default().apply(&empty), 1);
+        assert!(entries.is_empty());
+        assert_eq!((nav.pages, nav.matching), (1, 0));
+
+        // An exact multiple: two full pages, no empty third.
+        let hundred = many(100);
+        let all = Selection::default().apply(&hundred);
+        let (first, nav) = numbered_page(all.clone(), 1);
+        assert_eq!((first.len(), nav.pages, nav.matching), (50, 2, 100));
+        let (last, _) = numbered_page(all.clone(), 2);
+        assert_eq!(page_names(&last)[..2], ["f050", "f051"]);
+        assert_eq!(last.len(), 50);
+        let (past, nav) = numbered_page(all, 3);
+        assert!(past.is_empty());
+        assert_eq!(nav.number, 3);
+
+        // Filter + page: pages of what matches (34 Failed of 101), counts unchanged.
+        let listing = many(101);
+        let failed = Selection {
+            phase: Some(Phase::Failed),
+            ..Default::default()
+        };
+        let (page, nav) = numbered_page(failed.apply(&listing), 1);
+        assert_eq!((page.len(), nav.pages, nav.matching), (34, 1, 34));
+        assert_eq!(page_names(&page)[..2], ["f000", "f003"]);
+        assert_eq!(Counts::of(&listing).total, 101);
+        let (last, nav) = numbered_page(Selection::default().apply(&listing), 3);
+        assert_eq!(
+            (page_names(&last), nav.pages),
+            (vec!["f100".to_string()], 3)
+        );
+    }
+
+    #[test]
+    fn cursor_pages_follow_the_sort_and_end_without_a_next() {
+        let listing = many(7);
+        let cursor = |limit, after: Option<&str>| Cursor {
+            limit,
+            after: after.map(String::from),
+        };
+        let by_name = Selection::default();
+        let page = cursor_page(by_name.apply(&listing), &cursor(3, None), SortKey::Name).unwrap();
+        assert_eq!(page_names(&page.items), ["f000", "f001", "f002"]);
+        assert_eq!(page.next.as_deref(), Some("f002"));
+        let last = cursor_page(
+            by_name.apply(&listing),
+            &cursor(3, Some("f005")),
+            SortKey::Name,
+        )
+        .unwrap();
+        assert_eq!(
+            (page_names(&last.items), last.next),
+            (vec!["f006".into()], None)
+        );
+        let past = cursor_page(
+            by_name.apply(&listing),
+            &cursor(3, Some("zzz")),
+            SortKey::Name,
+        )
+        .unwrap();
+        assert!(past.items.is_empty() && past.next.is_none());
+
+        // Sorted by phase (Failed first): f000 f003 f006 f001 f002 f004 f005.
+        let by_phase = Selection {
+            sort: SortKey::Phase,
+            ..Default::default()
+        };
+        let page = cursor_page(
+            by_phase.apply(&listing),
+            &cursor(2, Some("f006")),
+            SortKey::Phase,
+        )
+        .unwrap();
+        assert_eq!(page_names(&page.items), ["f001", "f002"]);
+        assert_eq!(page.next.as_deref(), Some("f002"));
+        let gone = cursor_page(
+            by_phase.apply(&listing),
+            &cursor(2, Some("f999")),
+            SortKey::Phase,
+        )
+        .unwrap_err();
+        assert_eq!(gone.field, "after");
+    }
+
+    #[test]
+    fn bad_page_values_name_their_field() {
+        use serde_json::json;
+        assert_eq!(paging(json!({"page": "x"})).unwrap_err().field, "page");
+        assert_eq!(paging(json!({"page": "0"})).unwrap_err().field, "page");
+        assert_eq!(paging(json!({"limit": "0"})).unwrap_err().field, "limit");
+        assert_eq!(paging(json!({"limit": "1001"})).unwrap_err().field, "limit");
+        let ok = paging(json!({"page": "4", "limit": "10", "after": "b"})).unwrap();
+        assert_eq!(ok.page, 4);
+        assert_eq!(ok.cursor.unwrap().limit, 10);
+        assert_eq!(paging(json!({})).unwrap().cursor, None);
     }
 }

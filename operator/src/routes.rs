@@ -2,7 +2,7 @@
 //! Service DNS name. Routes are kept in memory, rebuilt per namespace from the store
 //! on every change, so the invoke path never waits on the API server.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use super::names::{MANAGED_BY, MANAGER, owner_of, service_authority};
 use sless_api::keys::version_of;
 use sless_api::text::first_line;
+use sless_core::metrics::metrics;
 use sless_core::model::{Function, Kind, Phase, Service, Trigger, WorkloadSpec, WorkloadStatus};
 use sless_core::routes::{Address, Instances, Route, RouteTable};
 use sless_core::store::{Object, Resource, Store, StoreError, WorkloadResource};
@@ -29,9 +30,10 @@ pub struct KubeRoutes {
     connect_to: HashMap<String, Arc<str>>,
     /// Namespace → name → route.
     routes: RwLock<HashMap<String, HashMap<String, Route>>>,
-    /// `(namespace, name)` of workloads with a ready pod, once [`KubeRoutes::watch_endpoints`]
-    /// listed them; `None` before (or without) it, and then routes are not held back.
-    ready_instances: RwLock<Option<HashSet<(String, String)>>>,
+    /// `(namespace, name)` of workloads → their Deployment's ready pods, once
+    /// [`KubeRoutes::watch_endpoints`] listed them; `None` before (or without) it, and
+    /// then routes are not held back.
+    ready_instances: RwLock<Option<HashMap<(String, String), u32>>>,
 }
 
 impl RouteTable for KubeRoutes {
@@ -63,7 +65,11 @@ impl RouteTable for KubeRoutes {
             .read()
             .unwrap_or_else(|e| e.into_inner());
         match &*ready {
-            Some(ready) if !ready.contains(&(namespace.to_string(), name.to_string())) => {
+            Some(ready)
+                if ready
+                    .get(&(namespace.to_string(), name.to_string()))
+                    .is_none_or(|n| *n == 0) =>
+            {
                 // A trigger was just started (replicas 0 -> 1): calls wait for the pod.
                 Route::Starting {
                     reason: format!("{} {name:?} has no ready instance yet", kind.noun()),
@@ -72,17 +78,29 @@ impl RouteTable for KubeRoutes {
             _ => route,
         }
     }
+
+    /// The ready pods of its Deployment.
+    fn instances(&self, namespace: &str, name: &str) -> Option<u32> {
+        let ready = self
+            .ready_instances
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), name.to_string());
+        ready
+            .as_ref()
+            .map(|ready| ready.get(&key).copied().unwrap_or(0))
+    }
 }
 
-/// The workload a Deployment runs, and whether it has a ready pod.
-fn workload_readiness(deployment: &Deployment) -> Option<((String, String), bool)> {
+/// The workload a Deployment runs, and its ready pods.
+fn workload_readiness(deployment: &Deployment) -> Option<((String, String), u32)> {
     let ready = deployment
         .status
         .as_ref()
         .and_then(|s| s.ready_replicas)
         .unwrap_or(0);
     let (_, namespace, name) = owner_of(deployment.labels())?;
-    Some(((namespace, name), ready > 0))
+    Some(((namespace, name), u32::try_from(ready).unwrap_or(0)))
 }
 
 /// Not Ready yet, or failed, with no version deployed: the route that says why. A
@@ -211,7 +229,7 @@ impl KubeRoutes {
         })
     }
 
-    fn update_ready(&self, change: impl FnOnce(&mut Option<HashSet<(String, String)>>)) {
+    fn update_ready(&self, change: impl FnOnce(&mut Option<HashMap<(String, String), u32>>)) {
         change(
             &mut self
                 .ready_instances
@@ -228,34 +246,35 @@ impl KubeRoutes {
             let deployments = Api::<Deployment>::all(client);
             let config = watcher::Config::default().labels(&format!("{MANAGED_BY}={MANAGER}"));
             let mut events = watcher(deployments, config).default_backoff().boxed();
-            let mut listing = HashSet::new();
+            let mut listing = HashMap::new();
             while let Some(event) = events.next().await {
                 match event {
                     Ok(watcher::Event::Init) => listing.clear(),
                     Ok(watcher::Event::InitApply(d)) => {
-                        if let Some((workload, true)) = workload_readiness(&d) {
-                            listing.insert(workload);
+                        if let Some((workload, ready)) = workload_readiness(&d) {
+                            listing.insert(workload, ready);
                         }
                     }
                     Ok(watcher::Event::InitDone) => {
                         let listed = std::mem::take(&mut listing);
+                        for ((namespace, name), ready) in &listed {
+                            metrics().instances(namespace, name, *ready);
+                        }
                         routes.update_ready(|ready| *ready = Some(listed));
                     }
                     Ok(watcher::Event::Apply(d)) => {
-                        if let Some((workload, is_ready)) = workload_readiness(&d) {
+                        if let Some((workload, count)) = workload_readiness(&d) {
+                            metrics().instances(&workload.0, &workload.1, count);
                             routes.update_ready(|ready| {
                                 if let Some(ready) = ready {
-                                    if is_ready {
-                                        ready.insert(workload);
-                                    } else {
-                                        ready.remove(&workload);
-                                    }
+                                    ready.insert(workload, count);
                                 }
                             });
                         }
                     }
                     Ok(watcher::Event::Delete(d)) => {
                         if let Some((workload, _)) = workload_readiness(&d) {
+                            metrics().forget_instances(&workload.0, &workload.1);
                             routes.update_ready(|ready| {
                                 if let Some(ready) = ready {
                                     ready.remove(&workload);

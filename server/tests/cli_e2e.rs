@@ -246,7 +246,15 @@ fn everyday_developer_loop() {
     let ls = user.sless(&["ls"]).ok("ls");
     assert_eq!(
         table_row(&ls.stdout, "NAME").unwrap(),
-        ["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"]
+        [
+            "NAME",
+            "KIND",
+            "RUNTIME",
+            "PHASE",
+            "TRIGGERS",
+            "INSTANCES",
+            "URL"
+        ]
     );
     let py_row = table_row(&ls.stdout, "py-hello").expect("py-hello listed");
     assert_eq!(

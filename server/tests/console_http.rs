@@ -545,7 +545,15 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"],
+        [
+            "NAME",
+            "KIND",
+            "RUNTIME",
+            "PHASE",
+            "TRIGGERS",
+            "INSTANCES",
+            "URL"
+        ],
         "{text}"
     );
     assert_eq!(
@@ -554,7 +562,7 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
         "{text}"
     );
     // Every column starts where its header does, after a blank.
-    let columns: Vec<usize> = ["KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"]
+    let columns: Vec<usize> = ["KIND", "RUNTIME", "PHASE", "TRIGGERS", "INSTANCES", "URL"]
         .iter()
         .map(|h| lines[0].find(h).unwrap())
         .collect();
@@ -664,6 +672,115 @@ async fn query_parameters_filter_and_sort_the_listing() {
     let filtered = filtered.json();
     assert_eq!(json_names(&filtered), ["c-svc"]);
     assert_eq!(filtered["counts"]["total"], 3, "{filtered}");
+}
+
+#[tokio::test]
+async fn long_lists_page_in_every_format_and_bad_pages_are_400() {
+    let f = Fixture::new();
+    // 55 functions, f00..f54, and one service: two pages of the list page.
+    for i in 0..55 {
+        f.function(&format!("f{i:02}"), "python3.11").await;
+    }
+    f.create("services", json!({"name": "svc", "runtime": "nodejs20"}))
+        .await;
+    let path = f.list_path();
+    let page = |query: &str| format!("{path}?{query}");
+    let f = &f;
+    let html = |query: &str| {
+        let url = if query.is_empty() {
+            path.clone()
+        } else {
+            page(query)
+        };
+        async move {
+            f.get(&url, Some(&f.token), Some(BROWSER_ACCEPT))
+                .await
+                .expect(200, "list page")
+                .body
+        }
+    };
+
+    let first = html("").await;
+    assert_eq!(first.matches(" class=\"entry\"").count(), 50, "{first}");
+    assert!(first.contains("Showing 1–50 of 56 entries."), "{first}");
+    assert!(first.contains("55 functions"), "{first}");
+    assert!(
+        first.contains(&format!("href=\"{path}?page=2\" rel=\"next\"")),
+        "{first}"
+    );
+    let second = html("page=2").await;
+    assert_eq!(second.matches(" class=\"entry\"").count(), 6, "{second}");
+    assert!(second.contains("id=\"entry-svc\""), "{second}");
+    assert!(second.contains("Page 2 of 2"), "{second}");
+    // Filter + page: 10 match "f1", one page; the counts stay the namespace's.
+    let filtered = html("q=f1&view=table").await;
+    assert_eq!(
+        filtered.matches("<tr id=\"entry-").count(),
+        10,
+        "{filtered}"
+    );
+    assert!(filtered.contains("Showing 10 of 56."), "{filtered}");
+    assert!(!filtered.contains("rel=\"next\""), "{filtered}");
+    assert!(filtered.contains("0/0-4"), "{filtered}");
+
+    // Text: pages of 20 by cursor, the next one in a Link header, none after the last.
+    let mut names = Vec::new();
+    let mut next = Some(page("limit=20"));
+    let mut pages = 0;
+    while let Some(url) = next.take() {
+        let reply = f.get(&url, Some(&f.token), None).await.expect(200, &url);
+        names.extend(text_names(&reply.body));
+        pages += 1;
+        let link = reply.header("link");
+        if !link.is_empty() {
+            let target = link.trim_start_matches('<').split('>').next().unwrap();
+            assert!(link.ends_with("rel=\"next\""), "{link}");
+            next = Some(target.to_string());
+        }
+    }
+    let mut expected: Vec<String> = (0..55).map(|i| format!("f{i:02}")).collect();
+    expected.push("svc".into());
+    assert_eq!((names, pages), (expected, 3));
+
+    // JSON: `next` while more are left; a cursor past the end is an empty last page.
+    let json = |query: &str| {
+        let url = page(query);
+        async move {
+            f.get(&url, Some(&f.token), Some("application/json"))
+                .await
+                .expect(200, "json page")
+                .json()
+        }
+    };
+    let kind_page = json("kind=function&limit=25&after=f24").await;
+    assert_eq!(json_names(&kind_page).len(), 25, "{kind_page}");
+    assert_eq!(kind_page["next"], "f49", "{kind_page}");
+    assert_eq!(kind_page["counts"]["total"], 56, "{kind_page}");
+    let last = json("kind=function&limit=25&after=f49").await;
+    assert_eq!(json_names(&last).len(), 5, "{last}");
+    assert!(last.get("next").is_none(), "{last}");
+    let past = json("limit=10&after=zzz").await;
+    assert!(
+        json_names(&past).is_empty() && past.get("next").is_none(),
+        "{past}"
+    );
+
+    for (query, field) in [
+        ("page=two", "page"),
+        ("page=0", "page"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+    ] {
+        let reply = f
+            .get(&page(query), Some(&f.token), None)
+            .await
+            .expect(400, query);
+        assert!(
+            reply.body.contains(&format!("{field}: ")),
+            "{query}: {}",
+            reply.body
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

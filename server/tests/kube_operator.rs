@@ -351,6 +351,8 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     assert!(started.elapsed() >= Duration::from_secs(9), "did not wait");
     let reason = response.text().await.unwrap();
     assert!(reason.contains("no ready instance"), "{reason}");
+    let (_, hello) = alice.get("functions/hello").await;
+    assert_eq!(hello["instances"], 0, "no ready pod: {hello}");
 
     // Children deleted by hand come back.
     let cron_name = cluster.names("batch/v1", "cronjobs", &deploy_ns)[0].clone();
@@ -493,6 +495,16 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
             .filter(|s| s["status"]["phase"] == "Ready")
     })
     .await;
+    // Its instances are the Deployment's ready pods, as the routes' watch sees them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, always) = alice.get("services/always").await;
+        if always["instances"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "instances never 1: {always}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The tenant's boundaries stand in its deploy namespace.
     for (api_version, plural, name) in [
         (

@@ -8,7 +8,7 @@ use leptos::server_fn::ServerFn as _;
 
 use super::diff::DiffPicker;
 use super::layout::{CsrfField, PageContext, document};
-use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, WorkloadUrl, cpu, limits};
+use super::parts::{KindBadge, PhaseBadge, Time, TriggerItem, Warmth, WorkloadUrl, cpu, limits};
 use super::source::SourceFile;
 use super::splice::{PageBody, Splicer};
 use crate::actions::{
@@ -449,8 +449,12 @@ fn Settings(
     let (memory, timeout) = limits(w.memory_mb, w.timeout_sec);
     let cpu = cpu(w.cpu_millis);
     let disk = format!("{} MB", w.disk_mb);
+    let running = w
+        .instances
+        .map(|n| format!("{n} running; "))
+        .unwrap_or_default();
     let instances = format!(
-        "{}–{}, another past {} calls in flight each",
+        "{running}{}–{}, another past {} calls in flight each",
         w.min_instances, w.max_instances, w.target_concurrency
     );
     let typed = typed.unwrap_or_default();
@@ -911,6 +915,7 @@ pub async fn render_function(page: &FunctionPage<'_>, ctx: &PageContext) -> Page
                 <KindBadge kind=w.kind.as_str()/>
                 <span class="runtime">{w.runtime.clone()}</span>
                 <PhaseBadge phase=w.phase/>
+                <Warmth instances=w.instances min=w.min_instances max=w.max_instances/>
             </div>
             {url}
             {message}

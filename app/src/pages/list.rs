@@ -5,19 +5,23 @@ use std::collections::HashMap;
 use leptos::prelude::*;
 
 use super::layout::{PageContext, document};
-use super::parts::{KindBadge, Time, TriggerItem, WorkloadUrl, limits, phase_class};
+use super::parts::{KindBadge, Time, TriggerItem, Warmth, WorkloadUrl, limits, phase_class};
 use super::source::SourceFiles;
 use super::splice::{PageBody, Splicer};
-use crate::listing::{Counts, Entry, Listing, PHASES, Phase, Selection, SortKey, WorkloadKind};
-use crate::routes::{function_href, source_href};
+use crate::listing::{
+    Counts, Entry, Listing, PHASES, PageNav, Phase, Selection, SortKey, View, WorkloadKind,
+};
+use crate::routes::{function_href, list_href, source_href};
 use crate::source_cache::RenderedSource;
 
 /// What the list page shows.
 pub struct ListPage<'a> {
     pub listing: &'a Listing,
     pub selection: &'a Selection,
-    /// The filtered, sorted entries.
+    /// The page's entries of the filtered, sorted ones.
     pub entries: &'a [&'a Entry],
+    /// Which page of them it is.
+    pub nav: PageNav,
     /// Highlighted sources of the first entries (by name); the others link to their page.
     pub sources: &'a HashMap<String, Result<RenderedSource, String>>,
     /// Base URL for the empty state's examples (the API and `/fn` live there).
@@ -121,6 +125,7 @@ fn EntryCard(
                 <KindBadge kind=entry.kind.as_str()/>
                 <span class="runtime">{entry.runtime.clone()}</span>
                 <span class=phase_class(entry.phase) title=entry.message.clone()>{entry.phase.as_str()}</span>
+                <Warmth instances=entry.instances min=entry.min_instances max=entry.max_instances/>
             </div>
             {message}
             <dl class="meta">
@@ -201,8 +206,11 @@ fn Filters(selection: Selection, namespace: String) -> impl IntoView {
         })
         .collect();
     let reset = format!("/funcs/{namespace}");
+    let view_field = (selection.view == View::Table)
+        .then(|| view! { <input type="hidden" name="view" value="table"/> });
     view! {
         <form method="get" class="filters" role="search">
+            {view_field}
             <label>
                 <span>"Search"</span>
                 <input type="search" name="q" value=selection.text.clone() placeholder="name or runtime"/>
@@ -225,6 +233,124 @@ fn Filters(selection: Selection, namespace: String) -> impl IntoView {
             </div>
         </form>
     }
+}
+
+/// One row per entry: the compact view of a long list.
+#[component]
+fn EntryTable(entries: Vec<Entry>, namespace: String) -> impl IntoView {
+    let rows: Vec<_> = entries
+        .into_iter()
+        .map(|e| {
+            let triggers = if e.triggers.is_empty() {
+                "-".to_string()
+            } else {
+                e.triggers
+                    .iter()
+                    .map(|t| t.text_label())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let url = e.display_url().map(|url| {
+                view! { <WorkloadUrl url=url.to_string() stopped=e.stopped()/> }
+            });
+            let built = e.last_built_at.clone().map(|at| view! { <Time at=at/> });
+            view! {
+                <tr id=format!("entry-{}", e.name)>
+                    <th scope="row">
+                        <a href=function_href(&namespace, e.kind, &e.name)>{e.name.clone()}</a>
+                    </th>
+                    <td><KindBadge kind=e.kind.as_str()/></td>
+                    <td>{e.runtime.clone()}</td>
+                    <td><span class=phase_class(e.phase) title=e.message.clone()>{e.phase.as_str()}</span></td>
+                    <td>{triggers}</td>
+                    <td title="running / min-max">
+                        {e.instances_text()} " "
+                        <Warmth instances=e.instances min=e.min_instances max=e.max_instances/>
+                    </td>
+                    <td class="url-cell">{url}</td>
+                    <td>{built}</td>
+                </tr>
+            }
+        })
+        .collect();
+    view! {
+        <div class="table-wrap">
+        <table class="entries-table">
+            <thead>
+                <tr>
+                    <th scope="col">"Name"</th>
+                    <th scope="col">"Kind"</th>
+                    <th scope="col">"Runtime"</th>
+                    <th scope="col">"Phase"</th>
+                    <th scope="col">"Triggers"</th>
+                    <th scope="col">"Instances"</th>
+                    <th scope="col">"URL"</th>
+                    <th scope="col">"Last built"</th>
+                </tr>
+            </thead>
+            <tbody>{rows}</tbody>
+        </table>
+        </div>
+    }
+}
+
+/// The address of page `number` of this selection.
+fn page_href(namespace: &str, selection: &Selection, number: usize) -> String {
+    let mut query = selection.to_query_string();
+    if number > 1 {
+        if !query.is_empty() {
+            query.push('&');
+        }
+        query.push_str(&format!("page={number}"));
+    }
+    if query.is_empty() {
+        list_href(namespace)
+    } else {
+        format!("{}?{query}", list_href(namespace))
+    }
+}
+
+/// Previous / next and where this page is; nothing when there is one page.
+#[component]
+fn PageLinks(nav: PageNav, namespace: String, selection: Selection) -> impl IntoView {
+    (nav.pages > 1 || nav.number > 1).then(|| {
+        let link = |number: usize, label: &'static str, rel: &'static str| {
+            view! { <a href=page_href(&namespace, &selection, number) rel=rel>{label}</a> }
+        };
+        let prev =
+            (nav.number > 1).then(|| link((nav.number - 1).min(nav.pages), "← Previous", "prev"));
+        let next = (nav.number < nav.pages).then(|| link(nav.number + 1, "Next →", "next"));
+        let first = (nav.number > 2).then(|| link(1, "First", "first"));
+        let last = (nav.number + 1 < nav.pages).then(|| link(nav.pages, "Last", "last"));
+        let at = format!("Page {} of {}", nav.number, nav.pages);
+        view! {
+            <nav class="pages" aria-label="Pages">
+                {first} {prev} <span class="page-at">{at}</span> {next} {last}
+            </nav>
+        }
+    })
+}
+
+/// Cards ⇄ table, keeping the selection (and page 1: the pages are the same size).
+#[component]
+fn ViewSwitch(namespace: String, selection: Selection) -> impl IntoView {
+    let other = match selection.view {
+        View::Cards => View::Table,
+        View::Table => View::Cards,
+    };
+    let label = match other {
+        View::Cards => "Cards",
+        View::Table => "Table",
+    };
+    let href = page_href(
+        &namespace,
+        &Selection {
+            view: other,
+            ..selection
+        },
+        1,
+    );
+    view! { <a class="view-switch button-link" href=href>{label}</a> }
 }
 
 #[component]
@@ -264,32 +390,50 @@ pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
             view! { <EmptyState namespace=namespace.clone() public_url=page.public_url.to_string()/> }
                 .into_any()
         } else {
-            let shown = if page.selection.is_filtered() {
-                format!("Showing {} of {}.", page.entries.len(), counts.total)
+            let nav = page.nav;
+            let shown = if nav.matching == 0 {
+                String::new()
+            } else if page.entries.is_empty() {
+                format!("Page {} is past the last page ({}).", nav.number, nav.pages)
             } else {
-                format!(
-                    "{} entr{}.",
-                    counts.total,
-                    if counts.total == 1 { "y" } else { "ies" }
-                )
+                let from = (nav.number - 1) * nav.size + 1;
+                let to = from + page.entries.len() - 1;
+                let range = if nav.pages > 1 {
+                    format!("{from}–{to} of ")
+                } else {
+                    String::new()
+                };
+                let entries = if counts.total == 1 { "entry" } else { "entries" };
+                match (page.selection.is_filtered(), range.is_empty()) {
+                    (true, true) => format!("Showing {} of {}.", nav.matching, counts.total),
+                    (true, false) => format!(
+                        "Showing {range}{} matching ({} in all).",
+                        nav.matching, counts.total
+                    ),
+                    (false, true) => format!("{} {entries}.", counts.total),
+                    (false, false) => format!("Showing {range}{} {entries}.", counts.total),
+                }
             };
-            let items: Vec<_> = page
-                .entries
-                .iter()
-                .map(|e| {
-                    view! {
-                        <EntryCard
-                            entry=(*e).clone()
-                            namespace=namespace.clone()
-                            csrf=ctx.csrf.clone()
-                            source=page.sources.get(&e.name).cloned()
-                        />
-                    }
-                })
-                .collect();
-            let list = if items.is_empty() {
+            let list = if nav.matching == 0 {
                 view! { <p class="muted">"Nothing matches the filter."</p> }.into_any()
+            } else if page.selection.view == View::Table {
+                let entries = page.entries.iter().map(|e| (*e).clone()).collect();
+                view! { <EntryTable entries=entries namespace=namespace.clone()/> }.into_any()
             } else {
+                let items: Vec<_> = page
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        view! {
+                            <EntryCard
+                                entry=(*e).clone()
+                                namespace=namespace.clone()
+                                csrf=ctx.csrf.clone()
+                                source=page.sources.get(&e.name).cloned()
+                            />
+                        }
+                    })
+                    .collect();
                 view! { <ul class="entries">{items}</ul> }.into_any()
             };
             let orphans = (!page.listing.orphan_triggers.is_empty()).then(|| {
@@ -311,8 +455,12 @@ pub async fn render_list(page: &ListPage<'_>, ctx: &PageContext) -> PageBody {
             });
             view! {
                 <Filters selection=page.selection.clone() namespace=namespace.clone()/>
-                <p class="showing" role="status">{shown}</p>
+                <div class="list-bar">
+                    <p class="showing" role="status">{shown}</p>
+                    <ViewSwitch namespace=namespace.clone() selection=page.selection.clone()/>
+                </div>
                 {list}
+                <PageLinks nav=nav namespace=namespace.clone() selection=page.selection.clone()/>
                 {orphans}
             }
             .into_any()

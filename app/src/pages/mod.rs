@@ -24,7 +24,7 @@ pub use list::{ListPage, render_list};
 pub use login::{LoginPage, render_login};
 pub use message::render_message;
 pub use namespaces::render_namespaces;
-pub use parts::{KindBadge, PhaseBadge, Time, TriggerItem, TriggerToggle, WorkloadUrl};
+pub use parts::{KindBadge, PhaseBadge, Time, TriggerItem, TriggerToggle, Warmth, WorkloadUrl};
 pub use source::{SourcePage, render_source};
 pub use splice::PageBody;
 
@@ -37,7 +37,7 @@ mod tests {
     use crate::highlight::render_file;
     use crate::setup::init_executor;
 
-    use crate::listing::{Listing, Selection, WorkloadKind};
+    use crate::listing::{Listing, Selection, WorkloadKind, numbered_page};
     use sless_api::{SourceFileResponse, TriggerResponse, WorkloadResponse};
 
     fn workload(name: &str, kind: WorkloadKind) -> WorkloadResponse {
@@ -56,6 +56,7 @@ mod tests {
             min_instances: 0,
             max_instances: 4,
             target_concurrency: 8,
+            instances: Some(0),
             phase: crate::listing::Phase::Failed,
             message: Some("<b>pip</b> said no".into()),
             image_ref: None,
@@ -126,6 +127,7 @@ mod tests {
                 listing: &listing,
                 selection: &selection,
                 entries: &entries,
+                nav: numbered_page(entries.clone(), 1).1,
                 sources: &sources,
                 public_url: "http://127.0.0.1:8080",
             },
@@ -165,6 +167,79 @@ mod tests {
         println!("{html}");
     }
 
+    /// The list page of `selection` over 120 functions, page `number`.
+    async fn page_of_many(selection: &Selection, number: usize) -> String {
+        let functions = (0..120)
+            .map(|i| workload(&format!("f{i:03}"), WorkloadKind::Function))
+            .collect();
+        let listing = Listing::from_api("sless-0123456789abcdef", functions, vec![], vec![]);
+        let (entries, nav) = numbered_page(selection.apply(&listing), number);
+        render_list(
+            &ListPage {
+                listing: &listing,
+                selection,
+                entries: &entries,
+                nav,
+                sources: &HashMap::new(),
+                public_url: "http://127.0.0.1:8080",
+            },
+            &PageContext::default(),
+        )
+        .await
+        .into_string()
+    }
+
+    #[tokio::test]
+    async fn a_long_list_pages_with_links_that_keep_the_selection() {
+        init_executor();
+        let table = Selection {
+            text: "f0".into(),
+            view: crate::listing::View::Table,
+            ..Default::default()
+        };
+        // f000..f099 match "f0": two pages of 50.
+        let html = page_of_many(&table, 2).await;
+        assert!(html.contains("<table class=\"entries-table\""), "{html}");
+        assert_eq!(html.matches("<tr id=\"entry-").count(), 50, "{html}");
+        assert!(html.contains("id=\"entry-f050\"") && html.contains("id=\"entry-f099\""));
+        assert!(!html.contains("id=\"entry-f100\""), "{html}");
+        assert!(
+            html.contains("Showing 51–100 of 100 matching (120 in all)."),
+            "{html}"
+        );
+        assert!(html.contains("Page 2 of 2"), "{html}");
+        assert!(
+            html.contains(
+                "href=\"/funcs/sless-0123456789abcdef?q=f0&amp;view=table\" rel=\"prev\""
+            ),
+            "{html}"
+        );
+        assert!(!html.contains("rel=\"next\""), "{html}");
+        // The filter form keeps the view; the counts stay the namespace's.
+        assert!(html.contains("name=\"view\" value=\"table\""), "{html}");
+        assert!(html.contains("120 functions"), "{html}");
+
+        let cards = page_of_many(&Selection::default(), 1).await;
+        assert_eq!(cards.matches(" class=\"entry\"").count(), 50, "{cards}");
+        assert!(cards.contains("Showing 1–50 of 120 entries."), "{cards}");
+        assert!(
+            cards.contains("href=\"/funcs/sless-0123456789abcdef?page=2\" rel=\"next\""),
+            "{cards}"
+        );
+        assert!(
+            cards.contains("href=\"/funcs/sless-0123456789abcdef?page=3\" rel=\"last\""),
+            "{cards}"
+        );
+        assert!(
+            cards.contains("href=\"/funcs/sless-0123456789abcdef?view=table\""),
+            "{cards}"
+        );
+
+        let past = page_of_many(&Selection::default(), 9).await;
+        assert!(past.contains("Page 9 is past the last page (3)."), "{past}");
+        assert!(past.contains("?page=3\" rel=\"prev\""), "{past}");
+    }
+
     #[tokio::test]
     async fn empty_namespace_shows_how_to_deploy() {
         init_executor();
@@ -175,6 +250,7 @@ mod tests {
                 listing: &listing,
                 selection: &selection,
                 entries: &[],
+                nav: numbered_page(Vec::new(), 1).1,
                 sources: &HashMap::new(),
                 public_url: "http://127.0.0.1:8080",
             },

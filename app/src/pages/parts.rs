@@ -53,6 +53,26 @@ pub fn PhaseBadge(phase: Phase) -> impl IntoView {
     view! { <span class=phase_class(phase)>{phase.as_str()}</span> }
 }
 
+/// Warm (instances running, how many) or cold (scaled to zero: the next call starts
+/// one), with the scaling's bounds in the tooltip; nothing where it is not counted.
+#[component]
+pub fn Warmth(instances: Option<u32>, min: u32, max: u32) -> impl IntoView {
+    instances.map(|running| {
+        let bounds = format!("{min}–{max} instances");
+        if running == 0 {
+            let title = format!("No instance running ({bounds}): the next call starts one");
+            view! { <span class="state state-off warmth" title=title>"cold"</span> }.into_any()
+        } else {
+            let title = format!(
+                "{running} instance{} running ({bounds})",
+                if running == 1 { "" } else { "s" }
+            );
+            view! { <span class="state state-on warmth" title=title>{format!("warm · {running}")}</span> }
+                .into_any()
+        }
+    })
+}
+
 /// Start ▶ / stop ■ of one trigger: a server function posted by a plain form.
 #[component]
 pub fn TriggerToggle(

@@ -10,6 +10,7 @@ mod egress;
 pub mod keys;
 mod kind;
 mod naming;
+pub mod page;
 mod request_id;
 pub mod runtime;
 pub mod text;

@@ -164,6 +164,10 @@ pub struct WorkloadResponse {
     pub max_instances: u32,
     #[serde(default)]
     pub target_concurrency: u32,
+    /// Instances running now (0: scaled to zero, the next call starts one); None
+    /// where the platform does not count them.
+    #[serde(default)]
+    pub instances: Option<u32>,
     pub phase: Phase,
     pub message: Option<String>,
     pub image_ref: Option<String>,

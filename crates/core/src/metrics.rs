@@ -59,6 +59,14 @@ struct ReviewOutcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Scale {
+    namespace: String,
+    name: String,
+    /// `up` (an instance started for calls) or `down` (one stopped when idle).
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reconcile {
     kind: String,
     result: String,
@@ -90,6 +98,9 @@ pub struct Metrics {
     builds: Family<Build, Counter>,
     build_seconds: HistogramFamily<BuildResult>,
     restarts: Family<Workload, Counter>,
+    instances: Family<Workload, Gauge>,
+    scale_events: Family<Scale, Counter>,
+    cold_starts: Family<Workload, Counter>,
     cron_fires: Family<Trigger, Counter>,
     event_messages: Family<EventOutcome, Counter>,
     reconciles: Family<Reconcile, Counter>,
@@ -144,6 +155,24 @@ impl Metrics {
             "Instances restarted after they exited (embedded mode)",
             restarts.clone(),
         );
+        let instances = Family::default();
+        registry.register(
+            "instances",
+            "Instances running per function or service (Kubernetes mode: ready pods)",
+            instances.clone(),
+        );
+        let scale_events = Family::default();
+        registry.register(
+            "scale_events",
+            "Instances started for calls (up) or stopped when idle (down) (embedded mode)",
+            scale_events.clone(),
+        );
+        let cold_starts = Family::default();
+        registry.register(
+            "cold_starts",
+            "Instances started for calls while none ran: the calls waited (embedded mode)",
+            cold_starts.clone(),
+        );
         let cron_fires = Family::default();
         registry.register(
             "cron_fires",
@@ -189,6 +218,9 @@ impl Metrics {
             builds,
             build_seconds,
             restarts,
+            instances,
+            scale_events,
+            cold_starts,
             cron_fires,
             event_messages,
             reconciles,
@@ -241,6 +273,43 @@ impl Metrics {
         self.restarts
             .get_or_create(&workload(namespace, name))
             .inc();
+    }
+
+    /// The instances a workload runs now.
+    pub fn instances(&self, namespace: &str, name: &str, running: u32) {
+        self.instances
+            .get_or_create(&workload(namespace, name))
+            .set(i64::from(running));
+    }
+
+    /// A deleted workload leaves no gauge behind.
+    pub fn forget_instances(&self, namespace: &str, name: &str) {
+        self.instances.remove(&workload(namespace, name));
+    }
+
+    /// An instance started for calls; `cold` when none was running (the calls waited).
+    pub fn scaled_up(&self, namespace: &str, name: &str, cold: bool) {
+        self.scale(namespace, name, "up", 1);
+        if cold {
+            self.cold_starts
+                .get_or_create(&workload(namespace, name))
+                .inc();
+        }
+    }
+
+    /// `stopped` idle instances stopped.
+    pub fn scaled_down(&self, namespace: &str, name: &str, stopped: u64) {
+        self.scale(namespace, name, "down", stopped);
+    }
+
+    fn scale(&self, namespace: &str, name: &str, direction: &str, by: u64) {
+        self.scale_events
+            .get_or_create(&Scale {
+                namespace: namespace.into(),
+                name: name.into(),
+                direction: direction.into(),
+            })
+            .inc_by(by);
     }
 
     pub fn cron_fire(&self, namespace: &str, trigger: &str) {

@@ -278,6 +278,12 @@ impl fmt::Display for Address {
 /// Answers [`Route`]s from memory: the invoke path never waits on the store.
 pub trait RouteTable: Send + Sync + 'static {
     fn route(&self, namespace: &str, name: &str) -> Route;
+
+    /// Instances of a workload running now, as its runner knows them (the status
+    /// the API shows); None where this table does not count them.
+    fn instances(&self, _namespace: &str, _name: &str) -> Option<u32> {
+        None
+    }
 }
 
 /// A call sless makes for a scheduled trigger (a cron fire).

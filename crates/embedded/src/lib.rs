@@ -107,9 +107,11 @@ impl RunnerConfig {
     }
 }
 
-/// The running instances of a workload (tests look at their processes), oldest first.
+/// The running instances of a workload: how many (its status), and their processes,
+/// oldest first (tests look at them).
 #[derive(Clone, Debug)]
 struct Endpoint {
+    instances: u32,
     pids: Vec<u32>,
 }
 
@@ -165,6 +167,14 @@ impl RouteTable for LocalRunner {
         Route::Starting {
             reason: format!("{name:?} is being updated"),
         }
+    }
+
+    fn instances(&self, namespace: &str, name: &str) -> Option<u32> {
+        Some(
+            self.shared
+                .endpoint(namespace, name)
+                .map_or(0, |e| e.instances),
+        )
     }
 }
 
@@ -395,6 +405,8 @@ impl Shared {
     }
 
     fn set_endpoint(&self, namespace: &str, name: &str, endpoint: Option<Endpoint>) {
+        let running = endpoint.as_ref().map_or(0, |e| e.instances);
+        sless_core::metrics::metrics().instances(namespace, name, running);
         let mut endpoints = self.endpoints.write().unwrap_or_else(|e| e.into_inner());
         let key = (namespace.to_string(), name.to_string());
         match endpoint {

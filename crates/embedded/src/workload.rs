@@ -331,6 +331,7 @@ impl Actor {
         self.standby = None;
         self.shared.remove_route(&self.ns, &self.name);
         self.stop_instances().await;
+        sless_core::metrics::metrics().forget_instances(&self.ns, &self.name);
         self.shared.logs.forget(&self.ns, &self.name);
         let root = self.shared.builds_root(self.kind, &self.ns, &self.name);
         if let Err(e) = tokio::fs::remove_dir_all(&root).await
@@ -367,6 +368,7 @@ impl Actor {
             .map(|r| r.slot.clone())
             .collect();
         let endpoint = (!self.running.is_empty()).then(|| Endpoint {
+            instances: u32::try_from(self.running.len()).unwrap_or(u32::MAX),
             pids: self
                 .running
                 .iter()
@@ -430,6 +432,7 @@ impl Actor {
         if stopped.is_empty() {
             return;
         }
+        sless_core::metrics::metrics().scaled_down(&self.ns, &self.name, stopped.len() as u64);
         self.publish();
         let wait = serving
             .spec
@@ -479,7 +482,10 @@ impl Actor {
             serving.spec.clone(),
             serving.config.clone(),
         );
+        // None ran: the calls that asked wait for this one.
+        let cold = self.running.is_empty();
         let Err(message) = self.start_one(&dir, &spec, config).await else {
+            sless_core::metrics::metrics().scaled_up(&self.ns, &self.name, cold);
             return;
         };
         if self.failed_start.is_none() {

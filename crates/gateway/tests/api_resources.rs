@@ -68,7 +68,126 @@ on_each_store!(
     bad_input_is_refused_with_the_rule,
     concurrent_ensure_and_conflicting_updates,
     egress_is_stored_and_bad_entries_are_refused,
+    lists_page_by_name_with_a_cursor,
 );
+
+/// The names of a page answer, and its `next`.
+fn page_of(answer: &Value) -> (Vec<String>, Option<String>) {
+    let names = answer["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a page: {answer}"))
+        .iter()
+        .map(|item| item["name"].as_str().unwrap().to_string())
+        .collect();
+    (names, answer["next"].as_str().map(String::from))
+}
+
+async fn lists_page_by_name_with_a_cursor(server: TestServer) {
+    let alice = user("alice");
+    let functions = format!("/v1/namespaces/{}/functions", alice.ns);
+    let triggers = format!("/v1/namespaces/{}/triggers", alice.ns);
+    use reqwest::Method as M;
+
+    // Empty: an empty page, no next.
+    let (status, empty) = send(
+        &server,
+        &alice,
+        M::GET,
+        &format!("{functions}?limit=2"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{empty}");
+    assert_eq!(page_of(&empty), (vec![], None));
+
+    // Created out of order; six is an exact multiple of the page size 3.
+    for i in [4, 1, 5, 0, 3, 2] {
+        let (status, body) = send(
+            &server,
+            &alice,
+            M::POST,
+            &functions,
+            Some(function(&format!("f{i}"))),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let trigger =
+            json!({"name": format!("t{i}"), "type": "http", "function_ref": format!("f{i}")});
+        let (status, body) = send(&server, &alice, M::POST, &triggers, Some(trigger)).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    // Without a page asked for: every object, a JSON array, as before.
+    let (_, all) = send(&server, &alice, M::GET, &functions, None).await;
+    assert_eq!(all.as_array().map(Vec::len), Some(6), "{all}");
+
+    let (_, first) = send(
+        &server,
+        &alice,
+        M::GET,
+        &format!("{functions}?limit=3"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        page_of(&first),
+        (
+            vec!["f0".into(), "f1".into(), "f2".into()],
+            Some("f2".into())
+        )
+    );
+    let (_, last) = send(
+        &server,
+        &alice,
+        M::GET,
+        &format!("{functions}?limit=3&after=f2"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        page_of(&last),
+        (vec!["f3".into(), "f4".into(), "f5".into()], None)
+    );
+    // A cursor between names (its object deleted) and one past the end.
+    let (_, between) = send(
+        &server,
+        &alice,
+        M::GET,
+        &format!("{triggers}?limit=2&after=t3a"),
+        None,
+    )
+    .await;
+    assert_eq!(page_of(&between), (vec!["t4".into(), "t5".into()], None));
+    let (_, past) = send(
+        &server,
+        &alice,
+        M::GET,
+        &format!("{functions}?after=zzz"),
+        None,
+    )
+    .await;
+    assert_eq!(page_of(&past), (vec![], None));
+
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=many", "limit"),
+    ] {
+        let (status, body) = send(
+            &server,
+            &alice,
+            M::GET,
+            &format!("{functions}?{query}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.starts_with(&format!("{field}: ")), "{query}: {error}");
+    }
+    let jobs = format!("/v1/namespaces/{}/jobs?limit=5", alice.ns);
+    let (status, body) = send(&server, &alice, M::GET, &jobs, None).await;
+    assert_eq!((status, page_of(&body)), (StatusCode::OK, (vec![], None)));
+}
 
 async fn egress_is_stored_and_bad_entries_are_refused(server: TestServer) {
     let alice = user("alice");

@@ -48,6 +48,12 @@ fn type_rank(trigger_type: &str) -> u8 {
     }
 }
 
+/// `1/0-4`: running / min-max, `-` running where the platform does not count them.
+fn instances_text(w: &WorkloadResponse) -> String {
+    let running = w.instances.map_or_else(|| "-".into(), |n| n.to_string());
+    format!("{running}/{}-{}", w.min_instances, w.max_instances)
+}
+
 pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) -> String {
     let rows: Vec<Vec<String>> = workloads
         .iter()
@@ -68,12 +74,21 @@ pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) ->
                 } else {
                     labels.join(",")
                 },
+                instances_text(w),
                 w.url.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
     table(
-        &["NAME", "KIND", "RUNTIME", "PHASE", "TRIGGERS", "URL"],
+        &[
+            "NAME",
+            "KIND",
+            "RUNTIME",
+            "PHASE",
+            "TRIGGERS",
+            "INSTANCES",
+            "URL",
+        ],
         &rows,
     )
 }
@@ -130,6 +145,7 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         ("Timeout", timeout),
         ("Egress", w.egress.to_string()),
         ("Phase", w.phase.to_string()),
+        ("Instances", describe_instances(&w)),
         ("URL", dash(&w.url)),
         ("Image", dash(&w.image_ref)),
         ("S3 key", dash(&w.s3_key)),
@@ -258,6 +274,19 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `1 running (warm), min 0, max 4, target 8 calls each`.
+fn describe_instances(w: &WorkloadResponse) -> String {
+    let running = match w.instances {
+        Some(0) => "0 running (cold: the next call starts one), ".to_string(),
+        Some(n) => format!("{n} running (warm), "),
+        None => String::new(),
+    };
+    format!(
+        "{running}min {}, max {}, target {} calls each",
+        w.min_instances, w.max_instances, w.target_concurrency
+    )
+}
+
 /// `1 call`, `2 calls`.
 fn counted(count: u64, noun: &str) -> String {
     if count == 1 {
@@ -305,6 +334,43 @@ mod tests {
             trigger_label(&trigger("b", "cron", Some("0 * * * *"), false)),
             "cron(0 * * * *)-off"
         );
+    }
+
+    #[test]
+    fn ls_shows_instances_running_and_the_bounds() {
+        let workload = |name: &str, instances: Option<u32>| WorkloadResponse {
+            name: name.into(),
+            instances,
+            min_instances: 0,
+            max_instances: 4,
+            ..serde_json::from_value(serde_json::json!({
+                "namespace": "ns", "name": name, "kind": "function", "runtime": "python3.11",
+                "entrypoint": "handler.handle", "memory_mb": 128, "cpu_millis": 1000,
+                "disk_mb": 512, "timeout_sec": 30, "env_vars": {}, "phase": "Ready",
+                "message": null, "image_ref": null, "s3_key": null, "last_built_at": null,
+                "url": null, "resource_version": "1", "created_at": "now"
+            }))
+            .unwrap()
+        };
+        let text = ls_table(
+            &[
+                workload("cold", Some(0)),
+                workload("warm", Some(2)),
+                workload("kube", None),
+            ],
+            &[],
+        );
+        let cells: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(cells[0][5], "INSTANCES", "{text}");
+        assert_eq!(
+            (cells[1][5], cells[2][5], cells[3][5]),
+            ("0/0-4", "2/0-4", "-/0-4"),
+            "{text}"
+        );
+        assert!(describe_instances(&workload("cold", Some(0))).starts_with("0 running (cold"));
     }
 
     #[test]

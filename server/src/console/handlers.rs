@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use app::console::FunctionKey;
-use app::listing::{ListQuery, Selection, WorkloadKind, render_json, render_text};
+use app::listing::{
+    ListQuery, Selection, View, WorkloadKind, cursor_page, numbered_page, render_json, render_text,
+};
 use app::pages::{CreatePage, Flash, FunctionPage, ListPage, LoginPage, PageContext, SourcePage};
 use axum::Form;
 use axum::body::Body;
@@ -227,30 +229,60 @@ pub async fn home(
     Ok(Html(app::pages::render_namespaces(&namespaces, &ctx).await).into_response())
 }
 
+/// The address of the text or JSON page after `after`: the same selection and format.
+fn next_href(path: &str, query: &ListQuery, limit: usize, after: &str) -> String {
+    let next = ListQuery {
+        page: None,
+        limit: Some(limit.to_string()),
+        after: Some(after.to_string()),
+        ..query.clone()
+    };
+    // Plain strings: encoding cannot fail.
+    let query = serde_urlencoded::to_string(&next).unwrap_or_default();
+    format!("{path}?{query}")
+}
+
 /// `/funcs/<ns>`: the list, as a page, JSON or text.
 pub async fn list(
     State(state): Shared,
     view: NamespaceView<ListQuery>,
 ) -> Result<Response, ConsoleError> {
     let NamespaceView {
+        namespace,
         query: list_query,
         format,
         client,
         caller,
         nonce,
-        ..
     } = view;
+    let view_path = app::routes::list_href(&namespace);
     let selection = Selection::from_query(&list_query);
+    let paging = list_query
+        .paging()
+        .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
 
     let started = Instant::now();
     let listing = state.console.listing(&client).await?;
     let entries = selection.apply(&listing);
+    let mut next_page = None;
     let (response, fetch, render) = match format {
         Format::Text | Format::Json => {
             let fetch = started.elapsed();
             let rendering = Instant::now();
+            let (entries, next) = match &paging.cursor {
+                Some(cursor) => {
+                    let page = cursor_page(entries, cursor, selection.sort)
+                        .map_err(|e| ConsoleError::BadRequest(e.to_string()))?;
+                    next_page = page
+                        .next
+                        .as_deref()
+                        .map(|after| next_href(&view_path, &list_query, cursor.limit, after));
+                    (page.items, page.next)
+                }
+                None => (entries, None),
+            };
             let (content_type, body) = if format == Format::Json {
-                ("application/json", render_json(&listing, entries))
+                ("application/json", render_json(&listing, entries, next))
             } else {
                 ("text/plain; charset=utf-8", render_text(&entries))
             };
@@ -259,7 +291,12 @@ pub async fn list(
             (response, fetch, render)
         }
         Format::Html => {
-            let sources = state.console.inline_sources(&client, &entries).await;
+            let (entries, nav) = numbered_page(entries, paging.page);
+            // The table shows no source: it needs none fetched.
+            let sources = match selection.view {
+                View::Cards => state.console.inline_sources(&client, &entries).await,
+                View::Table => HashMap::new(),
+            };
             let ctx = page_context(&caller, &nonce).await?;
             let fetch = started.elapsed();
             let rendering = Instant::now();
@@ -268,6 +305,7 @@ pub async fn list(
                     listing: &listing,
                     selection: &selection,
                     entries: &entries,
+                    nav,
                     sources: &sources,
                     public_url: &state.public_url,
                 },
@@ -282,6 +320,11 @@ pub async fn list(
     response
         .headers_mut()
         .insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Some(href) = next_page
+        && let Ok(link) = HeaderValue::from_str(&format!("<{href}>; rel=\"next\""))
+    {
+        response.headers_mut().insert(header::LINK, link);
+    }
     Ok(response)
 }
 

@@ -44,7 +44,11 @@ pub fn workload_spec(
     Ok(spec)
 }
 
-pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadResponse {
+/// `instances`: how many run now, where the runner counts them.
+pub fn workload_response<R: WorkloadResource>(
+    object: &Object<R>,
+    instances: Option<u32>,
+) -> WorkloadResponse {
     let spec = R::workload(&object.spec);
     let scaling = spec.scaling(R::WORKLOAD.into());
     let status = &object.status;
@@ -63,6 +67,7 @@ pub fn workload_response<R: WorkloadResource>(object: &Object<R>) -> WorkloadRes
         min_instances: scaling.min_instances,
         max_instances: scaling.max_instances,
         target_concurrency: scaling.target_concurrency,
+        instances,
         phase: status.phase,
         message: status.message.clone(),
         image_ref: status.image_ref.clone(),

@@ -9,6 +9,7 @@ use super::code::{Upload, delete_code, prune_versions, read_code_field, store_co
 use super::convert::{job_response, job_run_response, job_spec};
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::{ApiError, AppState, load, not_found};
+use sless_api::page::{Listed, PageQuery};
 use sless_api::{JobPatch, JobRequest, JobResponse, JobRunResponse};
 use sless_core::model::{
     FunctionJob, FunctionJobSpec, Kind, ValidationError, validate_event_json, validate_name,
@@ -19,12 +20,17 @@ use sless_core::upload::job_key_name;
 pub async fn list(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
-) -> Result<Json<Vec<JobResponse>>, ApiError> {
+    ApiQuery(page): ApiQuery<PageQuery>,
+) -> Result<Json<Listed<JobResponse>>, ApiError> {
+    let cursor = page.cursor()?;
     let objects = state
         .store
         .list_typed::<FunctionJob>(Some(&auth.namespace))
         .await?;
-    Ok(Json(objects.iter().map(job_response).collect()))
+    let items = super::by_name(objects.iter().map(job_response), |j| j.name.as_str());
+    Ok(Json(Listed::of(items, cursor.as_ref(), |j| {
+        j.name.as_str()
+    })))
 }
 
 pub async fn get(

@@ -136,6 +136,16 @@ impl AppState {
     }
 }
 
+impl AppState {
+    /// A workload as the API answers it, with its instances running now.
+    fn workload<R: WorkloadResource>(&self, object: &Object<R>) -> sless_api::WorkloadResponse {
+        let instances = self
+            .proxy
+            .instances(&object.meta.namespace, &object.meta.name);
+        convert::workload_response(object, instances)
+    }
+}
+
 /// `/v1` routes plus `/healthz` and `/readyz`.
 pub fn router(state: Arc<AppState>) -> Router {
     let upload_body_limit =
@@ -350,6 +360,13 @@ async fn load<R: Resource>(
         .get_typed::<R>(namespace, name)
         .await?
         .ok_or_else(|| not_found(R::KIND, namespace, name))
+}
+
+/// A list in name order, which cursors count on whatever order the store keeps.
+fn by_name<T>(items: impl Iterator<Item = T>, name: impl Fn(&T) -> &str) -> Vec<T> {
+    let mut items: Vec<T> = items.collect();
+    items.sort_by(|a, b| name(a).cmp(name(b)));
+    items
 }
 
 fn not_found(kind: Kind, namespace: &str, name: &str) -> ApiError {

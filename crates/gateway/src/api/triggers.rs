@@ -5,8 +5,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use super::convert::{trigger_response, trigger_spec};
-use super::extract::{ApiJson, Authorized};
+use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::{ApiError, AppState, load, not_found};
+use sless_api::page::{Listed, PageQuery};
 use sless_api::{TriggerPatch, TriggerRequest, TriggerResponse};
 use sless_core::model::{Function, Kind, Phase, Trigger, TriggerType, function_url, validate_name};
 use sless_core::store::{StoreExt, modify, modify_status};
@@ -14,12 +15,17 @@ use sless_core::store::{StoreExt, modify, modify_status};
 pub async fn list(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
-) -> Result<Json<Vec<TriggerResponse>>, ApiError> {
+    ApiQuery(page): ApiQuery<PageQuery>,
+) -> Result<Json<Listed<TriggerResponse>>, ApiError> {
+    let cursor = page.cursor()?;
     let objects = state
         .store
         .list_typed::<Trigger>(Some(&auth.namespace))
         .await?;
-    Ok(Json(objects.iter().map(trigger_response).collect()))
+    let items = super::by_name(objects.iter().map(trigger_response), |t| t.name.as_str());
+    Ok(Json(Listed::of(items, cursor.as_ref(), |t| {
+        t.name.as_str()
+    })))
 }
 
 pub async fn get(

@@ -9,7 +9,6 @@ use axum::Json;
 use axum::extract::{Path, State};
 
 use super::code::list_source;
-use super::convert::workload_response;
 use super::extract::{ApiJson, Authorized};
 use super::{ApiError, AppState, load};
 use sless_api::keys::{is_version, object_keys, version_of};
@@ -72,7 +71,7 @@ pub async fn rollback<R: WorkloadResource>(
         )));
     }
     let activated = activate::<R>(&state, &object, &kept.version).await?;
-    Ok(Json(workload_response(&activated)))
+    Ok(Json(state.workload(&activated)))
 }
 
 /// The versions `object` keeps, newest first.

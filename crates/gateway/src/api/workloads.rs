@@ -18,13 +18,14 @@ use super::code::{
     SpooledZip, Upload, delete_code, list_source, prune_versions, read_code_field, review_note,
     store_code, stored_zip,
 };
-use super::convert::{workload_response, workload_spec};
+use super::convert::workload_spec;
 use super::extract::{ApiJson, ApiQuery, Authorized};
 use super::not_found;
 use super::versions::{activate, kept_versions};
 use super::{ApiError, AppState, load};
 use crate::proxy::{Filter, Invocation, Via};
 use crate::serve::Stopping;
+use sless_api::page::{Listed, PageQuery};
 use sless_api::{SourceFileResponse, WorkloadRequest, WorkloadResponse};
 use sless_core::logs::{Following, LogFilter, LogLine};
 use sless_core::model::{Phase, WorkloadSpec, validate_name};
@@ -36,9 +37,16 @@ use sless_core::workload::{no_code, refused_upload};
 pub async fn list<R: WorkloadResource>(
     State(state): State<Arc<AppState>>,
     auth: Authorized,
-) -> Result<Json<Vec<WorkloadResponse>>, ApiError> {
+    ApiQuery(page): ApiQuery<PageQuery>,
+) -> Result<Json<Listed<WorkloadResponse>>, ApiError> {
+    let cursor = page.cursor()?;
     let objects = state.store.list_typed::<R>(Some(&auth.namespace)).await?;
-    Ok(Json(objects.iter().map(workload_response).collect()))
+    let items = super::by_name(objects.iter().map(|o| state.workload(o)), |w| {
+        w.name.as_str()
+    });
+    Ok(Json(Listed::of(items, cursor.as_ref(), |w| {
+        w.name.as_str()
+    })))
 }
 
 pub async fn get<R: WorkloadResource>(
@@ -47,7 +55,7 @@ pub async fn get<R: WorkloadResource>(
     Path((_, name)): Path<(String, String)>,
 ) -> Result<Json<WorkloadResponse>, ApiError> {
     let object = load::<R>(&state, &auth.namespace, &name).await?;
-    Ok(Json(workload_response(&object)))
+    Ok(Json(state.workload(&object)))
 }
 
 pub async fn create<R: WorkloadResource>(
@@ -90,7 +98,7 @@ pub async fn create<R: WorkloadResource>(
         .store
         .create_typed::<R>(ns, &name, &R::from_workload(spec))
         .await?;
-    Ok((StatusCode::CREATED, Json(workload_response(&created))))
+    Ok((StatusCode::CREATED, Json(state.workload(&created))))
 }
 
 pub async fn replace<R: WorkloadResource>(
@@ -166,7 +174,7 @@ pub async fn replace<R: WorkloadResource>(
     } else {
         updated
     };
-    Ok(Json(workload_response(&updated)))
+    Ok(Json(state.workload(&updated)))
 }
 
 pub async fn delete<R: WorkloadResource>(
@@ -203,7 +211,7 @@ pub async fn upload<R: WorkloadResource>(
     let workload = R::workload(&object.spec);
     if let Some(same) = same_version(&state, &object, &zip).await? {
         let activated = activate::<R>(&state, &object, &same).await?;
-        return Ok(Json(workload_response(&activated)));
+        return Ok(Json(state.workload(&activated)));
     }
     let upload = Upload {
         namespace: ns,
@@ -224,7 +232,7 @@ pub async fn upload<R: WorkloadResource>(
     .await?;
     let updated = mark_building::<R>(&state, ns, &name).await?;
     prune_versions(&state, ns, &name, Some(&key)).await;
-    Ok(Json(workload_response(&updated)))
+    Ok(Json(state.workload(&updated)))
 }
 
 /// The kept version an upload of these bytes already is (for the workload's runtime and

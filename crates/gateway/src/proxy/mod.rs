@@ -122,6 +122,11 @@ impl Proxy {
         }
     }
 
+    /// Instances of a workload running now, where its runner counts them.
+    pub fn instances(&self, namespace: &str, name: &str) -> Option<u32> {
+        self.routes.instances(namespace, name)
+    }
+
     /// This thread's pooled clients.
     fn clients(&self) -> &Clients {
         self.clients.get_or(|| {
