@@ -2,7 +2,7 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, received by a collector stand-in on a loopback
 //! port that decodes the real OTLP protobuf (the official `opentelemetry-proto`
 //! definitions): one trace from the caller through the proxy to the function, with the
-//! cold start of the first call in it.
+//! cold start of a call after the instance stopped idle in it.
 
 mod common;
 
@@ -90,6 +90,8 @@ async fn a_call_is_one_trace_from_the_caller_through_the_proxy_to_the_function()
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            // An idle instance stops soon, so a later call is surely a cold one.
+            ("SLESS_SCALE_TO_ZERO_AFTER", "2"),
         ],
     );
     let token = common::token(data.path(), "traced");
@@ -127,9 +129,6 @@ async fn a_call_is_one_trace_from_the_caller_through_the_proxy_to_the_function()
             .json(&json!({}))
             .send()
     };
-    // Right after the upload: the call waits for the build and the start.
-    let first = call(COLD).await.unwrap();
-    assert_eq!(first.status(), 200);
     let ready_by = Instant::now() + Duration::from_secs(30);
     loop {
         let answer = call(NOT_SAMPLED).await.unwrap();
@@ -207,7 +206,30 @@ async fn a_call_is_one_trace_from_the_caller_through_the_proxy_to_the_function()
     );
     assert!(proxy.end_time_unix_nano > proxy.start_time_unix_nano);
 
-    // The first call waited for its instance: a span of its own under the proxy's.
+    // Once the idle instance has stopped, a call waits for a new one: a span of its own
+    // under the proxy's.
+    let stopped_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        let function: serde_json::Value = client
+            .get(format!("{api}/functions/f"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if function["instances"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < stopped_by,
+            "never scaled to zero: {function}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let cold_call = call(COLD).await.unwrap();
+    assert_eq!(cold_call.status(), 200);
     let cold = spans_of("cccccccccccccccccccccccccccccccc", 3).await;
     let named = |name: &str| {
         cold.iter()
