@@ -224,12 +224,10 @@ async fn a_record_names_the_version_that_served_it_and_whether_it_waited_for_a_s
         let (api, path) = (&api, format!("functions/ver/invocations/{id}"));
         async move { api.get(&path).await }
     };
+    // Whether the first call found the instance started already depends on timing;
+    // the call after the scale to zero below is surely cold.
     let first = record("first").await;
-    assert_eq!(
-        (&first["version"], &first["cold"]),
-        (&json!(v1), &json!(true)),
-        "{first}"
-    );
+    assert_eq!(first["version"], json!(v1), "{first}");
     let second = record("second").await;
     assert_eq!(
         (&second["version"], &second["cold"]),
