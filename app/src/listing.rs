@@ -79,12 +79,6 @@ impl TriggerView {
     }
 }
 
-/// `1/0-4`: running / min-max, `-` for a count the platform does not keep.
-pub fn instances_text(running: Option<u32>, min: u32, max: u32) -> String {
-    let running = running.map_or_else(|| "-".to_string(), |n| n.to_string());
-    format!("{running}/{min}-{max}")
-}
-
 /// Stopped: it has http triggers and all of them are stopped, so `/fn` answers 503.
 pub fn http_stopped<'a>(triggers: impl IntoIterator<Item = &'a TriggerView>) -> bool {
     let mut http = triggers
@@ -154,7 +148,7 @@ impl Entry {
     /// `1/0-4`: running / min-max (`-` running where it is not counted); the text
     /// listing's INSTANCES column.
     pub fn instances_text(&self) -> String {
-        instances_text(self.instances, self.min_instances, self.max_instances)
+        sless_api::instances_text(self.instances, self.min_instances, self.max_instances)
     }
 
     pub fn triggers_text(&self) -> String {
@@ -538,15 +532,6 @@ impl Counts {
 /// The text/plain listing: a header and one line per entry, columns padded to the
 /// widest value (the last column is not padded, so lines carry no trailing blanks).
 pub fn render_text(entries: &[&Entry]) -> String {
-    const HEADER: [&str; 7] = [
-        "NAME",
-        "KIND",
-        "RUNTIME",
-        "PHASE",
-        "TRIGGERS",
-        "INSTANCES",
-        "URL",
-    ];
     let rows: Vec<[String; 7]> = entries
         .iter()
         .map(|e| {
@@ -561,7 +546,7 @@ pub fn render_text(entries: &[&Entry]) -> String {
             ]
         })
         .collect();
-    let mut widths = HEADER.map(|h| h.chars().count());
+    let mut widths = sless_api::LIST_COLUMNS.map(|h| h.chars().count());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
@@ -578,7 +563,7 @@ pub fn render_text(entries: &[&Entry]) -> String {
         }
         out.push('\n');
     };
-    push_row(HEADER);
+    push_row(sless_api::LIST_COLUMNS);
     for row in &rows {
         push_row([
             &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6],

@@ -246,15 +246,7 @@ fn everyday_developer_loop() {
     let ls = user.sless(&["ls"]).ok("ls");
     assert_eq!(
         table_row(&ls.stdout, "NAME").unwrap(),
-        [
-            "NAME",
-            "KIND",
-            "RUNTIME",
-            "PHASE",
-            "TRIGGERS",
-            "INSTANCES",
-            "URL"
-        ]
+        sless_api::LIST_COLUMNS
     );
     let py_row = table_row(&ls.stdout, "py-hello").expect("py-hello listed");
     assert_eq!(

@@ -545,15 +545,7 @@ async fn plain_text_listing_is_aligned_and_json_comes_on_request() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        [
-            "NAME",
-            "KIND",
-            "RUNTIME",
-            "PHASE",
-            "TRIGGERS",
-            "INSTANCES",
-            "URL"
-        ],
+        sless_api::LIST_COLUMNS,
         "{text}"
     );
     assert_eq!(

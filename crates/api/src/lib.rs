@@ -9,6 +9,7 @@
 mod egress;
 pub mod keys;
 mod kind;
+mod listing;
 mod naming;
 pub mod page;
 mod request_id;
@@ -20,6 +21,7 @@ pub mod validation;
 
 pub use egress::{Egress, EgressRule, MAX_EGRESS_ENTRIES, MAX_EGRESS_ENTRY_LEN};
 pub use kind::{Kind, WorkloadKind};
+pub use listing::{LIST_COLUMNS, instances_text};
 pub use naming::namespace_for_sub;
 pub use request_id::{MAX_REQUEST_ID_LEN, is_valid_request_id, split_call_tag};
 pub use runtime::{Runtime, RuntimeDescriptor};

@@ -49,10 +49,6 @@ fn type_rank(trigger_type: &str) -> u8 {
 }
 
 /// `1/0-4`: running / min-max, `-` running where the platform does not count them.
-fn instances_text(w: &WorkloadResponse) -> String {
-    let running = w.instances.map_or_else(|| "-".into(), |n| n.to_string());
-    format!("{running}/{}-{}", w.min_instances, w.max_instances)
-}
 
 pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) -> String {
     let rows: Vec<Vec<String>> = workloads
@@ -74,23 +70,12 @@ pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) ->
                 } else {
                     labels.join(",")
                 },
-                instances_text(w),
+                sless_api::instances_text(w.instances, w.min_instances, w.max_instances),
                 w.url.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
-    table(
-        &[
-            "NAME",
-            "KIND",
-            "RUNTIME",
-            "PHASE",
-            "TRIGGERS",
-            "INSTANCES",
-            "URL",
-        ],
-        &rows,
-    )
+    table(&sless_api::LIST_COLUMNS, &rows)
 }
 
 pub async fn ls(args: LsArgs) -> anyhow::Result<()> {
