@@ -48,8 +48,6 @@ fn type_rank(trigger_type: &str) -> u8 {
     }
 }
 
-/// `1/0-4`: running / min-max, `-` running where the platform does not count them.
-
 pub fn ls_table(workloads: &[WorkloadResponse], triggers: &[TriggerResponse]) -> String {
     let rows: Vec<Vec<String>> = workloads
         .iter()
