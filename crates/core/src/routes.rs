@@ -95,10 +95,31 @@ impl Instances {
     /// instance is ready (the scaler is asked for one). Past the target concurrency
     /// on every instance, the scaler is asked for another.
     pub fn lease(&self) -> Option<Lease> {
+        self.lease_near(None)
+    }
+
+    /// As [`Instances::lease`], but a call from a connection that holds a connection to
+    /// the instance at `kept` stays there while that instance is under the target
+    /// concurrency: moving to the least busy instance on every call costs a new
+    /// connection to the function for a third of the calls (16 callers, 4 instances).
+    pub fn lease_near(&self, kept: Option<&Address>) -> Option<Lease> {
         let (ready, scaler) = match self {
             Instances::One(address) => return Some(Lease::Fixed(address.clone())),
             Instances::Scaled { ready, scaler } => (ready, scaler),
         };
+        let target = scaler.target_concurrency.load(Ordering::Relaxed);
+        if let Some(kept) = kept
+            && let Some(slot) = ready
+                .iter()
+                .find(|s| s.address() == kept && !s.is_closing())
+            && slot.in_flight() < u64::from(target)
+            && let Some(in_flight) = slot.try_lease()
+        {
+            if in_flight > target {
+                scaler.want_more();
+            }
+            return Some(Lease::Slot(slot.clone()));
+        }
         // A slot that closes between the look and the lease is skipped on the next look.
         for _ in 0..ready.len() {
             let Some(slot) = ready
@@ -109,7 +130,7 @@ impl Instances {
                 break;
             };
             if let Some(in_flight) = slot.try_lease() {
-                if in_flight > scaler.target_concurrency.load(Ordering::Relaxed) {
+                if in_flight > target {
                     scaler.want_more();
                 }
                 return Some(Lease::Slot(slot.clone()));
@@ -369,6 +390,37 @@ mod tests {
         assert_eq!(
             (a.in_flight(), b.in_flight(), a.leased() + b.leased()),
             (0, 0, 3)
+        );
+    }
+
+    #[test]
+    fn a_connection_stays_on_its_instance_until_the_target() {
+        let (a, b) = (slot("a"), slot("b"));
+        let (instances, _) = scaled(&[a.clone(), b.clone()], 2);
+        let busy = instances.lease_near(Some(a.address())).unwrap();
+        assert_eq!(busy.address(), a.address());
+        // b is idle, yet a (1 in flight, under the target of 2) keeps its caller.
+        let kept = instances.lease_near(Some(a.address())).unwrap();
+        assert_eq!(kept.address(), a.address());
+        // At the target it goes to the least busy one.
+        assert_eq!(
+            instances.lease_near(Some(a.address())).unwrap().address(),
+            b.address()
+        );
+        drop((busy, kept));
+        a.close();
+        assert_eq!(
+            instances.lease_near(Some(a.address())).unwrap().address(),
+            b.address(),
+            "never to a closing instance"
+        );
+        let gone = slot("c");
+        assert_eq!(
+            instances
+                .lease_near(Some(gone.address()))
+                .unwrap()
+                .address(),
+            b.address()
         );
     }
 

@@ -163,6 +163,7 @@ impl Connection<'_> {
                     buf,
                     &self.caller_ip,
                     &mut self.function,
+                    self.upstream.as_ref().map(|u| &u.address),
                     &mut self.out,
                 );
                 match prepared {

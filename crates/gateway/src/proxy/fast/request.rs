@@ -84,6 +84,7 @@ pub(super) fn prepare(
     buf: &[u8],
     caller_ip: &str,
     last: &mut Option<Arc<Function>>,
+    kept: Option<&Address>,
     out: &mut Vec<u8>,
 ) -> Step {
     let mut headers = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
@@ -152,7 +153,7 @@ pub(super) fn prepare(
         return Step::HandOver;
     };
     // None ready (scaled to zero): the full path waits for one.
-    let Some(lease) = instances.lease() else {
+    let Some(lease) = instances.lease_near(kept) else {
         return Step::HandOver;
     };
 
@@ -256,7 +257,14 @@ mod tests {
 
     fn prepared_call(request: &str) -> Option<(Vec<u8>, CallIds)> {
         let mut out = Vec::new();
-        match prepare(&proxy(), request.as_bytes(), CALLER_IP, &mut None, &mut out) {
+        match prepare(
+            &proxy(),
+            request.as_bytes(),
+            CALLER_IP,
+            &mut None,
+            None,
+            &mut out,
+        ) {
             Step::Call(call) => Some((out, call.ids)),
             Step::Partial | Step::HandOver => None,
         }
@@ -357,7 +365,7 @@ mod tests {
         let mut out = Vec::new();
         let partial = b"GET /fn/ns/f/ HTTP/1.1\r\nHost:";
         assert!(matches!(
-            prepare(&proxy(), partial, CALLER_IP, &mut None, &mut out),
+            prepare(&proxy(), partial, CALLER_IP, &mut None, None, &mut out),
             Step::Partial
         ));
         let endless = format!(
@@ -365,7 +373,14 @@ mod tests {
             "a".repeat(MAX_REQUEST_HEAD)
         );
         assert!(matches!(
-            prepare(&proxy(), endless.as_bytes(), CALLER_IP, &mut None, &mut out),
+            prepare(
+                &proxy(),
+                endless.as_bytes(),
+                CALLER_IP,
+                &mut None,
+                None,
+                &mut out
+            ),
             Step::HandOver
         ));
     }
