@@ -13,7 +13,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -175,6 +175,13 @@ impl History {
     }
 }
 
+/// The data-plane replica that publishes: its pod, in the operator's namespace (outside
+/// a cluster, a name of its own and no uid).
+pub struct Pod {
+    pub name: String,
+    pub uid: Option<String>,
+}
+
 /// The load Lease of the data-plane replica `pod`.
 pub fn load_object_name(pod: &str) -> String {
     let name = format!("sless-load-{pod}").to_lowercase();
@@ -209,11 +216,21 @@ pub fn publish_load(
     routes: Arc<KubeRoutes>,
     client: Client,
     namespace: &str,
-    pod: &str,
+    pod: Pod,
 ) -> JoinHandle<()> {
     let api: Api<Lease> = Api::namespaced(client, namespace);
-    let name = load_object_name(pod);
-    let pod = pod.to_string();
+    let name = load_object_name(&pod.name);
+    // Collected with the pod, so Leases of replaced pods do not pile up.
+    let owners = pod.uid.map(|uid| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod.name.clone(),
+            uid,
+            ..OwnerReference::default()
+        }]
+    });
+    let pod = pod.name;
     tokio::spawn(async move {
         let mut published = BTreeMap::new();
         let mut written = Instant::now();
@@ -244,6 +261,7 @@ pub fn publish_load(
                         ANNOTATION_LOAD.to_string(),
                         serde_json::to_string(&by_key).unwrap_or_default(),
                     )])),
+                    owner_references: owners.clone(),
                     ..ObjectMeta::default()
                 },
                 spec: Some(LeaseSpec {

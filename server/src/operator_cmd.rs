@@ -411,11 +411,6 @@ fn gate_readyz(app: Router, readiness: Readiness) -> Router {
     ))
 }
 
-/// The pod's name (its host name), or the pid outside a pod.
-fn pod_name() -> String {
-    std::env::var("HOSTNAME").unwrap_or_else(|_| format!("pid-{}", std::process::id()))
-}
-
 /// Unique per process, readable in `kubectl get lease`: the pod name and the pid.
 fn leader_identity() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "sless".into());
@@ -463,11 +458,17 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         };
         let (store, proxy, routes, mut tasks) = routed_proxy(&args, &client, &readiness).await?;
         // The calls this replica holds and has in flight, for the autoscaler.
+        let pod = operator::autoscale::Pod {
+            name: std::env::var("SLESS_POD_NAME")
+                .or_else(|_| std::env::var("HOSTNAME"))
+                .unwrap_or_else(|_| format!("pid-{}", std::process::id())),
+            uid: std::env::var("SLESS_POD_UID").ok(),
+        };
         tasks.push(operator::autoscale::publish_load(
             routes,
             client.clone(),
             &args.operator_namespace,
-            &pod_name(),
+            pod,
         ));
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix(),

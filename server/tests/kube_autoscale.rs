@@ -135,7 +135,28 @@ async fn a_function_scales_from_zero_on_a_call_out_on_summed_concurrency_and_bac
             &[("SLESS_CONNECT_TO", connect_to.as_str())],
         )
     };
-    let (first, second) = (data_plane("api-1"), data_plane("api-2"));
+    // The first replica runs as a pod, as in the install: its load Lease is the pod's.
+    let pod_object = cluster
+        .emu
+        .create(
+            "v1",
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "sless-api-1", "namespace": "sless-system"},
+                "spec": {"containers": [{"name": "api", "image": "sless"}]}}),
+        )
+        .unwrap();
+    let uid = pod_object["metadata"]["uid"].as_str().unwrap().to_string();
+    let first = cluster.operator_with_env(
+        "api-1",
+        &["--components", "api"],
+        &[
+            ("SLESS_CONNECT_TO", connect_to.as_str()),
+            ("SLESS_POD_NAME", "sless-api-1"),
+            ("SLESS_POD_UID", uid.as_str()),
+        ],
+    );
+    let second = data_plane("api-2");
     for operator in [&controllers, &first, &second] {
         wait_ready(operator).await;
     }
@@ -241,6 +262,31 @@ async fn a_function_scales_from_zero_on_a_call_out_on_summed_concurrency_and_bac
         .get(common::kube_cluster::FUNCTIONS, "functions", ns, "hello")
         .unwrap();
     assert_eq!(status["status"]["phase"], "Ready", "{status}");
+
+    // The pod's load Lease goes with the pod.
+    let lease = cluster
+        .get(
+            "coordination.k8s.io/v1",
+            "leases",
+            "sless-system",
+            "sless-load-sless-api-1",
+        )
+        .unwrap();
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+    cluster
+        .emu
+        .delete("v1", "pods", Some("sless-system"), "sless-api-1")
+        .unwrap();
+    assert!(
+        cluster
+            .get(
+                "coordination.k8s.io/v1",
+                "leases",
+                "sless-system",
+                "sless-load-sless-api-1"
+            )
+            .is_none()
+    );
 
     // Every request is one RBAC and the admission policies let through.
     let needs = assert_authorized(
