@@ -49,6 +49,9 @@ const TICK: Duration = Duration::from_millis(500);
 /// The longest a Deployment stays above what its load needs before it is scaled in.
 const MAX_STABLE_WINDOW: Duration = Duration::from_secs(60);
 
+/// Loads by `(namespace, name)` of the workload.
+pub type Loads = BTreeMap<(String, String), Load>;
+
 /// One workload's load as one data-plane replica sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -194,7 +197,7 @@ fn load_key(namespace: &str, name: &str) -> String {
 }
 
 /// The loads in a load Lease, by `(namespace, name)` of the workload.
-fn loads_of(lease: &Lease) -> BTreeMap<(String, String), Load> {
+fn loads_of(lease: &Lease) -> Loads {
     let Some(text) = lease.annotations().get(ANNOTATION_LOAD) else {
         return BTreeMap::new();
     };
@@ -342,8 +345,8 @@ pub async fn run(client: Client, namespace: String, idle: Duration) {
             return;
         };
         tracing::info!(idle_secs = idle.as_secs(), "autoscaler started");
-        let mut published: HashMap<String, (Instant, BTreeMap<(String, String), Load>)> =
-            HashMap::new();
+        // Load Lease → when last seen changed, and its loads.
+        let mut published: HashMap<String, (Instant, Loads)> = HashMap::new();
         let mut histories: HashMap<(String, String), History> = HashMap::new();
         let mut tick = tokio::time::interval(TICK);
         loop {

@@ -2,7 +2,7 @@
 //! Service DNS name. Routes are kept in memory, rebuilt per namespace from the store
 //! on every change, so the invoke path never waits on the API server.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use sless_core::routes::{Address, Instances, Route, RouteTable, Scaler, Slot};
 use sless_core::store::{Object, Resource, Store, StoreError, WorkloadResource};
 use sless_core::workload::{Demand, demand, no_code};
 
-use crate::autoscale::Load;
+use crate::autoscale::{Load, Loads};
 
 /// A call held for a workload without a ready pod counts as demand this long after the
 /// last look at its route (calls waiting look every few milliseconds).
@@ -234,9 +234,9 @@ impl KubeRoutes {
     }
 
     /// What this process sees of each workload's load, by `(namespace, name)`.
-    pub fn load(&self) -> BTreeMap<(String, String), Load> {
+    pub fn load(&self) -> Loads {
         let now = Instant::now();
-        let mut loads: BTreeMap<(String, String), Load> = self
+        let mut loads: Loads = self
             .slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
