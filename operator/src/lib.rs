@@ -6,6 +6,7 @@
 //! tests check them without a cluster; the reconcilers in [`controller`] only decide
 //! which of them to apply or delete.
 
+pub mod autoscale;
 pub mod context_url;
 pub mod controller;
 pub mod crds;
@@ -116,6 +117,8 @@ pub struct KubeConfig {
     pub job_runs_kept: usize,
     /// The ResourceQuota of every deploy namespace.
     pub tenant_quota: manifests::TenantQuota,
+    /// A workload without calls for this long is scaled down to its `min_instances`.
+    pub scale_to_zero_after: Duration,
 }
 
 impl KubeConfig {
@@ -138,6 +141,7 @@ impl KubeConfig {
             poll_interval: Duration::from_secs(10),
             job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
             tenant_quota: manifests::TenantQuota::default(),
+            scale_to_zero_after: autoscale::DEFAULT_SCALE_TO_ZERO_AFTER,
         }
     }
 

@@ -3,9 +3,10 @@
 //! on every change, so the invoke path never waits on the API server.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
@@ -19,9 +20,15 @@ use sless_api::keys::version_of;
 use sless_api::text::first_line;
 use sless_core::metrics::metrics;
 use sless_core::model::{Function, Kind, Phase, Service, Trigger, WorkloadSpec, WorkloadStatus};
-use sless_core::routes::{Address, Instances, Route, RouteTable};
+use sless_core::routes::{Address, Instances, Route, RouteTable, Scaler, Slot};
 use sless_core::store::{Object, Resource, Store, StoreError, WorkloadResource};
 use sless_core::workload::{Demand, demand, no_code};
+
+use crate::autoscale::{Load, Loads};
+
+/// A call held for a workload without a ready pod counts as demand this long after the
+/// last look at its route (calls waiting look every few milliseconds).
+const HELD_FOR: Duration = Duration::from_secs(2);
 
 pub struct KubeRoutes {
     cluster_domain: String,
@@ -34,11 +41,20 @@ pub struct KubeRoutes {
     /// [`KubeRoutes::watch_endpoints`] listed them; `None` before (or without) it, and
     /// then routes are not held back.
     ready_instances: RwLock<Option<HashMap<(String, String), u32>>>,
+    /// Per workload, its Service as one slot: the calls in flight through this process
+    /// and the calls ever made, what the autoscaler sums over data-plane replicas.
+    slots: Mutex<HashMap<(String, String), Arc<Slot>>>,
+    /// Never asked for more: the Deployment's pods are counted by the autoscaler.
+    scaler: Arc<Scaler>,
+    /// Workloads with calls held for want of a ready pod, and when last seen waiting.
+    held: Mutex<HashMap<(String, String), Instant>>,
+    /// Woken when a workload gets its first held call: its demand is published at once.
+    demand: Notify,
 }
 
 impl RouteTable for KubeRoutes {
     fn route(&self, namespace: &str, name: &str) -> Route {
-        let mut route = {
+        let route = {
             let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
             routes
                 .get(namespace)
@@ -46,20 +62,9 @@ impl RouteTable for KubeRoutes {
                 .cloned()
                 .unwrap_or(Route::Unknown)
         };
-        let (Route::Ready {
-            kind, instances, ..
-        }
-        | Route::Hidden {
-            kind, instances, ..
-        }) = &mut route
-        else {
+        let (Route::Ready { kind, .. } | Route::Hidden { kind, .. }) = &route else {
             return route;
         };
-        if let Instances::One(Address::Tcp(authority)) = instances
-            && let Some(dialled) = self.connect_to.get(&**authority)
-        {
-            *authority = dialled.clone();
-        }
         let ready = self
             .ready_instances
             .read()
@@ -70,10 +75,11 @@ impl RouteTable for KubeRoutes {
                     .get(&(namespace.to_string(), name.to_string()))
                     .is_none_or(|n| *n == 0) =>
             {
-                // A trigger was just started (replicas 0 -> 1): calls wait for the pod.
-                Route::Starting {
-                    reason: format!("{} {name:?} has no ready instance yet", kind.noun()),
-                }
+                // Scaled to zero, or a trigger was just started: calls wait for the pod,
+                // and the autoscaler learns of them.
+                let reason = format!("{} {name:?} has no ready instance yet", kind.noun());
+                self.hold(namespace, name);
+                Route::Starting { reason }
             }
             _ => route,
         }
@@ -209,6 +215,107 @@ async fn decodable<R: Resource>(
 }
 
 impl KubeRoutes {
+    /// Notes a call waiting for `namespace/name`; the first wakes the stats publisher.
+    fn hold(&self, namespace: &str, name: &str) {
+        let now = Instant::now();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), name.to_string());
+        let first = held
+            .insert(key, now)
+            .is_none_or(|last| now.duration_since(last) > HELD_FOR);
+        if first {
+            self.demand.notify_one();
+        }
+    }
+
+    /// Resolves when a workload gets its first held call.
+    pub async fn demand_arrived(&self) {
+        self.demand.notified().await;
+    }
+
+    /// What this process sees of each workload's load, by `(namespace, name)`.
+    pub fn load(&self) -> Loads {
+        let now = Instant::now();
+        let mut loads: Loads = self
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, slot)| slot.leased() > 0)
+            .map(|(key, slot)| {
+                let load = Load {
+                    in_flight: slot.in_flight(),
+                    calls: slot.leased(),
+                    held: false,
+                };
+                (key.clone(), load)
+            })
+            .collect();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|_, last| now.duration_since(*last) <= HELD_FOR);
+        for key in held.keys() {
+            loads.entry(key.clone()).or_default().held = true;
+        }
+        loads
+    }
+
+    /// A ready route's Service becomes the workload's slot, dialled where `connect_to`
+    /// says, so this process counts the calls through it.
+    fn counted(&self, namespace: &str, name: &str, route: Route) -> Route {
+        let counted = |instances: Instances| {
+            let Instances::One(Address::Tcp(authority)) = instances else {
+                return instances;
+            };
+            let address = Address::Tcp(
+                self.connect_to
+                    .get(&*authority)
+                    .cloned()
+                    .unwrap_or(authority),
+            );
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = slots
+                .entry((namespace.to_string(), name.to_string()))
+                .and_modify(|slot| {
+                    if *slot.address() != address {
+                        *slot = Slot::new(address.clone());
+                    }
+                })
+                .or_insert_with(|| Slot::new(address.clone()))
+                .clone();
+            Instances::Scaled {
+                ready: Arc::from([slot]),
+                scaler: self.scaler.clone(),
+            }
+        };
+        match route {
+            Route::Ready {
+                kind,
+                instances,
+                timeout,
+                version,
+            } => Route::Ready {
+                kind,
+                instances: counted(instances),
+                timeout,
+                version,
+            },
+            Route::Hidden {
+                reason,
+                kind,
+                instances,
+                timeout,
+                version,
+            } => Route::Hidden {
+                reason,
+                kind,
+                instances: counted(instances),
+                timeout,
+                version,
+            },
+            other => other,
+        }
+    }
+
     pub fn new(cluster_domain: impl Into<String>) -> Arc<Self> {
         Self::connecting_to(cluster_domain, HashMap::new())
     }
@@ -226,6 +333,10 @@ impl KubeRoutes {
                 .collect(),
             routes: RwLock::new(HashMap::new()),
             ready_instances: RwLock::new(None),
+            slots: Mutex::new(HashMap::new()),
+            scaler: Scaler::new(u32::MAX),
+            held: Mutex::new(HashMap::new()),
+            demand: Notify::new(),
         })
     }
 
@@ -299,17 +410,19 @@ impl KubeRoutes {
         let services = decodable::<Service>(store, namespace, &mut routes).await?;
         let triggers = decodable::<Trigger>(store, namespace, &mut HashMap::new()).await?;
         for function in &functions {
-            routes.insert(
-                function.meta.name.clone(),
-                function_route(function, &triggers, &self.cluster_domain),
-            );
+            let name = &function.meta.name;
+            let route = function_route(function, &triggers, &self.cluster_domain);
+            routes.insert(name.clone(), self.counted(namespace, name, route));
         }
         for service in &services {
-            routes.insert(
-                service.meta.name.clone(),
-                service_route(service, &self.cluster_domain),
-            );
+            let name = &service.meta.name;
+            let route = service_route(service, &self.cluster_domain);
+            routes.insert(name.clone(), self.counted(namespace, name, route));
         }
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(ns, name), _| ns != namespace || routes.contains_key(name));
         let mut table = self.routes.write().unwrap_or_else(|e| e.into_inner());
         if routes.is_empty() {
             table.remove(namespace);

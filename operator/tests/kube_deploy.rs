@@ -362,7 +362,11 @@ fn controller_objects() -> Vec<Value> {
                 name: "hello",
                 spec: &spec,
                 image,
-                replicas: 2,
+                bounds: operator::autoscale::Bounds {
+                    min: 2,
+                    max: 2,
+                    target: 10,
+                },
                 restarted_at: Some("2025-01-01T12:00:00Z"),
             },
             &config,

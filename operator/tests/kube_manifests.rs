@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use operator::autoscale::{ANNOTATION_SCALING, Bounds};
 use operator::manifests::{
     self, BuildJob, CronTrigger, RunJob, Workload,
     build::{BUILD_CONTAINER, FETCH_CONTAINER, PUSH_CONTAINER, STEPS, fetch_script},
@@ -73,7 +74,11 @@ fn deployment() -> Deployment {
             name: "hello",
             spec: &spec,
             image: "registry.test/sless/sless-ns-hello:0123456789ab",
-            replicas: 1,
+            bounds: Bounds {
+                min: 0,
+                max: 4,
+                target: 10,
+            },
             restarted_at: Some("2025-01-01T12:00:05Z"),
         },
         &config(),
@@ -95,8 +100,12 @@ fn deployment_lives_in_the_deploy_namespace_with_owner_labels() {
         d.metadata.annotations.as_ref().unwrap()[ANNOTATION_S3_KEY],
         KEY
     );
+    assert_eq!(
+        d.metadata.annotations.as_ref().unwrap()[ANNOTATION_SCALING],
+        "min=0 max=4 target=10"
+    );
     let spec = d.spec.as_ref().unwrap();
-    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.replicas, None, "the autoscaler's, never applied");
     let selector = spec.selector.match_labels.as_ref().unwrap();
     let pod_labels = spec
         .template

@@ -17,6 +17,7 @@ use kube::api::{
 };
 use kube::{Api, ResourceExt};
 use kube_common::*;
+use operator::autoscale::{ANNOTATION_SCALING, Bounds};
 use operator::controller::{reconcile_function, reconcile_job, reconcile_trigger};
 use operator::names::{FINALIZER, build_job_name};
 use operator::{Context, KubeStore};
@@ -159,7 +160,8 @@ impl Cluster {
     /// What the Deployment controller reports once every wanted replica is available.
     async fn roll_out(&self) {
         let deployment = self.deployment().await.unwrap();
-        let replicas = deployment.spec.unwrap().replicas.unwrap();
+        // The API server's default; the autoscaler sets replicas, not the reconcile.
+        let replicas = deployment.spec.unwrap().replicas.unwrap_or(1);
         // kube-fake-client counts every apply as a new generation, even one that
         // changes nothing (an API server does not): the reconcile's next apply makes it
         // this one.
@@ -199,14 +201,10 @@ impl Cluster {
             .unwrap();
     }
 
-    async fn replicas(&self) -> i32 {
-        self.deployment()
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .replicas
-            .unwrap()
+    /// The replicas the autoscaler may give the Deployment.
+    async fn bounds(&self) -> Bounds {
+        let deployment = self.deployment().await.unwrap();
+        Bounds::parse(&deployment.annotations()[ANNOTATION_SCALING]).unwrap()
     }
 
     async fn names<K>(&self) -> Vec<String>
@@ -344,7 +342,7 @@ async fn function_build_deploy_restore_and_cleanup() {
         Some(image.as_str())
     );
     // No trigger needs it yet.
-    assert_eq!(c.replicas().await, 0);
+    assert_eq!(c.bounds().await.max, 0);
     assert_eq!(c.names::<KubeService>().await, ["hello"]);
 
     // An enabled trigger brings it up, with the URL in status.
@@ -353,7 +351,8 @@ async fn function_build_deploy_restore_and_cleanup() {
         .await
         .unwrap();
     c.reconcile_function().await;
-    assert_eq!(c.replicas().await, 1);
+    // Reached through /fn only: down to zero when idle.
+    assert_eq!((c.bounds().await.min, c.bounds().await.max), (0, 4));
     let status = c.function().await.status.unwrap();
     assert_eq!(
         status.url.as_deref(),
@@ -553,7 +552,8 @@ async fn trigger_enabled_drives_replicas_and_cron_suspend() {
     let cron = c.api::<CronJob>(DEPLOY_NS).get("tick").await.unwrap();
     assert_eq!(cron.spec.as_ref().unwrap().suspend, Some(false));
     assert_eq!(cron.spec.as_ref().unwrap().schedule, "*/5 * * * *");
-    assert_eq!(c.replicas().await, 1);
+    // Cron calls the Service directly: one instance is kept.
+    assert_eq!(c.bounds().await.min, 1);
     let status = c
         .api::<Trigger>(NS)
         .get("tick")
@@ -571,7 +571,7 @@ async fn trigger_enabled_drives_replicas_and_cron_suspend() {
     c.reconcile_function().await;
     let cron = c.api::<CronJob>(DEPLOY_NS).get("tick").await.unwrap();
     assert_eq!(cron.spec.unwrap().suspend, Some(true));
-    assert_eq!(c.replicas().await, 0);
+    assert_eq!(c.bounds().await.max, 0);
     let trigger = c.api::<Trigger>(NS).get("tick").await.unwrap();
     assert!(!trigger.status.unwrap().active);
 
@@ -583,7 +583,7 @@ async fn trigger_enabled_drives_replicas_and_cron_suspend() {
     c.reconcile_function().await;
     let cron = c.api::<CronJob>(DEPLOY_NS).get("tick").await.unwrap();
     assert_eq!(cron.spec.unwrap().suspend, Some(false));
-    assert_eq!(c.replicas().await, 1);
+    assert_eq!(c.bounds().await.min, 1);
 
     // Deleting the trigger removes its CronJob.
     let trigger = c.api::<Trigger>(NS).get("tick").await.unwrap();
@@ -613,7 +613,7 @@ async fn an_event_trigger_runs_its_function_and_its_status_is_the_dispatchers() 
     c.reconcile_trigger("orders").await;
     c.reconcile_function().await;
     assert_eq!(
-        c.replicas().await,
+        c.bounds().await.min,
         1,
         "an enabled event trigger needs the function"
     );
@@ -1172,7 +1172,7 @@ async fn a_service_is_always_on() {
         status.url.as_deref(),
         Some("https://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
     );
-    assert_eq!(c.replicas().await, 1);
+    assert_eq!(c.bounds().await.min, 1, "a service keeps one instance");
     assert_eq!(c.names::<KubeService>().await, ["hello"]);
     let labels = c.deployment().await.unwrap().metadata.labels.unwrap();
     assert_eq!(labels["sless.kube5s.ru/kind"], "service");

@@ -257,15 +257,34 @@ async fn routes_follow_the_store() {
         .await
         .unwrap();
     let route = wait_for(|r| matches!(r, Route::Ready { .. })).await;
+    let Route::Ready {
+        kind,
+        instances,
+        timeout,
+        version,
+    } = route
+    else {
+        unreachable!()
+    };
     assert_eq!(
-        route,
-        Route::Ready {
-            kind: Kind::Function,
-            instances: Address::Tcp("hello.sless-fn-sless-ab.svc.cluster.local:8080".into()).into(),
-            timeout: Some(Duration::from_secs(30)),
-            version: Some("1".into()),
-        }
+        (kind, timeout, version),
+        (
+            Kind::Function,
+            Some(Duration::from_secs(30)),
+            Some("1".into())
+        )
     );
+    // The Service, with the calls through it counted for the autoscaler.
+    let call = instances.lease().unwrap();
+    assert_eq!(
+        *call.address(),
+        Address::Tcp("hello.sless-fn-sless-ab.svc.cluster.local:8080".into())
+    );
+    let load = routes.load()[&(ns.to_string(), "hello".to_string())];
+    assert_eq!((load.in_flight, load.calls, load.held), (1, 1, false));
+    drop(call);
+    let load = routes.load()[&(ns.to_string(), "hello".to_string())];
+    assert_eq!((load.in_flight, load.calls), (0, 1));
     // The next version rolling out: the pods may run either, so the calls' version is
     // not known.
     modify_status::<Function, _>(&*kube, ns, "hello", |f| {

@@ -151,6 +151,12 @@ pub struct OperatorArgs {
     /// A standby takes over this long after the leader stopped renewing.
     #[arg(long, env = "SLESS_LEASE_DURATION_SECS", default_value_t = 15)]
     pub lease_duration_secs: u64,
+    /// Seconds without calls after which a workload is scaled down to its
+    /// min_instances (0 for functions by default), as `sless up --scale-to-zero-after`.
+    #[arg(long, env = "SLESS_SCALE_TO_ZERO_AFTER", value_name = "SECONDS",
+          default_value_t = operator::autoscale::DEFAULT_SCALE_TO_ZERO_AFTER.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub scale_to_zero_after: u64,
     /// Console sessions (with --components console); an emptyDir is enough.
     #[arg(long, env = "SLESS_DATA_DIR", default_value = "/var/lib/sless")]
     pub data_dir: std::path::PathBuf,
@@ -221,6 +227,7 @@ impl OperatorArgs {
             max_workloads: quotas.max_workloads,
             max_triggers: quotas.max_triggers,
         };
+        config.scale_to_zero_after = Duration::from_secs(self.scale_to_zero_after);
         Ok(config)
     }
 
@@ -280,7 +287,12 @@ async fn routed_proxy(
     args: &OperatorArgs,
     client: &operator::KubeClient,
     readiness: &Readiness,
-) -> anyhow::Result<(Arc<KubeStore>, Arc<Proxy>, Vec<JoinHandle<()>>)> {
+) -> anyhow::Result<(
+    Arc<KubeStore>,
+    Arc<Proxy>,
+    Arc<KubeRoutes>,
+    Vec<JoinHandle<()>>,
+)> {
     operator::controller::check_crds(client).await?;
     let store = Arc::new(KubeStore::new(client.clone()));
     // Watches keep the route table current with changes made by the controllers.
@@ -292,7 +304,7 @@ async fn routed_proxy(
     tasks.push(routes.spawn(store.clone(), Duration::from_secs(60)));
     tasks.push(routes.watch_endpoints(client.clone()));
     let proxy = Arc::new(Proxy::new(
-        routes,
+        routes.clone(),
         ProxyConfig {
             max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
             // The console may be served on the same host (an Ingress in front).
@@ -300,7 +312,7 @@ async fn routed_proxy(
             ..ProxyConfig::default()
         },
     ));
-    Ok((store, proxy, tasks))
+    Ok((store, proxy, routes, tasks))
 }
 
 /// The event dispatcher alone: it reads triggers and functions, writes the status of
@@ -309,7 +321,7 @@ async fn routed_proxy(
 async fn run_dispatcher(args: &OperatorArgs) -> anyhow::Result<()> {
     let client = operator::connect().await?;
     let readiness = Readiness::default();
-    let (store, proxy, _tasks) = routed_proxy(args, &client, &readiness).await?;
+    let (store, proxy, _, _tasks) = routed_proxy(args, &client, &readiness).await?;
     let listener = listen(args.listen, &args.serve).await?;
     let probes_task = crate::serve::serve(listener, probes(readiness), &args.serve);
     let dispatch = async {
@@ -444,7 +456,20 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             tracing::info!(address = %args.listen, "health probes listening");
             return crate::serve::serve(listener, probes(readiness.clone()), &args.serve).await;
         };
-        let (store, proxy, _tasks) = routed_proxy(&args, &client, &readiness).await?;
+        let (store, proxy, routes, mut tasks) = routed_proxy(&args, &client, &readiness).await?;
+        // The calls this replica holds and has in flight, for the autoscaler.
+        let pod = operator::autoscale::Pod {
+            name: std::env::var("SLESS_POD_NAME")
+                .or_else(|_| std::env::var("HOSTNAME"))
+                .unwrap_or_else(|_| format!("pid-{}", std::process::id())),
+            uid: std::env::var("SLESS_POD_UID").ok(),
+        };
+        tasks.push(operator::autoscale::publish_load(
+            routes,
+            client.clone(),
+            &args.operator_namespace,
+            pod,
+        ));
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix(),
             code_review: args.review.reviewer()?,

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::Emulator;
-use crate::error::ApiError;
+use crate::error::{ApiError, FieldError};
 use crate::resources::{self, Resource};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{Change, Changes, Key, Origin, Part, PatchKind, State, present};
@@ -184,6 +184,7 @@ impl Target {
             None => true,
             Some("status") => res.version(version).is_some_and(|v| v.status),
             Some("log") => res.group.is_empty() && res.plural == "pods",
+            Some("scale") => resources::has_scale(&res),
             Some(_) => false,
         };
         if !sub_ok {
@@ -228,6 +229,7 @@ impl Target {
         };
         let part = match self.subresource.as_deref() {
             Some("log") if *method == Method::GET => return self.log(emu, &name, params),
+            Some("scale") => return self.scale(emu, method, &name, params, headers, body),
             Some("status") => Part::Status,
             None => Part::Main,
             Some(_) => return Err(ApiError::method_not_allowed(method.as_str())),
@@ -317,6 +319,75 @@ impl Target {
             }
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         }
+    }
+
+    /// `.../deployments/NAME/scale`: the replicas as an `autoscaling/v1` Scale, read,
+    /// replaced or patched (merge, JSON or apply patch of the Scale).
+    fn scale(
+        &self,
+        emu: &Emulator,
+        method: &Method,
+        name: &str,
+        params: &Params,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Response, ApiError> {
+        let ns = self.namespace.as_deref();
+        let current = scale_of(&emu.state().get(&self.res, ns, name)?);
+        let wanted = match *method {
+            Method::GET => return Ok(json_response(StatusCode::OK, &current)),
+            Method::PUT => {
+                let given = parse_json(body)?;
+                let rv = given["metadata"]["resourceVersion"].as_str();
+                if rv.is_some_and(|rv| Some(rv) != current["metadata"]["resourceVersion"].as_str())
+                {
+                    return Err(ApiError::conflict(&self.res.group, &self.res.plural, name));
+                }
+                given
+            }
+            Method::PATCH => {
+                let mut patched = current;
+                let content_type = headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                if content_type.starts_with("application/json-patch+json") {
+                    let patch: json_patch::Patch = serde_json::from_slice(body)
+                        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                    json_patch::patch(&mut patched, &patch)
+                        .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+                } else {
+                    let patch: Value = serde_json::from_slice(body)
+                        .or_else(|_| serde_yaml::from_slice(body))
+                        .map_err(|e| ApiError::bad_request(format!("invalid patch: {e}")))?;
+                    json_patch::merge(&mut patched, &patch);
+                }
+                patched
+            }
+            _ => return Err(ApiError::method_not_allowed(method.as_str())),
+        };
+        let replicas = wanted["spec"]["replicas"]
+            .as_i64()
+            .filter(|r| *r >= 0)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "Scale",
+                    "autoscaling",
+                    name,
+                    &[FieldError::new(
+                        "spec.replicas",
+                        "FieldValueInvalid",
+                        format!(
+                            "Invalid value: {}: must be greater than or equal to 0",
+                            wanted["spec"]["replicas"]
+                        ),
+                    )],
+                )
+            })?;
+        let updated = write(emu, params, |s| {
+            s.scale(&self.res, &self.version, ns, name, replicas)
+        })?;
+        Ok(json_response(StatusCode::OK, &scale_of(&updated)))
     }
 
     fn respond(&self, code: StatusCode, object: Value) -> Response {
@@ -493,6 +564,30 @@ fn write<T>(
     } else {
         op(&mut state)
     }
+}
+
+/// The `autoscaling/v1` Scale of a Deployment.
+fn scale_of(deployment: &Value) -> Value {
+    let meta = &deployment["metadata"];
+    let selector: Vec<String> = deployment["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+            "creationTimestamp": meta["creationTimestamp"],
+        },
+        "spec": {"replicas": deployment["spec"]["replicas"]},
+        "status": {
+            "replicas": deployment["status"]["replicas"].as_i64().unwrap_or(0),
+            "selector": selector.join(","),
+        },
+    })
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {

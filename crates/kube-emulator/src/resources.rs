@@ -92,6 +92,14 @@ pub(crate) fn builtins() -> Vec<Resource> {
         builtin("", "v1", "limitranges", "LimitRange", true, false),
         builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
         builtin(
+            "autoscaling",
+            "v2",
+            "horizontalpodautoscalers",
+            "HorizontalPodAutoscaler",
+            true,
+            true,
+        ),
+        builtin(
             "rbac.authorization.k8s.io",
             "v1",
             "rolebindings",
@@ -201,6 +209,11 @@ pub(crate) fn crd_status(crd: &Value, now: &str) -> Value {
     })
 }
 
+/// Deployments serve the `scale` subresource (an `autoscaling/v1` Scale).
+pub(crate) fn has_scale(res: &Resource) -> bool {
+    res.group == "apps" && res.plural == "deployments"
+}
+
 const VERBS: [&str; 8] = [
     "create",
     "delete",
@@ -227,6 +240,13 @@ pub(crate) fn resource_list(resources: &[Resource], group: &str, version: &str) 
             entries.push(json!({
                 "name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "kind": r.kind, "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if has_scale(r) {
+            entries.push(json!({
+                "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": true,
+                "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
             }));
         }
         if group.is_empty() && r.plural == "pods" {

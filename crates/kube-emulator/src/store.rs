@@ -443,6 +443,7 @@ impl State {
             fields.remove("status");
         }
         object = present(object, res, version);
+        default_fields(res, &mut object);
         self.validate(res, version, &mut object, &name)?;
         let uid = self.new_uid();
         let fields = meta(&mut object);
@@ -614,6 +615,7 @@ impl State {
             "resourceVersion".into(),
             old["metadata"]["resourceVersion"].clone(),
         );
+        default_fields(res, &mut new);
         self.validate(res, version, &mut new, name)?;
         let changed = update_rules(res, &old, &new);
         if !changed.is_empty() {
@@ -711,6 +713,38 @@ impl State {
             self.applied.insert(by, applied);
         }
         Ok((updated, false))
+    }
+
+    /// A write of a Deployment's `scale` subresource: sets `spec.replicas`, which from
+    /// then on belongs to the writer, so a later apply that omits it keeps it, as the
+    /// API server's field ownership does.
+    pub(crate) fn scale(
+        &mut self,
+        res: &Arc<Resource>,
+        version: &str,
+        namespace: Option<&str>,
+        name: &str,
+        replicas: i64,
+    ) -> Result<Value, ApiError> {
+        let mut object = self.get(res, namespace, name)?;
+        object["spec"]["replicas"] = json!(replicas);
+        let key = Key::new(res, namespace, name);
+        for ((applied_to, _, _), applied) in &mut self.applied {
+            if *applied_to == key
+                && let Some(spec) = applied.get_mut("spec").and_then(Value::as_object_mut)
+            {
+                spec.remove("replicas");
+            }
+        }
+        self.update(
+            res,
+            version,
+            namespace,
+            name,
+            object,
+            Part::Main,
+            Origin::Client,
+        )
     }
 
     /// DELETE: marks an object with finalizers, removes one without (and its dependents).
@@ -969,6 +1003,14 @@ fn drop_unapplied(target: &mut Value, previous: &Value, applied: &Value) {
                 target.remove(key);
             }
         }
+    }
+}
+
+/// What the API server fills in when a write leaves it out: a Deployment runs one
+/// replica unless told otherwise.
+fn default_fields(res: &Resource, object: &mut Value) {
+    if res.group == "apps" && res.plural == "deployments" && object["spec"]["replicas"].is_null() {
+        object["spec"]["replicas"] = json!(1);
     }
 }
 

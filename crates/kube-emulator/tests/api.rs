@@ -661,6 +661,97 @@ async fn status_subresource_is_separate_from_the_main_resource() {
 }
 
 #[tokio::test]
+async fn deployments_default_to_one_replica_and_scale_through_their_subresource() {
+    let (_emu, client) = start().await;
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let mut applied = deployment("d");
+    applied.status = None;
+    let apply = |manager: &str| PatchParams::apply(manager).force();
+    let created = deployments
+        .patch("d", &apply("owner"), &Patch::Apply(&applied))
+        .await
+        .unwrap();
+    assert_eq!(created.spec.unwrap().replicas, Some(1));
+    let mut unsized_ = applied.clone();
+    unsized_.spec.as_mut().unwrap().replicas = None;
+    let defaulted = deployments
+        .patch("d", &apply("owner"), &Patch::Apply(&unsized_))
+        .await
+        .unwrap();
+    assert_eq!(
+        defaulted.spec.unwrap().replicas,
+        Some(1),
+        "a replicas dropped by its owner is defaulted again"
+    );
+
+    let scale = deployments.get_scale("d").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(1));
+    assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=d"));
+    let scaled = deployments
+        .patch_scale(
+            "d",
+            &PatchParams {
+                field_manager: Some("scaler".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(3));
+    assert_eq!(
+        deployments.get("d").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
+    // The owner applying without replicas keeps the scaler's.
+    let reapplied = deployments
+        .patch("d", &apply("owner"), &Patch::Apply(&unsized_))
+        .await
+        .unwrap();
+    assert_eq!(reapplied.spec.unwrap().replicas, Some(3));
+
+    let negative = status_of(
+        deployments
+            .patch_scale(
+                "d",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": -1}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(negative.code, 422, "{negative:?}");
+    assert!(
+        negative.message.contains("spec.replicas"),
+        "{}",
+        negative.message
+    );
+
+    // HorizontalPodAutoscalers are stored and listed like any resource.
+    let hpas: Api<DynamicObject> = Api::default_namespaced_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("autoscaling", "v2", "HorizontalPodAutoscaler"),
+            "horizontalpodautoscalers",
+        ),
+    );
+    let mut hpa = DynamicObject::new(
+        "d",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("autoscaling", "v2", "HorizontalPodAutoscaler"),
+            "horizontalpodautoscalers",
+        ),
+    );
+    hpa.data = json!({"spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+        "minReplicas": 1, "maxReplicas": 5}});
+    hpas.create(&PostParams::default(), &hpa).await.unwrap();
+    assert_eq!(
+        hpas.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+}
+
+#[tokio::test]
 async fn finalizers_hold_deletion_until_removed() {
     let (_emu, client) = start().await;
     let maps: Api<ConfigMap> = Api::default_namespaced(client.clone());

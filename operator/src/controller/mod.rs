@@ -961,13 +961,25 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .run(reconcile_job, error_policy, ctx.clone());
 
     tracing::info!("controllers started");
-    tokio::join!(
-        probes,
-        drain("function", functions),
-        drain("service", services),
-        drain("trigger", triggers),
-        drain("job", jobs),
+    let controllers = async {
+        tokio::join!(
+            probes,
+            drain("function", functions),
+            drain("service", services),
+            drain("trigger", triggers),
+            drain("job", jobs),
+        )
+    };
+    // Beside the controllers, on the same lease: one replica scales at a time.
+    let autoscaler = crate::autoscale::run(
+        client.clone(),
+        ctx.config.operator_namespace.clone(),
+        ctx.config.scale_to_zero_after,
     );
+    tokio::select! {
+        _ = controllers => {}
+        () = autoscaler => {}
+    }
     Ok(())
 }
 

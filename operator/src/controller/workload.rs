@@ -17,6 +17,7 @@ use super::{
     Condition, Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer,
     namespace_of, refusal, write_status, write_status_with,
 };
+use crate::autoscale::Bounds;
 use crate::health::{Health, health};
 use crate::manifests::{self, Workload};
 use crate::names::{
@@ -25,7 +26,7 @@ use crate::names::{
 use crate::store::api_resource;
 use sless_core::model::{
     ANNOTATION_BUILD_JOB, ANNOTATION_BUILT_VERSIONS, ANNOTATION_LAST_BUILT_S3KEY, Function, Kind,
-    Phase, Service, build_namespace, deploy_namespace, now, workload_image,
+    Phase, Scaling, Service, build_namespace, deploy_namespace, now, workload_image,
 };
 use sless_core::store::WorkloadResource;
 use sless_core::upload::version_of;
@@ -183,13 +184,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         return Ok(Action::await_change());
     }
 
-    // Kubernetes does not scale to zero (yet): a needed workload keeps its least
-    // number of instances, and at least one.
-    let replicas = if demand.needed {
-        i32::try_from(spec.scaling(K::KIND).min_instances.max(1)).unwrap_or(1)
-    } else {
-        0
-    };
+    let bounds = bounds(&demand, spec.scaling(K::KIND));
     let deployment = manifests::deployment(
         &Workload {
             kind: K::KIND,
@@ -197,7 +192,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
             name: &name,
             spec,
             image: &image,
-            replicas,
+            bounds,
             restarted_at: status.last_built_at.as_deref(),
         },
         &ctx.config,
@@ -238,7 +233,20 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
             manifests::workload::COMPONENT,
         ))))
         .await?;
-    let health = health(&deployed, &pods.items, &image);
+    let health = match health(&deployed, &pods.items, &image) {
+        // Nothing needs it: the autoscaler scales it to 0, whatever runs now.
+        _ if !demand.needed => Health::Available,
+        // Ready, no version built since, and the Deployment controller reported on this
+        // Deployment (not one re-created): pods starting are the autoscaler's.
+        Health::Starting { .. }
+            if current.phase == Phase::Ready
+                && current.image_ref.as_deref() == Some(&image)
+                && deployed.status.is_some() =>
+        {
+            Health::Available
+        }
+        health => health,
+    };
 
     status.image_ref = Some(image);
     status.url = url;
@@ -247,7 +255,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         Health::Available => {
             status.phase = Phase::Ready;
             let mut notes = Vec::new();
-            if replicas == 0 {
+            if !demand.needed {
                 notes.push(format!(
                     "{noun} {name:?} has no enabled trigger; it runs 0 instances"
                 ));
@@ -290,6 +298,29 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         write_status_with(&api, object, &status, reason.as_deref(), &conditions).await?;
     }
     Ok(Action::requeue(next))
+}
+
+/// The replicas the autoscaler may give a workload: none while nothing needs it; at
+/// least one while an event or cron trigger calls it, since those calls do not pass
+/// through the data plane that counts calls (cron calls its Service directly).
+fn bounds(demand: &Demand, scaling: Scaling) -> Bounds {
+    if !demand.needed {
+        return Bounds {
+            min: 0,
+            max: 0,
+            target: scaling.target_concurrency,
+        };
+    }
+    let min = if demand.dispatched {
+        scaling.min_instances.max(1)
+    } else {
+        scaling.min_instances
+    };
+    Bounds {
+        min,
+        max: scaling.max_instances.max(min),
+        target: scaling.target_concurrency,
+    }
 }
 
 /// The reason of `Ready=False` while a built version rolls out.

@@ -17,6 +17,7 @@ use super::{
     pull_secrets, restricted, restricted_pod,
 };
 use crate::KubeConfig;
+use crate::autoscale::{ANNOTATION_SCALING, Bounds};
 use crate::names::{
     ANNOTATION_S3_KEY, FUNCTION_PORT, LABEL_COMPONENT, LABEL_NAME, component_labels,
 };
@@ -34,7 +35,9 @@ pub struct Workload<'a> {
     pub name: &'a str,
     pub spec: &'a WorkloadSpec,
     pub image: &'a str,
-    pub replicas: i32,
+    /// The replicas the autoscaler keeps it in; it sets them (`spec.replicas` is not
+    /// applied, so the operator never fights an autoscaler over it).
+    pub bounds: Bounds,
     /// `lastBuiltAt` of the build the image comes from.
     pub restarted_at: Option<&'a str>,
 }
@@ -73,11 +76,12 @@ pub fn deployment(workload: &Workload, config: &KubeConfig) -> Deployment {
     if let Some(at) = workload.restarted_at {
         pod_annotations.insert(RESTARTED_AT.to_string(), at.to_string());
     }
-    let annotations = spec
+    let mut annotations: BTreeMap<String, String> = spec
         .s3_key
         .iter()
         .map(|key| (ANNOTATION_S3_KEY.to_string(), key.clone()))
         .collect();
+    annotations.insert(ANNOTATION_SCALING.to_string(), workload.bounds.annotation());
     Deployment {
         metadata: metadata(
             workload.name,
@@ -86,7 +90,6 @@ pub fn deployment(workload: &Workload, config: &KubeConfig) -> Deployment {
             annotations,
         ),
         spec: Some(DeploymentSpec {
-            replicas: Some(workload.replicas),
             revision_history_limit: Some(3),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(workload.name)),
