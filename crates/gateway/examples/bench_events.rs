@@ -225,6 +225,12 @@ async fn run() {
                    "concurrency": concurrency, "enabled": false}),
         )
         .await;
+        // Without one, /fn does not call a function only an event trigger runs.
+        api.post(
+            "triggers",
+            json!({"name": format!("{name}-http"), "type": "http", "function_ref": name}),
+        )
+        .await;
         api.upload(&format!("functions/{name}"), &[("handler.py", NOOP)])
             .await;
         api.wait_for(
