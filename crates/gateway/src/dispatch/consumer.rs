@@ -2,24 +2,29 @@
 //! concurrency), its queue and the two sless declares beside it, and one call to the
 //! function per message.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{HeaderValue, Method, Request, StatusCode, Uri, header};
 use base64::Engine;
-use futures::StreamExt;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
     BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ErrorKind};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::timeout;
 
 use super::{Counters, Target};
@@ -131,6 +136,7 @@ impl Consumer {
             )
             .await?;
         }
+        let each = Arc::new(PerMessage::of(target)?);
         let tag = format!("sless-{}-{}", target.namespace, target.trigger);
         let mut deliveries = channel
             .basic_consume(
@@ -144,17 +150,28 @@ impl Consumer {
         self.set_state(ConsumerState::Consuming);
 
         let mut in_hand = JoinSet::new();
+        let mut acks = Acks::default();
         let outcome = loop {
             tokio::select! {
                 _ = stop.changed() => break Ok(()),
                 delivery = deliveries.next() => match delivery {
                     Some(Ok(delivery)) => {
-                        in_hand.spawn(self.clone().handle(channel.clone(), delivery));
+                        acks.delivered(delivery.delivery_tag);
+                        let handled = self.clone().handle(channel.clone(), each.clone(), delivery);
+                        in_hand.spawn(handled);
                     }
                     Some(Err(e)) => break Err(failed("consumer failed", e)),
                     None => break Err(format!("the broker cancelled the consumer of queue {queue:?}")),
                 },
-                Some(_) = in_hand.join_next(), if !in_hand.is_empty() => {}
+                Some(handled) = in_hand.join_next(), if !in_hand.is_empty() => {
+                    acks.handled(&channel, handled);
+                    // Whatever else finished meanwhile goes out in the same ack.
+                    while let Some(handled) = in_hand.try_join_next() {
+                        acks.handled(&channel, handled);
+                    }
+                    acks.flush(&channel);
+                }
+                Some(()) = acks.sending.next(), if !acks.sending.is_empty() => {}
             }
         };
         // No new message from here; those in hand are answered and acked, the
@@ -165,16 +182,34 @@ impl Consumer {
             channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()),
         )
         .await;
-        while in_hand.join_next().await.is_some() {}
+        while let Some(handled) = in_hand.join_next().await {
+            acks.handled(&channel, handled);
+            acks.flush(&channel);
+        }
+        // Acks before the close, or the broker delivers those messages again.
+        let _ = timeout(SHUTDOWN_WAIT, async {
+            while acks.sending.next().await.is_some() {}
+        })
+        .await;
         let _ = timeout(SHUTDOWN_WAIT, channel.close(200, "trigger stopped".into())).await;
         outcome
     }
 
     /// One message: call the function; 2xx acks it, otherwise it is re-published for
-    /// a later attempt or to the dead-letter queue, then acked.
-    async fn handle(self: Arc<Self>, channel: Channel, delivery: Delivery) {
+    /// a later attempt or to the dead-letter queue, then acked. Acking is the loop's
+    /// ([`Acks`]); this says what to do with the delivery's tag.
+    async fn handle(
+        self: Arc<Self>,
+        channel: Channel,
+        each: Arc<PerMessage>,
+        mut delivery: Delivery,
+    ) -> (u64, Settle) {
         let failed_before = attempts(&delivery.properties);
-        let outcome = self.call(&delivery, failed_before + 1).await;
+        // Shared by the call and a re-publish, not copied.
+        let data = Bytes::from(std::mem::take(&mut delivery.data));
+        let outcome = self
+            .call(&each, &delivery, data.clone(), failed_before + 1)
+            .await;
         let counters = &self.counters;
         counters.touch();
         let count = |counter: &AtomicU64, outcome: &'static str| {
@@ -191,9 +226,10 @@ impl Consumer {
                 let attempt = failed_before + 1;
                 let dead = attempt > self.target.max_retries;
                 let republished = if dead {
-                    self.dead_letter(&channel, &delivery, attempt, &error).await
+                    self.dead_letter(&channel, &delivery, &data, attempt, &error)
+                        .await
                 } else {
-                    self.retry_later(&channel, &delivery, attempt).await
+                    self.retry_later(&channel, &delivery, &data, attempt).await
                 };
                 if dead && republished.is_ok() {
                     count(&counters.dead_lettered, "dead_lettered");
@@ -201,38 +237,36 @@ impl Consumer {
                 republished
             }
         };
-        let acked = match settled {
-            Ok(()) => delivery.acker.ack(BasicAckOptions::default()).await,
+        let settle = match settled {
+            Ok(()) => Settle::Ack,
             Err(e) => {
                 tracing::warn!(trigger = %self.target.trigger, error = %e, "message put back");
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                };
-                delivery.acker.nack(requeue).await
+                Settle::Requeue
             }
         };
-        if let Err(e) = acked {
-            // The channel is gone: the broker delivers the message again.
-            tracing::debug!(trigger = %self.target.trigger, error = %e, "message not settled");
-        }
+        (delivery.delivery_tag, settle)
     }
 
     /// The function's call through the proxy; the error is what the function (or the
     /// proxy) said.
-    async fn call(&self, delivery: &Delivery, attempt: u32) -> Result<(), String> {
-        let target = &self.target;
-        let properties = amqp_json(&target.queue, delivery, attempt);
+    async fn call(
+        &self,
+        each: &PerMessage,
+        delivery: &Delivery,
+        data: Bytes,
+        attempt: u32,
+    ) -> Result<(), String> {
+        let properties = AmqpJson::of(&self.target.queue, delivery, attempt).encode();
         let mut request = Request::builder()
             .method(Method::POST)
-            .uri(format!("/fn/{}/{}/", target.namespace, target.function))
-            .header(TRIGGER_HEADER, encode_header(&properties))
-            .header(TRIGGER_NAME_HEADER, target.trigger.as_str());
+            .uri(each.uri.clone())
+            .header(TRIGGER_HEADER, properties)
+            .header(TRIGGER_NAME_HEADER, each.trigger.clone());
         if let Some(content_type) = delivery.properties.content_type() {
             request = request.header(header::CONTENT_TYPE, content_type.as_str());
         }
         let request = request
-            .body(Body::from(delivery.data.clone()))
+            .body(Body::from(data))
             .map_err(|e| format!("cannot build the call: {e}"))?;
         let response = self.proxy.call(request, Caller::Event).await;
         let status = response.status();
@@ -260,6 +294,7 @@ impl Consumer {
         &self,
         channel: &Channel,
         delivery: &Delivery,
+        data: &[u8],
         attempt: u32,
     ) -> Result<(), String> {
         let delay = backoff(self.retry_base, self.retry_max, attempt);
@@ -269,7 +304,7 @@ impl Consumer {
         publish(
             channel,
             &retry_queue(&self.target.queue, delay),
-            delivery,
+            data,
             properties,
         )
         .await
@@ -279,6 +314,7 @@ impl Consumer {
         &self,
         channel: &Channel,
         delivery: &Delivery,
+        data: &[u8],
         attempt: u32,
         error: &str,
     ) -> Result<(), String> {
@@ -289,13 +325,143 @@ impl Consumer {
             AMQPValue::LongString(truncate(error, MAX_ERROR_LEN).into()),
         );
         let properties = forwarded(&delivery.properties, headers);
-        publish(
-            channel,
-            &dead_queue(&self.target.queue),
-            delivery,
-            properties,
-        )
-        .await
+        publish(channel, &dead_queue(&self.target.queue), data, properties).await
+    }
+}
+
+/// What the handling of each message of a consumer uses, made once.
+struct PerMessage {
+    uri: Uri,
+    trigger: HeaderValue,
+}
+
+impl PerMessage {
+    fn of(target: &Target) -> Result<Self, String> {
+        let bad = |e: &dyn std::fmt::Display| format!("cannot build the call: {e}");
+        let uri = format!("/fn/{}/{}/", target.namespace, target.function);
+        Ok(Self {
+            uri: Uri::try_from(uri).map_err(|e| bad(&e))?,
+            trigger: HeaderValue::try_from(target.trigger.as_str()).map_err(|e| bad(&e))?,
+        })
+    }
+}
+
+/// What becomes of a handled delivery.
+enum Settle {
+    /// Answered 2xx, or its copy is confirmed in a retry or dead-letter queue.
+    Ack,
+    /// Its copy could not be published: back to the queue.
+    Requeue,
+}
+
+/// Where a delivery in hand stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    InHand,
+    /// Handled, its ack not sent yet.
+    Done,
+    /// Handled and settled with the broker (acked alone, or requeued).
+    Sent,
+}
+
+/// The channel's deliveries in hand, oldest first. A run of handled ones from the
+/// oldest is acked with one `multiple` ack up to its last tag (AMQP acks every unacked
+/// tag up to it, so only when all of them are handled); a handled one behind a message
+/// still in hand is acked alone at once, so a slow message holds back no prefetch slot.
+#[derive(Default)]
+struct Acks {
+    tags: Tags,
+    /// Acks and nacks on their way to the broker.
+    sending: FuturesUnordered<BoxFuture<'static, ()>>,
+}
+
+impl Acks {
+    fn delivered(&mut self, tag: u64) {
+        self.tags.delivered(tag);
+    }
+
+    fn handled(&mut self, channel: &Channel, handled: Result<(u64, Settle), JoinError>) {
+        match handled {
+            Ok((tag, Settle::Ack)) => self.tags.set(tag, Held::Done),
+            Ok((tag, Settle::Requeue)) => {
+                self.tags.set(tag, Held::Sent);
+                let channel = channel.clone();
+                let options = BasicNackOptions {
+                    requeue: true,
+                    multiple: false,
+                };
+                self.sending.push(
+                    async move { unsettled(tag, channel.basic_nack(tag, options).await) }.boxed(),
+                );
+            }
+            // Its message stays unacked: the broker delivers it again once the channel
+            // closes.
+            Err(e) => tracing::error!(error = %e, "an event message's handler failed"),
+        }
+    }
+
+    /// Sends the acks that handled deliveries wait for.
+    fn flush(&mut self, channel: &Channel) {
+        let (upto, alone) = self.tags.due();
+        let multiple = upto.map(|tag| (tag, true));
+        for (tag, multiple) in multiple
+            .into_iter()
+            .chain(alone.into_iter().map(|t| (t, false)))
+        {
+            let channel = channel.clone();
+            let options = BasicAckOptions { multiple };
+            self.sending
+                .push(async move { unsettled(tag, channel.basic_ack(tag, options).await) }.boxed());
+        }
+    }
+}
+
+/// Delivery tags in hand, oldest first (the broker's tags grow with each delivery on a
+/// channel), with where each stands.
+#[derive(Default)]
+struct Tags(VecDeque<(u64, Held)>);
+
+impl Tags {
+    fn delivered(&mut self, tag: u64) {
+        self.0.push_back((tag, Held::InHand));
+    }
+
+    fn set(&mut self, tag: u64, held: Held) {
+        if let Ok(at) = self.0.binary_search_by_key(&tag, |(t, _)| *t) {
+            self.0[at].1 = held;
+        }
+    }
+
+    /// The acks due now: a `multiple` one up to the last of the handled run from the
+    /// oldest, and single ones for handled tags behind a delivery still in hand. They
+    /// count as sent from here.
+    fn due(&mut self) -> (Option<u64>, Vec<u64>) {
+        let mut upto = None;
+        while let Some((tag, held)) = self.0.front().copied()
+            && held != Held::InHand
+        {
+            self.0.pop_front();
+            if held == Held::Done {
+                upto = Some(tag);
+            }
+        }
+        let alone = self
+            .0
+            .iter_mut()
+            .filter(|(_, held)| *held == Held::Done)
+            .map(|(tag, held)| {
+                *held = Held::Sent;
+                *tag
+            })
+            .collect();
+        (upto, alone)
+    }
+}
+
+fn unsettled(tag: u64, sent: lapin::Result<()>) {
+    if let Err(e) = sent {
+        // The channel is gone: the broker delivers the message again.
+        tracing::debug!(tag, error = %e, "message not settled");
     }
 }
 
@@ -329,7 +495,7 @@ async fn declare(channel: &Channel, queue: &str, arguments: FieldTable) -> Resul
 async fn publish(
     channel: &Channel,
     queue: &str,
-    delivery: &Delivery,
+    data: &[u8],
     properties: BasicProperties,
 ) -> Result<(), String> {
     let confirm = channel
@@ -337,7 +503,7 @@ async fn publish(
             "".into(),
             queue.into(),
             BasicPublishOptions::default(),
-            &delivery.data,
+            data,
             properties,
         )
         .await
@@ -363,8 +529,9 @@ fn attempts(properties: &BasicProperties) -> u32 {
         .and_then(|h| h.inner().get(ATTEMPTS_HEADER).cloned());
     match value {
         Some(AMQPValue::LongUInt(n)) => n,
-        Some(other) => json_of(&other)
-            .as_u64()
+        Some(other) => serde_json::to_value(Amqp(&other))
+            .ok()
+            .and_then(|v| v.as_u64())
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
         None => 0,
@@ -433,85 +600,115 @@ fn truncate(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-fn short(value: &Option<ShortString>) -> Value {
-    value
-        .as_ref()
-        .map_or(Value::Null, |s| Value::String(s.to_string()))
+/// What the function gets under `_amqp`, written straight from the delivery.
+#[derive(Serialize)]
+struct AmqpJson<'a> {
+    queue: &'a str,
+    exchange: &'a str,
+    routing_key: &'a str,
+    message_id: Option<&'a str>,
+    correlation_id: Option<&'a str>,
+    content_type: Option<&'a str>,
+    timestamp: Option<u64>,
+    headers: Table<'a>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    headers_omitted: bool,
+    redelivered: bool,
+    delivery_count: u32,
 }
 
-/// What the function gets under `_amqp`.
-fn amqp_json(queue: &str, delivery: &Delivery, attempt: u32) -> Value {
-    let properties = &delivery.properties;
-    json!({
-        "queue": queue,
-        "exchange": delivery.exchange.as_str(),
-        "routing_key": delivery.routing_key.as_str(),
-        "message_id": short(properties.message_id()),
-        "correlation_id": short(properties.correlation_id()),
-        "content_type": short(properties.content_type()),
-        "timestamp": properties.timestamp(),
-        "headers": properties.headers().as_ref().map_or(json!({}), table_json),
-        "redelivered": delivery.redelivered,
-        "delivery_count": attempt,
-    })
-}
-
-/// Base64 of the JSON: any header text survives HTTP unchanged.
-fn encode_header(properties: &Value) -> String {
-    let mut text = properties.to_string();
-    if text.len() > MAX_PROPERTIES_LEN {
-        let mut smaller = properties.clone();
-        smaller["headers"] = json!({});
-        smaller["headers_omitted"] = json!(true);
-        text = smaller.to_string();
+impl<'a> AmqpJson<'a> {
+    fn of(queue: &'a str, delivery: &'a Delivery, attempt: u32) -> Self {
+        let mut json = Self::of_properties(queue, &delivery.properties, attempt);
+        json.exchange = delivery.exchange.as_str();
+        json.routing_key = delivery.routing_key.as_str();
+        json.redelivered = delivery.redelivered;
+        json
     }
-    base64::engine::general_purpose::STANDARD.encode(text)
-}
 
-fn table_json(table: &FieldTable) -> Value {
-    Value::Object(
-        table
-            .inner()
-            .iter()
-            .map(|(k, v)| (k.to_string(), json_of(v)))
-            .collect(),
-    )
-}
-
-fn long_string(s: &LongString) -> Value {
-    Value::String(String::from_utf8_lossy(s.as_bytes()).into_owned())
-}
-
-fn json_of(value: &AMQPValue) -> Value {
-    match value {
-        AMQPValue::Boolean(b) => json!(b),
-        AMQPValue::ShortShortInt(n) => json!(n),
-        AMQPValue::ShortShortUInt(n) => json!(n),
-        AMQPValue::ShortInt(n) => json!(n),
-        AMQPValue::ShortUInt(n) => json!(n),
-        AMQPValue::LongInt(n) => json!(n),
-        AMQPValue::LongUInt(n) => json!(n),
-        AMQPValue::LongLongInt(n) => json!(n),
-        AMQPValue::Float(n) => json!(n),
-        AMQPValue::Double(n) => json!(n),
-        AMQPValue::DecimalValue(d) => {
-            json!(f64::from(d.value) / 10f64.powi(i32::from(d.scale)))
+    /// Without the delivery's own fields (exchange, routing key, redelivered).
+    fn of_properties(queue: &'a str, properties: &'a BasicProperties, attempt: u32) -> Self {
+        let short = |s: &'a Option<ShortString>| s.as_ref().map(ShortString::as_str);
+        Self {
+            queue,
+            exchange: "",
+            routing_key: "",
+            message_id: short(properties.message_id()),
+            correlation_id: short(properties.correlation_id()),
+            content_type: short(properties.content_type()),
+            timestamp: *properties.timestamp(),
+            headers: Table(properties.headers().as_ref()),
+            headers_omitted: false,
+            redelivered: false,
+            delivery_count: attempt,
         }
-        AMQPValue::ShortString(s) => json!(s.as_str()),
-        AMQPValue::LongString(s) => long_string(s),
-        AMQPValue::FieldArray(a) => Value::Array(a.as_slice().iter().map(json_of).collect()),
-        AMQPValue::Timestamp(t) => json!(t),
-        AMQPValue::FieldTable(t) => table_json(t),
-        AMQPValue::ByteArray(b) => {
-            json!(base64::engine::general_purpose::STANDARD.encode(b.as_slice()))
+    }
+
+    /// Base64 of the JSON: any header text survives HTTP unchanged.
+    fn encode(mut self) -> String {
+        let mut text = serde_json::to_vec(&self).expect("AMQP properties encode as JSON");
+        if text.len() > MAX_PROPERTIES_LEN {
+            self.headers = Table(None);
+            self.headers_omitted = true;
+            text = serde_json::to_vec(&self).expect("AMQP properties encode as JSON");
         }
-        AMQPValue::Void => Value::Null,
+        base64::engine::general_purpose::STANDARD.encode(text)
+    }
+}
+
+/// Message headers as a JSON object (`{}` for none).
+struct Table<'a>(Option<&'a FieldTable>);
+
+impl Serialize for Table<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Some(table) = self.0 else {
+            return serializer.serialize_map(Some(0))?.end();
+        };
+        let mut map = serializer.serialize_map(Some(table.inner().len()))?;
+        for (key, value) in table.inner() {
+            map.serialize_entry(key.as_str(), &Amqp(value))?;
+        }
+        map.end()
+    }
+}
+
+/// One AMQP field value as JSON: numbers, strings (bytes as base64), arrays, objects.
+struct Amqp<'a>(&'a AMQPValue);
+
+impl Serialize for Amqp<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            AMQPValue::Boolean(b) => serializer.serialize_bool(*b),
+            AMQPValue::ShortShortInt(n) => serializer.serialize_i8(*n),
+            AMQPValue::ShortShortUInt(n) => serializer.serialize_u8(*n),
+            AMQPValue::ShortInt(n) => serializer.serialize_i16(*n),
+            AMQPValue::ShortUInt(n) => serializer.serialize_u16(*n),
+            AMQPValue::LongInt(n) => serializer.serialize_i32(*n),
+            AMQPValue::LongUInt(n) => serializer.serialize_u32(*n),
+            AMQPValue::LongLongInt(n) => serializer.serialize_i64(*n),
+            AMQPValue::Float(n) => serializer.serialize_f32(*n),
+            AMQPValue::Double(n) => serializer.serialize_f64(*n),
+            AMQPValue::DecimalValue(d) => {
+                serializer.serialize_f64(f64::from(d.value) / 10f64.powi(i32::from(d.scale)))
+            }
+            AMQPValue::ShortString(s) => serializer.serialize_str(s.as_str()),
+            AMQPValue::LongString(s) => {
+                serializer.serialize_str(&String::from_utf8_lossy(s.as_bytes()))
+            }
+            AMQPValue::FieldArray(a) => serializer.collect_seq(a.as_slice().iter().map(Amqp)),
+            AMQPValue::Timestamp(t) => serializer.serialize_u64(*t),
+            AMQPValue::FieldTable(t) => Table(Some(t)).serialize(serializer),
+            AMQPValue::ByteArray(b) => serializer
+                .serialize_str(&base64::engine::general_purpose::STANDARD.encode(b.as_slice())),
+            AMQPValue::Void => serializer.serialize_unit(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {
@@ -534,13 +731,73 @@ mod tests {
         table.insert("n".into(), AMQPValue::LongInt(-3));
         table.insert("s".into(), AMQPValue::LongString("ü".into()));
         table.insert("b".into(), AMQPValue::ByteArray(vec![0xff, 0].into()));
-        assert_eq!(table_json(&table), json!({"n": -3, "s": "ü", "b": "/wA="}));
+        assert_eq!(
+            serde_json::to_value(Table(Some(&table))).unwrap(),
+            json!({"n": -3, "s": "ü", "b": "/wA="})
+        );
         let mut properties = BasicProperties::default();
         assert_eq!(attempts(&properties), 0);
         let mut headers = FieldTable::default();
         headers.insert(ATTEMPTS_HEADER.into(), AMQPValue::LongLongInt(3));
         properties = properties.with_headers(headers);
         assert_eq!(attempts(&properties), 3);
+    }
+
+    fn decoded(encoded: &str) -> serde_json::Value {
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap();
+        serde_json::from_slice(&text).unwrap()
+    }
+
+    #[test]
+    fn properties_become_the_amqp_json() {
+        let mut headers = FieldTable::default();
+        headers.insert("k".into(), AMQPValue::LongString("v".into()));
+        let properties = BasicProperties::default()
+            .with_message_id("m1".into())
+            .with_timestamp(7)
+            .with_headers(headers);
+        let json = decoded(&AmqpJson::of_properties("q", &properties, 2).encode());
+        assert_eq!(
+            json,
+            json!({"queue": "q", "exchange": "", "routing_key": "", "message_id": "m1",
+                   "correlation_id": null, "content_type": null, "timestamp": 7,
+                   "headers": {"k": "v"}, "redelivered": false, "delivery_count": 2})
+        );
+
+        let mut big = FieldTable::default();
+        big.insert(
+            "big".into(),
+            AMQPValue::LongString("x".repeat(20_000).into()),
+        );
+        let properties = BasicProperties::default().with_headers(big);
+        let json = decoded(&AmqpJson::of_properties("q", &properties, 1).encode());
+        assert_eq!(json["headers"], json!({}));
+        assert_eq!(json["headers_omitted"], true);
+    }
+
+    #[test]
+    fn acks_cover_handled_runs_and_never_an_unhandled_tag() {
+        let mut tags = Tags::default();
+        for tag in 1..=5 {
+            tags.delivered(tag);
+        }
+        // 1 in hand: 2 and 3 cannot be acked up to, but are acked alone.
+        tags.set(2, Held::Done);
+        tags.set(3, Held::Done);
+        assert_eq!(tags.due(), (None, vec![2, 3]));
+        assert_eq!(tags.due(), (None, vec![]));
+        // 4 was requeued (settled), 1 is done: one multiple ack up to 1 covers it alone
+        // (2 and 3 are acked, 4 requeued).
+        tags.set(4, Held::Sent);
+        tags.set(1, Held::Done);
+        assert_eq!(tags.due(), (Some(1), vec![]));
+        tags.delivered(6);
+        tags.set(6, Held::Done);
+        tags.set(5, Held::Done);
+        assert_eq!(tags.due(), (Some(6), vec![]));
+        assert_eq!(tags.due(), (None, vec![]));
     }
 
     #[test]

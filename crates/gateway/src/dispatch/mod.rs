@@ -14,7 +14,7 @@ mod consumer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -93,17 +93,22 @@ struct Counters {
     delivered: AtomicU64,
     failed: AtomicU64,
     dead_lettered: AtomicU64,
-    last_message_time: Mutex<Option<String>>,
+    /// Unix seconds of the last message handled, 0 for none since the last write: per
+    /// message a store, formatted only when written.
+    last_message_time: AtomicI64,
 }
 
 impl Counters {
     fn touch(&self) {
-        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        *self
-            .last_message_time
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(now);
+        let now = chrono::Utc::now().timestamp();
+        self.last_message_time.store(now, Ordering::Relaxed);
     }
+}
+
+/// A [`Counters::last_message_time`] as the status shows it.
+fn rfc3339(unix_secs: i64) -> Option<String> {
+    let time = chrono::DateTime::from_timestamp(unix_secs, 0)?;
+    Some(time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 /// What a consumer was started for; a change restarts it.
@@ -446,11 +451,12 @@ impl Shared {
         let delivered = counters.delivered.swap(0, Ordering::Relaxed);
         let failed = counters.failed.swap(0, Ordering::Relaxed);
         let dead_lettered = counters.dead_lettered.swap(0, Ordering::Relaxed);
-        let last = counters
-            .last_message_time
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let last_secs = counters.last_message_time.swap(0, Ordering::Relaxed);
+        let last = if last_secs == 0 {
+            None
+        } else {
+            rfc3339(last_secs)
+        };
         let status = &trigger.status;
         let counted = delivered + failed + dead_lettered > 0 || last.is_some();
         if !counted && status.active == active && status.message == message {
@@ -476,13 +482,10 @@ impl Shared {
             counters
                 .dead_lettered
                 .fetch_add(dead_lettered, Ordering::Relaxed);
-            if let Some(last) = last {
-                counters
-                    .last_message_time
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get_or_insert(last);
-            }
+            // A message handled meanwhile is the newer.
+            counters
+                .last_message_time
+                .fetch_max(last_secs, Ordering::Relaxed);
         }
     }
 }
