@@ -264,6 +264,51 @@ fn the_dispatcher_reads_triggers_and_writes_only_their_status() {
 }
 
 #[test]
+fn the_data_plane_runs_under_its_own_account_that_cannot_act_as_the_controllers() {
+    let account = |name: &str| {
+        install_objects()
+            .into_iter()
+            .map(|(_, o)| o)
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
+            .unwrap()["spec"]["template"]["spec"]["serviceAccountName"]
+            .clone()
+    };
+    assert_eq!(account("sless-api"), "sless-api");
+    assert_eq!(account("sless-controllers"), "sless-operator");
+    let rules = cluster_role("sless-api");
+    let allows = |group: &str, resource: &str, verb: &str| grants(&rules, group, resource, verb);
+    for resource in ["functions", "services", "triggers", "functionjobs"] {
+        for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+            assert!(
+                allows("sless.kube5s.ru", resource, verb),
+                "{resource} {verb}"
+            );
+        }
+    }
+    assert!(allows("", "namespaces", "create"));
+    assert!(!allows("", "namespaces", "patch"));
+    assert!(allows("apps", "deployments", "watch"));
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("", "services"),
+        ("networking.k8s.io", "networkpolicies"),
+        ("networking.k8s.io", "ingresses"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("", "secrets"),
+    ] {
+        for verb in ["create", "patch", "delete"] {
+            assert!(!allows(group, resource, verb), "{resource} {verb}");
+        }
+    }
+    for verb in ["get", "list", "watch"] {
+        assert!(!allows("", "secrets", verb), "secrets {verb}");
+    }
+    assert!(!rules.iter().any(|r| r.verbs.iter().any(|v| v == "*")));
+}
+
+#[test]
 fn the_cluster_role_grants_what_the_controllers_do_and_no_secret_reads() {
     let rules = cluster_role("sless-operator");
     let allows = |group: &str, resource: &str, verb: &str| grants(&rules, group, resource, verb);

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::authz::{Admission, Write, assert_authorized, install_documents};
+use common::authz::{Admission, Need, Rbac, Write, assert_authorized, install_documents};
 use common::kube_cluster::{
     Cluster, FUNCTIONS, Operator, SECRET, apply_function, apply_trigger, cluster, create_namespace,
     eventually, eventually_within, free_port, triggers, wait_ready,
@@ -149,12 +149,18 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         "metadata": {"name": "regcred", "namespace": "sless-system"},
         "data": {".dockerconfigjson": "e30="}});
     cluster.emu.create("v1", "secrets", credential).unwrap();
-    let operator =
-        cluster.operator_with_env("operator", &[], &[("SLESS_REGISTRY_SECRET", "regcred")]);
+    // The two components as the install runs them, each under its own account.
+    let operator = cluster.operator_with_env(
+        "operator",
+        &["--components", "controllers"],
+        &[("SLESS_REGISTRY_SECRET", "regcred")],
+    );
+    let api = cluster.operator("api", &["--components", "api"]);
     wait_ready(&operator).await;
-    let alice = User::new(&operator, "alice");
+    wait_ready(&api).await;
+    let alice = User::new(&api, "alice");
     // `sless token` signs with the secret the operator verifies with (docs/kubernetes.md).
-    let mut bob = User::new(&operator, "bob");
+    let mut bob = User::new(&api, "bob");
     bob.token = cli_token(&["--sub", "bob"]).unwrap();
     let (status, body) = bob.get("functions").await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -164,6 +170,9 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         "{refused}"
     );
     let ns = alice.ns.clone();
+    // The console's first call makes the user's namespace.
+    let (status, body) = alice.post("ensure", json!({})).await;
+    assert!(status.is_success(), "{status} {body}");
     // NetworkPolicy knows no host names: an egress list naming one is refused up front.
     let named =
         json!({"name": "named", "runtime": "python3.11", "egress": ["api.example.com:443"]});
@@ -344,7 +353,7 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
 
     // Right after the start no pod is ready: a call waits for one instead of failing.
     let started = Instant::now();
-    let response = reqwest::get(format!("{}/fn/{ns}/hello", operator.base))
+    let response = reqwest::get(format!("{}/fn/{ns}/hello", api.base))
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -589,9 +598,23 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
     })
     .await;
 
-    // Every request the operator made is one a real API server lets through: allowed by
-    // its roles (and the RoleBindings it made), admitted by the policies that keep its
-    // writes to the namespaces sless made.
+    // Every request of each component is one a real API server lets through: allowed by
+    // the roles of its account (and the RoleBindings the controllers made), admitted by
+    // the policies that keep their writes to the namespaces sless made.
+    let data_plane = assert_authorized(&cluster.emu, "api", &["rbac.yaml"], "sless-api");
+    for (resource, verb) in [
+        ("functions", "create"),
+        ("functions/status", "patch"),
+        ("namespaces", "create"),
+        ("deployments", "watch"),
+    ] {
+        assert!(
+            data_plane
+                .iter()
+                .any(|n| n.resource == resource && n.verb == verb),
+            "no data-plane {resource} {verb} among the checked requests"
+        );
+    }
     let needs = assert_authorized(&cluster.emu, "operator", &["rbac.yaml"], "sless-operator");
     for (resource, verb) in [
         ("secrets", "patch"),
@@ -603,6 +626,64 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
                 .iter()
                 .any(|n| n.resource == resource && n.verb == verb),
             "no {resource} {verb} among the checked requests"
+        );
+    }
+}
+
+/// What the API server's authorizer would decide, under the shipped RBAC, for the
+/// data plane's account and the controllers'.
+#[test]
+fn the_data_plane_account_cannot_do_what_only_the_controllers_do() {
+    let documents = install_documents("rbac.yaml");
+    let account = |name: &str| Rbac::of(&documents, &[], "sless-system", name);
+    let (data_plane, controllers) = (account("sless-api"), account("sless-operator"));
+    let need =
+        |group: &str, resource: &str, verb: &str, namespace: &str, name: Option<&str>| Need {
+            group: group.into(),
+            resource: resource.into(),
+            verb: verb.into(),
+            namespace: Some(namespace.into()),
+            name: name.map(Into::into),
+        };
+    let deploy_ns = deploy_namespace("team-a");
+    for only_controllers in [
+        need("apps", "deployments", "create", &deploy_ns, None),
+        need("apps", "deployments", "patch", &deploy_ns, Some("hello")),
+        need("", "namespaces", "patch", "team-a", Some("team-a")),
+        need("batch", "jobs", "create", &build_namespace("team-a"), None),
+        need(
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "create",
+            &deploy_ns,
+            None,
+        ),
+        need("", "secrets", "get", "sless-system", Some("regcred")),
+        need(
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            "sless-system",
+            Some("sless-operator"),
+        ),
+    ] {
+        assert!(
+            controllers.allows(&only_controllers),
+            "{only_controllers:?}"
+        );
+        assert!(
+            !data_plane.allows(&only_controllers),
+            "{only_controllers:?}"
+        );
+    }
+    for both in [
+        need("sless.kube5s.ru", "functions", "create", "team-a", None),
+        need("", "namespaces", "create", "team-a", None),
+        need("apps", "deployments", "watch", &deploy_ns, None),
+    ] {
+        assert!(
+            controllers.allows(&both) && data_plane.allows(&both),
+            "{both:?}"
         );
     }
 }

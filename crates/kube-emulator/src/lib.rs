@@ -64,6 +64,8 @@ impl RequestRecord {
 struct Requests {
     log: VecDeque<RequestRecord>,
     counts: HashMap<(String, String), u64>,
+    /// Every request served so far.
+    served: u64,
 }
 
 struct Inner {
@@ -450,6 +452,18 @@ impl Emulator {
         lock(&self.inner.requests).log.iter().cloned().collect()
     }
 
+    /// The requests served after the first `seen` (those the log still holds, oldest
+    /// first) and how many were served in all, to pass as `seen` next time.
+    pub fn requests_after(&self, seen: u64) -> (Vec<RequestRecord>, u64) {
+        let requests = lock(&self.inner.requests);
+        let new = usize::try_from(requests.served.saturating_sub(seen)).unwrap_or(usize::MAX);
+        let skip = requests.log.len().saturating_sub(new);
+        (
+            requests.log.iter().skip(skip).cloned().collect(),
+            requests.served,
+        )
+    }
+
     /// How many `method` requests reached `path` (no query, no client prefix).
     pub fn request_count(&self, method: &str, path: &str) -> u64 {
         lock(&self.inner.requests)
@@ -473,6 +487,7 @@ impl Emulator {
             .counts
             .entry((method.to_string(), path.to_string()))
             .or_default() += 1;
+        requests.served += 1;
         if requests.log.len() == REQUEST_LOG {
             requests.log.pop_front();
         }

@@ -1035,6 +1035,16 @@ async fn requests_are_logged_per_client() {
         emu.request_count("POST", "/api/v1/namespaces/default/configmaps"),
         1
     );
+    // Only what came after a point, as a load measurement reads it.
+    let (_, seen) = emu.requests_after(0);
+    maps.get("w").await.unwrap();
+    let (after, total) = emu.requests_after(seen);
+    assert_eq!(total, seen + 1);
+    assert_eq!(
+        after.iter().map(|r| r.method.as_str()).collect::<Vec<_>>(),
+        ["GET"]
+    );
+    assert!(emu.requests_after(total).0.is_empty());
 }
 
 fn function_resource() -> ApiResource {

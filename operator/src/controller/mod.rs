@@ -4,6 +4,7 @@
 //! (found by labels: owner references cannot cross namespaces).
 
 mod build;
+mod caches;
 pub mod job;
 mod tolerant;
 pub mod trigger;
@@ -11,7 +12,7 @@ pub mod workload;
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
@@ -25,8 +26,8 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -119,9 +120,15 @@ pub struct Context {
     secrets: Mutex<HashMap<String, (String, Instant)>>,
     /// Deploy namespaces whose boundaries were applied, and when.
     boundaries: Mutex<HashMap<String, Instant>>,
-    /// The triggers the function controller watches: reconciles read a function's
-    /// demand here instead of listing them from the API server each time.
-    triggers: std::sync::OnceLock<Store<Trigger>>,
+    /// Held while a namespace is prepared: the hundred reconciles of a new namespace
+    /// wait for the first instead of all applying the same objects.
+    preparing: tokio::sync::Mutex<()>,
+    /// The watch caches of the running controllers (replaced by each run: a replica
+    /// that regains the lease starts new watches).
+    caches: RwLock<Option<Arc<caches::Caches>>>,
+    /// Child (`Kind/namespace/name`) → (hash of the manifest last applied, the
+    /// resourceVersion that apply returned): see [`Context::apply_unless_current`].
+    applied: Mutex<HashMap<String, (u64, String)>>,
 }
 
 /// Cached facts about a deploy namespace (it exists, its pull secret is current) are
@@ -150,17 +157,20 @@ impl Context {
             namespaces: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
             boundaries: Mutex::new(HashMap::new()),
-            triggers: std::sync::OnceLock::new(),
+            preparing: tokio::sync::Mutex::new(()),
+            caches: RwLock::new(None),
+            applied: Mutex::new(HashMap::new()),
         })
     }
 
     /// The triggers of `namespace`: from the function controller's watch cache once it
     /// runs (updated before the controller hears of a change), else listed.
     pub(crate) async fn triggers_in(&self, namespace: &str) -> Result<Vec<Arc<Trigger>>> {
-        let Some(cache) = self.triggers.get() else {
+        let Some(caches) = self.caches() else {
             let listed = tolerant::list::<Trigger>(&self.client, namespace).await?;
             return Ok(listed.into_iter().map(Arc::new).collect());
         };
+        let cache = &caches.triggers;
         // Before the first list the cache is empty, which would read as no demand.
         cache
             .wait_until_ready()
@@ -198,6 +208,7 @@ impl Context {
     /// A deploy namespace, as [`Context::prepare_namespace`] makes it, with the tenant's
     /// boundaries: NetworkPolicies, ResourceQuota and LimitRange.
     async fn prepare_deploy_namespace(&self, namespace: &str, deploy_ns: &str) -> Result<()> {
+        let _preparing = self.preparing.lock().await;
         self.prepare_namespace(namespace, deploy_ns, PodSecurity::Restricted)
             .await?;
         if self.knows_boundaries(deploy_ns) {
@@ -230,6 +241,7 @@ impl Context {
     /// A build namespace, as [`Context::prepare_namespace`] makes it, with its
     /// NetworkPolicy.
     async fn prepare_build_namespace(&self, namespace: &str, build_ns: &str) -> Result<()> {
+        let _preparing = self.preparing.lock().await;
         self.prepare_namespace(namespace, build_ns, PodSecurity::Privileged)
             .await?;
         if self.knows_boundaries(build_ns) {
@@ -311,9 +323,17 @@ impl Context {
     /// Copies the operator namespace's Secret `name` into `target_ns` when it changed
     /// (or was last copied long ago).
     async fn sync_secret(&self, name: &str, target_ns: &str) -> Result<()> {
-        let sources: Api<Secret> =
-            Api::namespaced(self.client.clone(), &self.config.operator_namespace);
-        let Some(source) = sources.get_opt(name).await? else {
+        let operator_ns = &self.config.operator_namespace;
+        let source = match self.caches() {
+            Some(caches) => caches::cached(&caches.secrets, "secret", operator_ns, name)
+                .await?
+                .map(|s| (*s).clone()),
+            None => {
+                let sources: Api<Secret> = Api::namespaced(self.client.clone(), operator_ns);
+                sources.get_opt(name).await?
+            }
+        };
+        let Some(source) = source else {
             tracing::warn!(
                 secret = %name,
                 namespace = %self.config.operator_namespace,
@@ -691,8 +711,16 @@ fn managed() -> watcher::Config {
     watcher::Config::default().labels(&managed_labels())
 }
 
-/// A tick whenever a registry secret changes, so every workload re-copies it.
-fn secret_changes(ctx: &Context) -> impl Stream<Item = ()> + Send + 'static {
+/// The registry secrets' watch with its store, and a sender that ticks after each of
+/// their changes (once the store has it), so every workload re-copies them.
+fn registry_secrets(
+    ctx: &Context,
+) -> (
+    Store<Secret>,
+    futures::future::BoxFuture<'static, ()>,
+    tokio::sync::watch::Sender<u64>,
+) {
+    use futures::FutureExt as _;
     let names: Vec<String> = ctx
         .config
         .registry_secret
@@ -700,18 +728,31 @@ fn secret_changes(ctx: &Context) -> impl Stream<Item = ()> + Send + 'static {
         .chain(&ctx.config.registry_pull_secret)
         .cloned()
         .collect();
+    let ticks = tokio::sync::watch::Sender::new(0u64);
     if names.is_empty() {
-        return futures::stream::pending().boxed();
+        // Never ready, and never read: without registry secrets none is copied.
+        let (store, _) = reflector::store::<Secret>();
+        return (store, futures::future::pending().boxed(), ticks);
     }
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .filter_map(move |r| {
-            let ours = r.is_ok_and(|secret| names.iter().any(|n| *n == secret.name_any()));
-            async move { ours.then_some(()) }
+    let (store, changes) = caches::secrets(&ctx.client, &ctx.config.operator_namespace, names);
+    let sender = ticks.clone();
+    let run = changes
+        .for_each(move |()| {
+            sender.send_modify(|n| *n += 1);
+            futures::future::ready(())
         })
-        .boxed()
+        .boxed();
+    (store, run, ticks)
+}
+
+/// A stream of the ticks of [`registry_secrets`], for `reconcile_all_on`.
+fn secret_changes(
+    ticks: &tokio::sync::watch::Sender<u64>,
+) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(ticks.subscribe(), |mut receiver| async move {
+        receiver.changed().await.ok()?;
+        Some(((), receiver))
+    })
 }
 
 async fn drain<K, S>(name: &'static str, stream: S)
@@ -839,37 +880,35 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         );
     };
 
-    // Every kind of child is watched, so one deleted by hand comes back at once.
+    // Every kind of child is watched, so one deleted by hand comes back at once; the
+    // watches are also the caches the reconciles read (see `caches`).
     // The CRs are watched through `tolerant`, so one unreadable object stalls nothing.
+    let (secret_store, secret_watch, secret_ticks) = registry_secrets(&ctx);
     let (function_store, function_events) = tolerant::watch::<Function>(client.clone(), true);
     let known_functions = function_store.clone();
     let (trigger_cache, trigger_changes) = tolerant::watch::<Trigger>(client.clone(), false);
-    // Set once per process: a second run (tests) keeps the first, equally current cache.
-    let _ = ctx.triggers.set(trigger_cache);
+    let (f_deployments, f_deployment_events) = caches::children::<Deployment>(&client);
+    let (f_services, f_service_events) = caches::children::<KubeService>(&client);
+    let (f_policies, f_policy_events) = caches::children::<NetworkPolicy>(&client);
+    let (f_pods, f_pod_events) = caches::children::<Pod>(&client);
     let functions = Controller::for_stream(function_events, function_store)
         .watches_stream(trigger_changes, |trigger: Trigger| {
             let namespace = trigger.namespace()?;
             Some(ObjectRef::new(&trigger.spec.function_ref).within(&namespace))
         })
-        .watches(
-            Api::<Deployment>::all(client.clone()),
-            managed(),
-            |d: Deployment| owner_ref(d.labels(), Kind::Function),
-        )
-        .watches(
-            Api::<KubeService>::all(client.clone()),
-            managed(),
-            |s: KubeService| owner_ref(s.labels(), Kind::Function),
-        )
+        .watches_stream(f_deployment_events, |d: Deployment| {
+            owner_ref(d.labels(), Kind::Function)
+        })
+        .watches_stream(f_service_events, |s: KubeService| {
+            owner_ref(s.labels(), Kind::Function)
+        })
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Function)
         })
         // What the kubelet reports (a crash loop, an image pull error) shows on no
         // Deployment field: the pods are watched for it.
-        .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
-            owner_ref(p.labels(), Kind::Function)
-        })
-        .watches(Api::<NetworkPolicy>::all(client.clone()), managed(), {
+        .watches_stream(f_pod_events, |p: Pod| owner_ref(p.labels(), Kind::Function))
+        .watches_stream(f_policy_events, {
             let (ctx, known) = (ctx.clone(), known_functions.clone());
             move |p: NetworkPolicy| boundary_refs(p.labels(), Kind::Function, &ctx, &known)
         })
@@ -881,32 +920,29 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
             let (ctx, known) = (ctx.clone(), known_functions.clone());
             move |l: LimitRange| boundary_refs(l.labels(), Kind::Function, &ctx, &known)
         })
-        .reconcile_all_on(secret_changes(&ctx))
-        .shutdown_on_signal()
-        .run(reconcile_function, error_policy, ctx.clone());
+        .reconcile_all_on(secret_changes(&secret_ticks))
+        .shutdown_on_signal();
 
     let (service_store, service_events) = tolerant::watch::<Service>(client.clone(), true);
     let known_services = service_store.clone();
+    let (s_deployments, s_deployment_events) = caches::children::<Deployment>(&client);
+    let (s_services, s_service_events) = caches::children::<KubeService>(&client);
+    let (s_policies, s_policy_events) = caches::children::<NetworkPolicy>(&client);
+    let (s_pods, s_pod_events) = caches::children::<Pod>(&client);
     let services = Controller::for_stream(service_events, service_store)
-        .watches(
-            Api::<Deployment>::all(client.clone()),
-            managed(),
-            |d: Deployment| owner_ref(d.labels(), Kind::Service),
-        )
-        .watches(
-            Api::<KubeService>::all(client.clone()),
-            managed(),
-            |s: KubeService| owner_ref(s.labels(), Kind::Service),
-        )
+        .watches_stream(s_deployment_events, |d: Deployment| {
+            owner_ref(d.labels(), Kind::Service)
+        })
+        .watches_stream(s_service_events, |s: KubeService| {
+            owner_ref(s.labels(), Kind::Service)
+        })
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::Service)
         })
         // What the kubelet reports (a crash loop, an image pull error) shows on no
         // Deployment field: the pods are watched for it.
-        .watches(Api::<Pod>::all(client.clone()), managed(), |p: Pod| {
-            owner_ref(p.labels(), Kind::Service)
-        })
-        .watches(Api::<NetworkPolicy>::all(client.clone()), managed(), {
+        .watches_stream(s_pod_events, |p: Pod| owner_ref(p.labels(), Kind::Service))
+        .watches_stream(s_policy_events, {
             let (ctx, known) = (ctx.clone(), known_services.clone());
             move |p: NetworkPolicy| boundary_refs(p.labels(), Kind::Service, &ctx, &known)
         })
@@ -918,38 +954,58 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
             let (ctx, known) = (ctx.clone(), known_services.clone());
             move |l: LimitRange| boundary_refs(l.labels(), Kind::Service, &ctx, &known)
         })
-        .reconcile_all_on(secret_changes(&ctx))
-        .shutdown_on_signal()
-        .run(reconcile_service, error_policy, ctx.clone());
+        .reconcile_all_on(secret_changes(&secret_ticks))
+        .shutdown_on_signal();
 
     let (trigger_store, trigger_events) = tolerant::watch::<Trigger>(client.clone(), true);
     let known_triggers = trigger_store.clone();
+    let (called_functions, function_changes) = tolerant::watch::<Function>(client.clone(), false);
+    let (cron_jobs, cron_job_events) = caches::children::<CronJob>(&client);
+    let (ingresses, ingress_events) = caches::children::<Ingress>(&client);
     let triggers = Controller::for_stream(trigger_events, trigger_store)
-        .watches_stream(
-            tolerant::watch::<Function>(client.clone(), false).1,
-            move |function: Function| {
-                let namespace = function.namespace();
-                let name = function.name_any();
-                known_triggers
-                    .state()
-                    .into_iter()
-                    .filter(|t| t.namespace() == namespace && t.spec.function_ref == name)
-                    .map(|t| ObjectRef::from_obj(&*t))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .watches(
-            Api::<CronJob>::all(client.clone()),
-            managed(),
-            |c: CronJob| owner_ref(c.labels(), Kind::Trigger),
-        )
-        .watches(
-            Api::<Ingress>::all(client.clone()),
-            managed(),
-            |i: Ingress| owner_ref(i.labels(), Kind::Trigger),
-        )
-        .shutdown_on_signal()
-        .run(reconcile_trigger, error_policy, ctx.clone());
+        .watches_stream(function_changes, move |function: Function| {
+            let namespace = function.namespace();
+            let name = function.name_any();
+            known_triggers
+                .state()
+                .into_iter()
+                .filter(|t| t.namespace() == namespace && t.spec.function_ref == name)
+                .map(|t| ObjectRef::from_obj(&*t))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(cron_job_events, |c: CronJob| {
+            owner_ref(c.labels(), Kind::Trigger)
+        })
+        .watches_stream(ingress_events, |i: Ingress| {
+            owner_ref(i.labels(), Kind::Trigger)
+        })
+        .shutdown_on_signal();
+
+    *ctx.caches.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(caches::Caches {
+        triggers: trigger_cache,
+        functions: called_functions,
+        services: known_services,
+        function_children: caches::Children {
+            deployments: f_deployments,
+            services: f_services,
+            policies: f_policies,
+            pods: f_pods,
+        },
+        service_children: caches::Children {
+            deployments: s_deployments,
+            services: s_services,
+            policies: s_policies,
+            pods: s_pods,
+        },
+        trigger_children: caches::TriggerChildren {
+            cron_jobs,
+            ingresses,
+        },
+        secrets: secret_store,
+    }));
+    let functions = functions.run(reconcile_function, error_policy, ctx.clone());
+    let services = services.run(reconcile_service, error_policy, ctx.clone());
+    let triggers = triggers.run(reconcile_trigger, error_policy, ctx.clone());
 
     // Jobs are also polled: watching them across namespaces is not relied on.
     let (job_store, job_events) = tolerant::watch::<FunctionJob>(client.clone(), true);
@@ -976,7 +1032,9 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         ctx.config.operator_namespace.clone(),
         ctx.config.scale_to_zero_after,
     );
+    // The secrets' watch ends with the controllers (it never ends on its own).
     tokio::select! {
+        _ = secret_watch => {}
         _ = controllers => {}
         () = autoscaler => {}
     }

@@ -13,7 +13,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, ResourceExt};
 
 use super::{
-    Context, Error, Result, apply, delete_labelled, ensure_finalizer, namespace_of, refusal,
+    Context, Error, Result, caches, delete_labelled, ensure_finalizer, namespace_of, refusal,
     write_status,
 };
 use crate::manifests::{self, CronTrigger};
@@ -70,11 +70,18 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
     let function_name = &spec.function_ref;
     let api: Api<Trigger> = Api::namespaced(ctx.client.clone(), &namespace);
     let current = trigger.status.clone().unwrap_or_default();
-    let functions: Api<Function> = Api::namespaced(ctx.client.clone(), &namespace);
-    let function = functions
-        .get_opt(function_name)
-        .await?
-        .filter(|f| f.metadata.deletion_timestamp.is_none());
+    let caches = ctx.caches();
+    let function = match &caches {
+        Some(caches) => caches::cached(&caches.functions, "function", &namespace, function_name)
+            .await?
+            .map(|f| (*f).clone()),
+        None => {
+            let functions: Api<Function> = Api::namespaced(ctx.client.clone(), &namespace);
+            functions.get_opt(function_name).await?
+        }
+    }
+    .filter(|f| f.metadata.deletion_timestamp.is_none());
+    let children = caches.as_ref().map(|c| &c.trigger_children);
 
     let Some(function) = function else {
         remove_children(ctx, &namespace, &name).await?;
@@ -132,7 +139,9 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
                     ctx.prepare_deploy_namespace(&namespace, &deploy_ns).await?;
                     let ingress =
                         manifests::http_ingress(&namespace, &name, function_name, &ctx.config);
-                    let applied = apply(&ingresses, &ingress).await;
+                    let applied = ctx
+                        .apply_unless_current(&ingresses, children.map(|c| &c.ingresses), &ingress)
+                        .await;
                     if let Some(refused) = refusal(&applied) {
                         status.active = false;
                         status.message = Some(format!("Kubernetes refused the Ingress: {refused}"));
@@ -159,12 +168,18 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
                 &ctx.config,
             );
             let cron_jobs: Api<CronJob> = Api::namespaced(ctx.client.clone(), &deploy_ns);
-            let applied = apply(&cron_jobs, &cron).await;
+            let applied = ctx
+                .apply_unless_current(&cron_jobs, children.map(|c| &c.cron_jobs), &cron)
+                .await;
             if let Some(refused) = refusal(&applied) {
                 // Said in the status, not retried every few seconds in silence.
                 status.active = false;
                 status.message = Some(format!("Kubernetes refused the CronJob: {refused}"));
-            } else if let Some(time) = applied?.status.and_then(|s| s.last_schedule_time) {
+            } else if let Some(time) = applied?
+                .status
+                .as_ref()
+                .and_then(|s| s.last_schedule_time.as_ref())
+            {
                 status.last_schedule_time = Some(
                     chrono::DateTime::from_timestamp(time.0.as_second(), 0)
                         .unwrap_or_default()

@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 
 use super::build::{BuildState, BuildTarget, build};
 use super::{
-    Condition, Context, Error, Result, annotate, apply, delete_labelled, ensure_finalizer,
+    Condition, Context, Error, Result, annotate, caches, delete_labelled, ensure_finalizer,
     namespace_of, refusal, write_status, write_status_with,
 };
 use crate::autoscale::Bounds;
@@ -207,9 +207,19 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         manifests::workload::COMPONENT,
         &spec.egress,
     );
-    let applied = match apply(&policies, &egress).await {
-        Ok(_) => match apply(&deployments, &deployment).await {
-            Ok(deployed) => apply(&services, &manifests::service(K::KIND, &namespace, &name))
+    let caches = ctx.caches();
+    let children = caches.as_ref().and_then(|c| c.of(K::KIND));
+    let service = manifests::service(K::KIND, &namespace, &name);
+    let applied = match ctx
+        .apply_unless_current(&policies, children.map(|c| &c.policies), &egress)
+        .await
+    {
+        Ok(_) => match ctx
+            .apply_unless_current(&deployments, children.map(|c| &c.deployments), &deployment)
+            .await
+        {
+            Ok(deployed) => ctx
+                .apply_unless_current(&services, children.map(|c| &c.services), &service)
                 .await
                 .map(|_| deployed),
             Err(e) => Err(e),
@@ -224,16 +234,21 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         return Ok(Action::await_change());
     }
     let deployed = applied?;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &deploy_ns);
-    let pods = pods
-        .list(&ListParams::default().labels(&selector(&component_labels(
-            K::KIND,
-            &namespace,
-            &name,
-            manifests::workload::COMPONENT,
-        ))))
-        .await?;
-    let health = match health(&deployed, &pods.items, &image) {
+    let labels = component_labels(K::KIND, &namespace, &name, manifests::workload::COMPONENT);
+    let pods: Vec<Pod> = match children {
+        Some(children) => caches::labelled(&children.pods, "pod", &deploy_ns, &labels)
+            .await?
+            .iter()
+            .map(|p| (**p).clone())
+            .collect(),
+        None => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &deploy_ns);
+            pods.list(&ListParams::default().labels(&selector(&labels)))
+                .await?
+                .items
+        }
+    };
+    let health = match health(&deployed, &pods, &image) {
         // Nothing needs it: the autoscaler scales it to 0, whatever runs now.
         _ if !demand.needed => Health::Available,
         // Ready, no version built since, and the Deployment controller reported on this
@@ -361,9 +376,15 @@ async fn name_taken_by_other_kind<K: WorkloadResource>(
         return Ok(None);
     };
     let name = object.name_any();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &api_resource(other_kind));
-    let Some(other) = api.get_opt(&name).await? else {
+    let other = match ctx.caches() {
+        Some(caches) => caches.workload_meta(other_kind, namespace, &name).await?,
+        None => {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), namespace, &api_resource(other_kind));
+            api.get_opt(&name).await?.map(|o| o.metadata)
+        }
+    };
+    let Some(other) = other else {
         return Ok(None);
     };
     let age = |meta: &ObjectMeta| {
@@ -372,8 +393,7 @@ async fn name_taken_by_other_kind<K: WorkloadResource>(
             meta.uid.clone(),
         )
     };
-    let other_first =
-        other.metadata.deletion_timestamp.is_none() && age(&other.metadata) < age(object.meta());
+    let other_first = other.deletion_timestamp.is_none() && age(&other) < age(object.meta());
     Ok(other_first.then(|| {
         format!(
             "a {} named {name:?} already exists in this namespace; functions and services \
