@@ -356,6 +356,8 @@ impl Instance {
         let (Some(slot), Some(mut stdin)) = (self.slot.as_ref(), self.stdin.take()) else {
             return Err("not a standby process".into());
         };
+        // Not reaped before this (only `has_exited` and `exited` reap): even a standby
+        // that died meanwhile keeps its pid, so the helper cannot join another's.
         let pid = self.child.id().ok_or("the standby process is gone")?;
         create_private_dir(function.scratch)
             .map_err(|e| format!("cannot create the scratch directory: {e}"))?;
