@@ -71,7 +71,7 @@ pub struct RunnerConfig {
     pub max_pids: u32,
     /// Pre-started runtime processes kept per runtime (Python, Node) once a function of
     /// it exists, which any of its functions takes when an instance starts: that start
-    /// skips the interpreter's ([`standby`]). 0 turns them off.
+    /// skips the interpreter's (module `standby`). 0 turns them off.
     pub standby_pool: usize,
     /// MiB of `memory_mb` one namespace's running instances and job runs may add up to;
     /// past it an instance does not start and its status says why.
