@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 PY_HANDLER = r'''
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -70,6 +71,8 @@ def handle(event):
         return {"statusCode": 200, "headers": {"X-Price": "5 \u20ac"}, "body": "x"}
     if action == "/dep":
         return sless_testdep.VALUE
+    if action == "/bound-env":
+        return os.environ.get("SLESS_TEST_BOUND")
     if action == "job":
         print("job output", end="")  # no newline: the result must still get its own line
         return {"x": event.get("x")}
@@ -135,6 +138,8 @@ exports.handle = async (event) => {
       return 'met';
     case '/dep':
       return dep.VALUE;
+    case '/bound-env':
+      return process.env.SLESS_TEST_BOUND;
     case 'job':
       process.stdout.write('job output'); // no newline
       setInterval(() => {}, 1000); // a leftover timer must not keep the job alive
@@ -789,7 +794,8 @@ def test_listen_fd(rt):
 
 
 def test_standby(rt):
-    """SLESS_STANDBY=1: loaded and listening first, the function directory comes on stdin."""
+    """SLESS_STANDBY=1: loaded and listening first, the function directory and env come
+    on stdin as one JSON line."""
     if rt.name not in ("python3.11", "nodejs20"):
         return
     n = rt.name
@@ -813,12 +819,17 @@ def test_standby(rt):
         proc.stderr.close()
         return out, err
 
+    def bound(fn_dir):
+        return json.dumps({"dir": fn_dir, "env": {"SLESS_TEST_BOUND": "yes"}}).encode() + b"\n"
+
     def serves_the_named_dir():
-        port, proc, ready = start(rt.fn_dir.encode() + b"\n")
+        port, proc, ready = start(bound(rt.fn_dir))
         try:
             expect(os.read(ready, 1) == b"1", "no ready byte")
             _, value = request_json(port, "GET", "/dep")
             expect(value == "dep-ok", value)
+            _, value = request_json(port, "GET", "/bound-env")
+            expect(value == "yes", value)
         finally:
             os.close(ready)
             proc.kill()
@@ -833,14 +844,21 @@ def test_standby(rt):
         expect(proc.returncode == 0 and out == b"" and err == b"", (proc.returncode, out, err))
 
     def bad_dir():
-        port, proc, ready = start(b"/nonexistent/dir\n")
+        port, proc, ready = start(bound("/nonexistent/dir"))
         os.close(ready)
         out, err = finish(proc)
         expect(proc.returncode == 3 and b"/nonexistent/dir" in err, (proc.returncode, err[-500:]))
 
-    for name, fn in [("standby serves the directory named on stdin", serves_the_named_dir),
+    def bad_message():
+        port, proc, ready = start(b"/a/plain/path\n")
+        os.close(ready)
+        out, err = finish(proc)
+        expect(proc.returncode == 3 and b"bad standby message" in err, (proc.returncode, err[-500:]))
+
+    for name, fn in [("standby serves the directory named on stdin, with its env", serves_the_named_dir),
                      ("standby let go unused exits 0", let_go_unused),
-                     ("standby given a missing directory exits 3", bad_dir)]:
+                     ("standby given a missing directory exits 3", bad_dir),
+                     ("standby given a line that is not its JSON exits 3", bad_message)]:
         check(n, name, fn)
 
 

@@ -463,8 +463,9 @@ function main() {
   serve(loaded);
 }
 
-// A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; the runner
-// names the function's directory on stdin when a call needs it.
+// A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; when a
+// function needs it, the runner sends one JSON line on stdin, the function's directory
+// and its env ({"dir": ..., "env": {...}}), and closes it.
 function readFunctionDir() {
   if (process.env.SLESS_STANDBY !== '1') return Promise.resolve();
   delete process.env.SLESS_STANDBY;
@@ -476,8 +477,19 @@ function readFunctionDir() {
     });
     process.stdin.on('end', () => {
       const line = text.split('\n')[0];
-      if (!line) process.exit(0); // let go unused
-      process.env.SLESS_FUNCTION_DIR = line;
+      if (!line.trim()) process.exit(0); // let go unused
+      let bound;
+      try {
+        bound = JSON.parse(line);
+        if (typeof bound.dir !== 'string' || typeof bound.env !== 'object' || !bound.env) {
+          throw new Error('expected {"dir": string, "env": object}');
+        }
+      } catch (err) {
+        console.error(`sless-runtime: bad standby message on stdin: ${errorMessage(err)}`);
+        process.exit(EXIT_LOAD_ERROR);
+      }
+      Object.assign(process.env, bound.env);
+      process.env.SLESS_FUNCTION_DIR = bound.dir;
       resolve();
     });
   });

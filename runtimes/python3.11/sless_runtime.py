@@ -720,14 +720,21 @@ def listen_socket():
 
 
 def await_function_dir():
-    """A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; the runner
-    names the function's directory on stdin when a call needs it."""
+    """A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; when a
+    function needs it, the runner sends one JSON line on stdin: the function's
+    directory and its env ({"dir": ..., "env": {...}})."""
     if os.environ.pop("SLESS_STANDBY", "") != "1":
         return
-    line = sys.stdin.readline().rstrip("\n")
-    if not line:
+    line = sys.stdin.readline()
+    if not line.strip():
         sys.exit(0)  # let go unused
-    os.environ["SLESS_FUNCTION_DIR"] = line
+    try:
+        bound = json.loads(line)
+        os.environ.update(bound["env"])
+        os.environ["SLESS_FUNCTION_DIR"] = bound["dir"]
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"sless-runtime: bad standby message on stdin: {exc}", file=sys.stderr)
+        sys.exit(EXIT_LOAD_ERROR)
 
 
 def serve(func, sock):

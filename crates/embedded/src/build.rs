@@ -280,12 +280,12 @@ impl<'a> Log<'a> {
                     disk_mb: None,
                     // The package registries are public addresses; a refusal is
                     // written into the build log.
-                    egress: egress::Policy {
+                    egress: Some(egress::Policy {
                         owner: "the dependency install".into(),
                         egress: Egress::Internet,
                         log: build_log_line(&self.path),
                         limits: ProxyLimits::default(),
-                    },
+                    }),
                 },
             )
             .map_err(|e| BuildError(e.to_string()))?;

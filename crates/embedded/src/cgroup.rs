@@ -10,6 +10,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const MB: u64 = 1024 * 1024;
@@ -171,7 +172,7 @@ impl CgroupControl {
         let mut cgroup = Cgroup {
             dirs: Vec::new(),
             v2: self.v2,
-            limits: *limits,
+            limits: Mutex::new(*limits),
             procs: Vec::new(),
         };
         // On failure the half-made cgroup is dropped, which removes its directories.
@@ -259,7 +260,8 @@ fn cpu_settings(millis: u32) -> (u64, CpuWeight) {
 pub struct Cgroup {
     dirs: Vec<(Controller, PathBuf)>,
     v2: bool,
-    limits: Limits,
+    /// As last written (a standby's are set when it is bound).
+    limits: Mutex<Limits>,
     /// `cgroup.procs` of each directory, opened by the parent: the child joins by
     /// writing "0" to each before exec.
     procs: Vec<OwnedFd>,
@@ -303,8 +305,30 @@ impl Cgroup {
         };
         let text = fs::read_to_string(self.dir(Controller::Memory)?.join(file)).ok()?;
         let kills = counter(&text, "oom_kill")?;
-        let limit_mb = self.limits.memory_mb?;
+        let limit_mb = self.limits().memory_mb?;
         (kills > 0).then(|| oom_message(limit_mb))
+    }
+
+    fn limits(&self) -> Limits {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the memory and CPU limits of a running process (a standby bound to a
+    /// function); the pids limit stays. Memory below what it uses makes the kernel
+    /// reclaim, then kill.
+    pub fn set_limits(&self, memory_mb: Option<u32>, cpu_millis: Option<u32>) -> io::Result<()> {
+        let limits = Limits {
+            memory_mb,
+            cpu_millis,
+            max_pids: self.limits().max_pids,
+        };
+        for (controller, dir) in &self.dirs {
+            if *controller != Controller::Pids {
+                set_limit(dir, *controller, self.v2, &limits)?;
+            }
+        }
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
+        Ok(())
     }
 
     /// SIGKILL to every process in it (one directory holds them all).
@@ -325,7 +349,7 @@ impl Cgroup {
 
     /// The line for the log and the status once the pids limit refused a fork.
     pub fn pids_reason(&self) -> Option<String> {
-        let max = self.limits.max_pids?;
+        let max = self.limits().max_pids?;
         (self.pids_refused() > 0).then(|| pids_message(max))
     }
 }

@@ -32,6 +32,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::process::Owner;
 pub use sless_api::{Egress, EgressRule};
 use sless_core::logs::{LogBook, Stream};
 
@@ -348,6 +349,12 @@ pub fn channel(egress: &Egress) -> io::Result<Option<(ParentEnd, ChildEnd)>> {
     }
 }
 
+/// The channel of a standby, whose policy comes when it is bound: its listener is
+/// made at spawn and waits, unserved, until then.
+pub fn standby_channel() -> io::Result<(ParentEnd, ChildEnd)> {
+    socketpair()
+}
+
 /// Both ends close on exec.
 fn socketpair() -> io::Result<(ParentEnd, ChildEnd)> {
     let mut fds = [0; 2];
@@ -483,15 +490,16 @@ impl ParentEnd {
 pub type RefusalLog = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Refusals as stderr lines of the owner's log, under the version it runs now.
-pub fn log_book(
-    logs: Arc<LogBook>,
-    namespace: String,
-    name: String,
-    version: Arc<Mutex<String>>,
-) -> RefusalLog {
+pub(crate) fn log_book(logs: Arc<LogBook>, owner: Arc<Mutex<Owner>>) -> RefusalLog {
     Arc::new(move |line: &str| {
-        let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        logs.push(&namespace, &name, Stream::Stderr, &version, line);
+        let owner = owner.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        logs.push(
+            &owner.namespace,
+            &owner.name,
+            Stream::Stderr,
+            &owner.version,
+            line,
+        );
     })
 }
 
@@ -953,8 +961,12 @@ mod tests {
     #[test]
     fn refusals_reach_the_owners_log() {
         let logs = Arc::new(LogBook::new(10));
-        let version = Arc::new(Mutex::new("v1".to_string()));
-        let log = log_book(logs.clone(), "team".into(), "fn".into(), version);
+        let owner = Owner {
+            namespace: "team".into(),
+            name: "fn".into(),
+            version: "v1".into(),
+        };
+        let log = log_book(logs.clone(), Arc::new(Mutex::new(owner)));
         log("egress policy of team/fn refuses 10.0.0.5:5432: private address");
         let lines = logs.tail("team", "fn", 10);
         assert_eq!(lines.len(), 1);

@@ -363,7 +363,7 @@ async fn execute(
         memory_mb: Some(plan.memory_mb),
         cpu_millis: Some(plan.cpu_millis),
         disk_mb: Some(plan.disk_mb),
-        egress: egress::Policy {
+        egress: Some(egress::Policy {
             owner: format!("{ns}/{name}"),
             egress: plan.egress.clone(),
             // A refusal is a line of the run's log, as the function's own stderr.
@@ -372,7 +372,7 @@ async fn execute(
                 output.0.push((false, line.to_string()));
             }),
             limits: ProxyLimits::default(),
-        },
+        }),
     };
     tracing::debug!(
         memory_mb = plan.memory_mb,

@@ -17,6 +17,7 @@ mod sandbox;
 mod scratch;
 mod socket;
 pub mod sqlite;
+mod standby;
 mod workload;
 
 use std::collections::HashMap;
@@ -68,9 +69,9 @@ pub struct RunnerConfig {
     /// Processes and threads per instance, job run and dependency install (a cgroup's
     /// `pids.max`); 0 = no limit.
     pub max_pids: u32,
-    /// Python/Node functions not running (stopped, or waiting for code) that may keep one
-    /// pre-started runtime process each, sandboxed to their own builds: their next
-    /// start skips the interpreter's. 0 turns it off.
+    /// Pre-started runtime processes kept per runtime (Python, Node) once a function of
+    /// it exists, which any of its functions takes when an instance starts: that start
+    /// skips the interpreter's (module `standby`). 0 turns them off.
     pub standby_pool: usize,
     /// MiB of `memory_mb` one namespace's running instances and job runs may add up to;
     /// past it an instance does not start and its status says why.
@@ -136,8 +137,8 @@ struct Shared {
     /// Trigger → the function it last named, so a change (or deletion, which no longer
     /// says) wakes only that function.
     trigger_functions: Mutex<HashMap<Key, String>>,
-    /// One permit per standby process ([`RunnerConfig::standby_pool`]).
-    standby_slots: Arc<tokio::sync::Semaphore>,
+    /// The standbys waiting for a function ([`RunnerConfig::standby_pool`]).
+    standbys: standby::Pool,
     /// Memory reserved by each namespace's running instances and job runs.
     memory: Arc<MemoryLedger>,
     /// What cron fires go through, once the proxy is up ([`LocalRunner::call_triggers_through`]).
@@ -214,12 +215,13 @@ impl LocalRunner {
             endpoints: RwLock::new(HashMap::new()),
             actors: Mutex::new(HashMap::new()),
             trigger_functions: Mutex::new(HashMap::new()),
-            standby_slots: Arc::new(tokio::sync::Semaphore::new(config.standby_pool)),
+            standbys: standby::Pool::default(),
             memory: MemoryLedger::new(config.max_running_memory_mb),
             trigger_calls: OnceLock::new(),
             store,
             config,
         });
+        shared.clear_standbys()?;
         let weak = Arc::downgrade(&shared);
         shared.store.hook_spec_writes(Arc::new(move |write| {
             if let Some(shared) = weak.upgrade() {

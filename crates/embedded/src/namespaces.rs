@@ -117,6 +117,76 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Bind-mounts each `(source, target)` into the mount namespace of `pid` (a process
+    /// sless confined; a standby bound to a function, [`crate::standby`]): `source` is a
+    /// path as sless sees it, `target` one in the process's view (made if missing).
+    /// setns into a user namespace needs a single-threaded process, hence a short
+    /// helper child that joins them before it execs `true`.
+    pub fn bind_into(&self, pid: u32, mounts: &[(&Path, &Path)]) -> io::Result<()> {
+        let user = self
+            .user_namespace
+            .then(|| CString::new(format!("/proc/{pid}/ns/user")))
+            .transpose()?;
+        let mount_ns = CString::new(format!("/proc/{pid}/ns/mnt"))?;
+        let mounts = mounts
+            .iter()
+            .map(|(source, target)| Ok((c_path(source)?, c_path(target)?)))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut command = std::process::Command::new("true");
+        command.env_clear().env("PATH", "/usr/bin:/bin");
+        // SAFETY: open, setns, mount and close on strings prepared before the fork.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                if let Some(user) = &user {
+                    join(user, libc::CLONE_NEWUSER)?;
+                }
+                join(&mount_ns, libc::CLONE_NEWNS)?;
+                for (source, target) in &mounts {
+                    // A mount point in the standby's tmpfs is made here.
+                    if libc::mkdir(target.as_ptr(), 0o700) != 0
+                        && *libc::__errno_location() != libc::EEXIST
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                    check(libc::mount(
+                        source.as_ptr(),
+                        target.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ))?;
+                }
+                Ok(())
+            });
+        }
+        let status = command.status()?;
+        if !status.success() {
+            return Err(io::Error::other(format!(
+                "the mount helper exited with {status}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// # Safety
+/// Async-signal-safe: open, setns and close only.
+unsafe fn join(path: &CStr, kind: libc::c_int) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path; the descriptor is closed before returning.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        check(fd)?;
+        let joined = libc::setns(fd, kind);
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        if joined != 0 {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 impl Namespaces {
     /// The directory its scratch tmpfs is mounted on, if any.
     pub fn scratch(&self) -> Option<&CStr> {

@@ -23,15 +23,33 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use crate::cgroup::Cgroup;
 use crate::egress::{self, Egress, ProxyLimits};
-use crate::sandbox::{Confinement, Guard, Sandbox};
+use crate::sandbox::{BoundLimits, Confinement, Guard, Sandbox};
 use crate::scratch;
 use crate::socket::{SocketDir, SocketFile};
+use crate::standby::Slot;
+use sless_core::data_dir::create_private_dir;
 use sless_core::logs::{LogBook, Stream};
 
-/// What to start and whose logs its output belongs to.
+/// What to start: a function's instance, or a standby for any function of a runtime.
 pub struct Launch<'a> {
     pub program: &'a str,
     pub args: &'a [String],
+    /// Where its listening socket is made.
+    pub sockets: &'a SocketDir,
+    pub target: Target<'a>,
+}
+
+pub enum Target<'a> {
+    /// Serves this function's version from the start.
+    Serve(&'a Function<'a>),
+    /// Pre-start: the runtime loads and takes its socket, confined to the slot's
+    /// directories with no function's limits, env or egress, then waits on stdin to be
+    /// bound to a function ([`Instance::bind`]).
+    Standby(Slot),
+}
+
+/// A function's version as an instance runs it, and whose logs its output belongs to.
+pub struct Function<'a> {
     pub dir: &'a Path,
     /// Its HOME and TMPDIR, the one place it may write.
     pub scratch: &'a Path,
@@ -45,11 +63,45 @@ pub struct Launch<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub version: &'a str,
-    /// Pre-start: the runtime loads and takes its socket, then waits on stdin for the
-    /// version directory under `dir` it is to serve ([`Instance::bind`]).
-    pub standby: bool,
-    /// Where its listening socket is made.
-    pub sockets: &'a SocketDir,
+}
+
+impl Function<'_> {
+    fn owner(&self) -> Owner {
+        Owner {
+            namespace: self.namespace.to_string(),
+            name: self.name.to_string(),
+            version: self.version.to_string(),
+        }
+    }
+
+    fn policy(&self, logs: &Arc<LogBook>, owner: &Arc<Mutex<Owner>>) -> egress::Policy {
+        egress::Policy {
+            owner: format!("{}/{}", self.namespace, self.name),
+            egress: self.egress.clone(),
+            log: egress::log_book(logs.clone(), owner.clone()),
+            limits: ProxyLimits::default(),
+        }
+    }
+}
+
+/// Whose process it is: its output, egress refusals and pids-limit lines go to this
+/// workload's log under this version (a standby's is set when it is bound).
+#[derive(Clone, Debug, Default)]
+pub struct Owner {
+    pub namespace: String,
+    pub name: String,
+    pub version: String,
+}
+
+impl Owner {
+    fn push(shared: &Mutex<Owner>, logs: &LogBook, stream: Stream, line: &str, raw: bool) {
+        let owner = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if raw {
+            logs.push_output(&owner.namespace, &owner.name, stream, &owner.version, line);
+        } else {
+            logs.push(&owner.namespace, &owner.name, stream, &owner.version, line);
+        }
+    }
 }
 
 pub struct Instance {
@@ -58,12 +110,15 @@ pub struct Instance {
     guard: Guard,
     /// Until read: where the runtime says it listens.
     ready: Option<pipe::Receiver>,
-    /// A standby's stdin, until it is told its version directory.
+    /// A standby's stdin, until it is bound.
     stdin: Option<ChildStdin>,
-    /// The version its output is logged under (a standby learns it at bind).
-    version: Arc<Mutex<String>>,
-    scratch: PathBuf,
-    scratch_watch: scratch::Watch,
+    /// A standby's directories, which its function's are mounted on when it is bound.
+    slot: Option<Slot>,
+    /// When the spawn began, for the debug log of how long each step took.
+    spawned_at: std::time::Instant,
+    owner: Arc<Mutex<Owner>>,
+    /// Its scratch directory and the watch on its size (a standby's from its bind).
+    scratch: Option<(PathBuf, scratch::Watch)>,
 }
 
 /// Files an instance's scratch may hold ([`scratch::Bound`]).
@@ -105,15 +160,12 @@ fn capture(
     reader: impl AsyncRead + Unpin + Send + 'static,
     logs: Arc<LogBook>,
     stream: Stream,
-    namespace: String,
-    name: String,
-    version: Arc<Mutex<String>>,
+    owner: Arc<Mutex<Owner>>,
 ) {
     tokio::spawn(async move {
         sless_core::logs::read_lines(reader, sless_core::logs::MAX_LINE_BYTES, |line| {
-            let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
             // Each runtime tags a line with the call that printed it.
-            logs.push_output(&namespace, &name, stream, &version, &line);
+            Owner::push(&owner, &logs, stream, &line, true);
         })
         .await;
     });
@@ -122,7 +174,7 @@ fn capture(
 impl Instance {
     /// Starts the process in its sandbox; the error says why it could not.
     pub fn spawn(
-        launch: &Launch<'_>,
+        launch: Launch<'_>,
         logs: &Arc<LogBook>,
         sandbox: &Sandbox,
     ) -> Result<Self, String> {
@@ -137,40 +189,56 @@ impl Instance {
             };
             format!("{cause}\n{}: {e}; is it installed?", launch.program)
         };
+        let spawned_at = std::time::Instant::now();
         let (listener, socket) = launch
             .sockets
             .listen()
             .map_err(|e| format!("cannot create the instance's socket: {e}"))?;
-        let version = Arc::new(Mutex::new(launch.version.to_string()));
+        let owner = Arc::new(Mutex::new(match &launch.target {
+            Target::Serve(function) => function.owner(),
+            Target::Standby(_) => Owner::default(),
+        }));
         let mut command = Command::new(launch.program);
         die_with_parent(&mut command);
-        limit_file_size(&mut command, launch.disk_mb);
-        let mut guard = sandbox
-            .confine(
-                &mut command,
-                &Confinement {
-                    read: &[launch.dir],
-                    write: &[launch.scratch],
-                    memory_mb: Some(launch.memory_mb),
-                    cpu_millis: Some(launch.cpu_millis),
-                    // An instance's scratch stays the function's directory on disk, kept
-                    // across restarts (event handlers keep state there): it is measured
-                    // ([`scratch::Watch`]), a tmpfs is a job run's.
-                    disk_mb: None,
-                    egress: egress::Policy {
-                        owner: format!("{}/{}", launch.namespace, launch.name),
-                        egress: launch.egress.clone(),
-                        log: egress::log_book(
-                            logs.clone(),
-                            launch.namespace.to_string(),
-                            launch.name.to_string(),
-                            version.clone(),
-                        ),
-                        limits: ProxyLimits::default(),
+        let confined = match &launch.target {
+            Target::Serve(function) => {
+                limit_file_size(&mut command, function.disk_mb);
+                sandbox.confine(
+                    &mut command,
+                    &Confinement {
+                        read: &[function.dir],
+                        write: &[function.scratch],
+                        memory_mb: Some(function.memory_mb),
+                        cpu_millis: Some(function.cpu_millis),
+                        // An instance's scratch stays the function's directory on disk,
+                        // kept across restarts (event handlers keep state there): it is
+                        // measured ([`scratch::Watch`]), a tmpfs is a job run's.
+                        disk_mb: None,
+                        egress: Some(function.policy(logs, &owner)),
                     },
-                },
-            )
-            .map_err(|e| e.to_string())?;
+                )
+            }
+            Target::Standby(slot) => {
+                // Lowered to the function's `disk_mb` when bound.
+                limit_file_size(&mut command, u32::MAX);
+                // Its function's code and scratch are mounted beneath these when it is
+                // bound ([`crate::standby`]). Its writable directory is a tmpfs of 1 MB:
+                // nothing it writes outside the scratch reaches the disk.
+                sandbox.confine(
+                    &mut command,
+                    &Confinement {
+                        read: &[&slot.readable()],
+                        write: &[&slot.writable()],
+                        memory_mb: None,
+                        cpu_millis: None,
+                        disk_mb: Some(1),
+                        egress: None,
+                    },
+                )
+            }
+        };
+        let mut guard = confined.map_err(|e| e.to_string())?;
+        let confined = spawned_at.elapsed();
         // Both ends close on exec; the child gets the write end as READY_FD.
         let (ready, ready_write) =
             std::io::pipe().map_err(|e| format!("cannot create the ready pipe: {e}"))?;
@@ -181,24 +249,22 @@ impl Instance {
                 (listener.as_raw_fd(), LISTEN_FD),
             ],
         );
-        if launch.standby {
-            command.env("SLESS_STANDBY", "1").stdin(Stdio::piped());
-        } else {
-            command
-                .env("SLESS_FUNCTION_DIR", launch.dir)
-                .stdin(Stdio::null());
-        }
-        tracing::debug!(
-            ns = launch.namespace,
-            name = launch.name,
-            memory_mb = launch.memory_mb,
-            cpu_millis = launch.cpu_millis,
-            "starting an instance"
-        );
+        let dir = match &launch.target {
+            Target::Serve(function) => {
+                command
+                    .env("SLESS_FUNCTION_DIR", function.dir)
+                    .envs(&function.env)
+                    .stdin(Stdio::null());
+                function.dir.to_path_buf()
+            }
+            Target::Standby(slot) => {
+                command.env("SLESS_STANDBY", "1").stdin(Stdio::piped());
+                slot.code()
+            }
+        };
         let mut child = command
             .args(launch.args)
-            .current_dir(launch.dir)
-            .envs(&launch.env)
+            .current_dir(dir)
             .env("SLESS_LISTEN_FD", LISTEN_FD.to_string())
             .env("SLESS_READY_FD", READY_FD.to_string())
             .stdout(Stdio::piped())
@@ -206,9 +272,17 @@ impl Instance {
             .kill_on_drop(true)
             .spawn()
             .map_err(cannot)?;
+        let executed = spawned_at.elapsed();
         guard
             .spawned()
             .map_err(|e| format!("cannot start the instance's egress proxy: {e}"))?;
+        tracing::debug!(
+            standby = matches!(launch.target, Target::Standby(_)),
+            confine_us = confined.as_micros() as u64,
+            fork_exec_us = (executed - confined).as_micros() as u64,
+            proxy_us = (spawned_at.elapsed() - executed).as_micros() as u64,
+            "spawned a runtime process"
+        );
         // Only the child holds the write end now: its exit ends the pipe. And the only
         // listener: calls to an instance that exited fail at once, not in a backlog.
         drop(ready_write);
@@ -232,54 +306,88 @@ impl Instance {
             ),
         ] {
             if let Some(reader) = reader {
-                capture(
-                    reader,
-                    logs.clone(),
-                    stream,
-                    launch.namespace.to_string(),
-                    launch.name.to_string(),
-                    version.clone(),
-                );
+                capture(reader, logs.clone(), stream, owner.clone());
             }
         }
         if let Some(cgroup) = guard.pids_watch() {
-            watch_pids(
-                cgroup,
-                logs.clone(),
-                launch.namespace.to_string(),
-                launch.name.to_string(),
-                version.clone(),
-            );
+            watch_pids(cgroup, logs.clone(), owner.clone());
         }
-        let scratch_watch = scratch::Watch::start(
-            launch.scratch.to_path_buf(),
-            scratch::Bound {
-                mb: launch.disk_mb,
-                name: "disk_mb",
-                max_files: INSTANCE_MAX_FILES,
-            },
-            guard.killer(child.id().unwrap_or_default()),
-        );
-        Ok(Self {
+        let mut instance = Self {
             socket,
             child,
             guard,
             ready,
             stdin: child_stdin,
-            version,
-            scratch: launch.scratch.to_path_buf(),
-            scratch_watch,
-        })
+            slot: None,
+            spawned_at,
+            owner,
+            scratch: None,
+        };
+        match launch.target {
+            Target::Serve(function) => instance.watch_scratch(function),
+            Target::Standby(slot) => instance.slot = Some(slot),
+        }
+        Ok(instance)
     }
 
-    /// Tells a standby which version directory to serve; then [`Instance::wait_healthy`]
-    /// as after a spawn.
-    pub async fn bind(&mut self, dir: &Path, version: &str) -> Result<(), String> {
-        let mut stdin = self.stdin.take().ok_or("not a standby process")?;
-        *self.version.lock().unwrap_or_else(|e| e.into_inner()) = version.to_string();
-        let line = format!("{}\n", dir.display());
+    fn watch_scratch(&mut self, function: &Function<'_>) {
+        let watch = scratch::Watch::start(
+            function.scratch.to_path_buf(),
+            scratch::Bound {
+                mb: function.disk_mb,
+                name: "disk_mb",
+                max_files: INSTANCE_MAX_FILES,
+            },
+            self.guard.killer(self.child.id().unwrap_or_default()),
+        );
+        self.scratch = Some((function.scratch.to_path_buf(), watch));
+    }
+
+    /// Makes a standby the instance of `function`: its code and scratch mounted on its
+    /// slot's directories, its limits and egress policy set, its logs its function's,
+    /// then its env and directory sent on stdin; then [`Instance::wait_healthy`] as
+    /// after a spawn.
+    pub async fn bind(
+        &mut self,
+        function: &Function<'_>,
+        sandbox: &Sandbox,
+        logs: &Arc<LogBook>,
+    ) -> Result<(), String> {
+        let (Some(slot), Some(mut stdin)) = (self.slot.as_ref(), self.stdin.take()) else {
+            return Err("not a standby process".into());
+        };
+        // Not reaped before this (only `has_exited` and `exited` reap): even a standby
+        // that died meanwhile keeps its pid, so the helper cannot join another's.
+        let pid = self.child.id().ok_or("the standby process is gone")?;
+        create_private_dir(function.scratch)
+            .map_err(|e| format!("cannot create the scratch directory: {e}"))?;
+        let (code, home) = (slot.code(), slot.home());
+        sandbox
+            .bind_into(pid, &[(function.dir, &code), (function.scratch, &home)])
+            .map_err(|e| format!("cannot mount the function into the standby: {e}"))?;
+        let policy = function.policy(logs, &self.owner);
+        let limits = BoundLimits {
+            memory_mb: function.memory_mb,
+            cpu_millis: function.cpu_millis,
+            disk_mb: function.disk_mb,
+        };
+        self.guard
+            .bind(pid, &limits, policy)
+            .map_err(|e| format!("cannot set the standby's limits: {e}"))?;
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = function.owner();
+        self.watch_scratch(function);
+        let mut env = function.env.clone();
+        for key in ["HOME", "TMPDIR"] {
+            env.insert(key.into(), home.display().to_string());
+        }
+        env.extend(
+            egress::proxy_variables(&function.egress)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+        let message = serde_json::json!({"dir": code, "env": env});
         stdin
-            .write_all(line.as_bytes())
+            .write_all(format!("{message}\n").as_bytes())
             .await
             .map_err(|e| format!("the standby process is gone: {e}"))
     }
@@ -294,6 +402,8 @@ impl Instance {
     pub async fn wait_healthy(&mut self, within: Duration) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + within;
         let mut delay = Duration::from_millis(10);
+        let waited = std::time::Instant::now();
+        let mut ready_at = None;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!(
@@ -302,6 +412,12 @@ impl Instance {
             }
             let check = tokio::time::timeout_at(deadline, healthy(self.socket.path()));
             if check.await == Ok(true) {
+                tracing::debug!(
+                    since_spawn_us = self.spawned_at.elapsed().as_micros() as u64,
+                    waited_us = waited.elapsed().as_micros() as u64,
+                    ready_us = ready_at.map(|d: Duration| d.as_micros() as u64),
+                    "healthy"
+                );
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -313,7 +429,10 @@ impl Instance {
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 // A byte (it listens) or the end of the pipe (it exited or closed it).
-                _ = ready_or_closed(self.ready.as_mut()) => self.ready = None,
+                _ = ready_or_closed(self.ready.as_mut()) => {
+                    self.ready = None;
+                    ready_at = Some(waited.elapsed());
+                }
             }
             delay = (delay * 2).min(Duration::from_millis(200));
         }
@@ -327,9 +446,12 @@ impl Instance {
             Ok(status) => status,
             Err(e) => return e.to_string(),
         };
-        if let Some(reason) = self.scratch_watch.over() {
+        let over = self
+            .scratch
+            .as_ref()
+            .and_then(|(dir, watch)| Some((dir.clone(), watch.over()?)));
+        if let Some((dir, reason)) = over {
             self.guard.kill_all();
-            let dir = self.scratch.clone();
             let cleared = tokio::task::spawn_blocking(move || scratch::clear(&dir)).await;
             let emptied = match cleared {
                 Ok(Ok(())) => "it was killed and its scratch emptied",
@@ -345,6 +467,16 @@ impl Instance {
             Some(reason) => format!("{reason} ({status})"),
             None => status.to_string(),
         }
+    }
+
+    /// Where a standby sees the code it was bound to (`None`: not a standby).
+    pub fn bound_dir(&self) -> Option<PathBuf> {
+        self.slot.as_ref().map(Slot::code)
+    }
+
+    /// Whether the process has ended (a standby that died waiting is not taken).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -390,13 +522,7 @@ async fn healthy(path: &Path) -> bool {
 
 /// Logs the pids limit into the workload's log when it refuses forks (checked each
 /// second, a line per second at most) for as long as the process's cgroup lives.
-fn watch_pids(
-    cgroup: Weak<Cgroup>,
-    logs: Arc<LogBook>,
-    namespace: String,
-    name: String,
-    version: Arc<Mutex<String>>,
-) {
+fn watch_pids(cgroup: Weak<Cgroup>, logs: Arc<LogBook>, owner: Arc<Mutex<Owner>>) {
     tokio::spawn(async move {
         let mut seen = 0;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -409,14 +535,8 @@ fn watch_pids(
             if refused > seen {
                 seen = refused;
                 if let Some(reason) = cgroup.pids_reason() {
-                    let version = version.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    logs.push(
-                        &namespace,
-                        &name,
-                        Stream::Stderr,
-                        &version,
-                        &format!("[sless] {reason}"),
-                    );
+                    let line = format!("[sless] {reason}");
+                    Owner::push(&owner, &logs, Stream::Stderr, &line, false);
                 }
             }
         }

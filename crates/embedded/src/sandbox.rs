@@ -135,8 +135,9 @@ pub struct Confinement<'a> {
     /// `None`: HOME is the directory itself (a build's caches are kept).
     pub disk_mb: Option<u32>,
     /// Its own network namespace has only `lo`; this policy's egress proxy is its one
-    /// way out, and nothing it listens on is reachable from outside it.
-    pub egress: egress::Policy,
+    /// way out, and nothing it listens on is reachable from outside it. `None`: a
+    /// standby's, given when it is bound ([`Guard::bind`]); its proxy's listener waits.
+    pub egress: Option<egress::Policy>,
 }
 
 /// What the running process holds on to: its cgroup, to tell a limit it hit and to be
@@ -147,15 +148,22 @@ pub struct Guard {
     egress: Option<ProxyState>,
 }
 
+/// A function's limits, given to a standby when it is bound.
+#[derive(Clone, Copy, Debug)]
+pub struct BoundLimits {
+    pub memory_mb: u32,
+    pub cpu_millis: u32,
+    pub disk_mb: u32,
+}
+
 /// A process's egress proxy: its listener still to be received after the spawn, then
 /// served for as long as the guard lives.
 #[derive(Debug)]
 enum ProxyState {
-    Pending(egress::ParentEnd, egress::Policy),
+    /// The policy is `None` until a standby is bound.
+    Pending(egress::ParentEnd, Option<egress::Policy>),
     /// Held, not read: dropping it stops the proxy.
-    Serving {
-        _proxy: egress::EgressProxy,
-    },
+    Serving { _proxy: egress::EgressProxy },
 }
 
 impl Guard {
@@ -163,9 +171,56 @@ impl Guard {
     /// namespace and serves the proxy on it.
     pub fn spawned(&mut self) -> std::io::Result<()> {
         self.egress = match self.egress.take() {
-            Some(ProxyState::Pending(end, policy)) => Some(ProxyState::Serving {
+            Some(ProxyState::Pending(end, Some(policy))) => Some(ProxyState::Serving {
                 _proxy: egress::serve(end.receive()?, policy)?,
             }),
+            other => other,
+        };
+        Ok(())
+    }
+
+    /// A standby is bound to a function: its memory and CPU limits (the cgroup's, else
+    /// RLIMIT_DATA for memory), its largest file (`disk_mb`) and its egress proxy with the function's policy (egress
+    /// `none`: the listener is closed, nothing answers on the proxy's port).
+    pub fn bind(
+        &mut self,
+        pid: u32,
+        limits: &BoundLimits,
+        policy: egress::Policy,
+    ) -> std::io::Result<()> {
+        let BoundLimits {
+            memory_mb,
+            cpu_millis,
+            disk_mb,
+        } = *limits;
+        let file_bytes = u64::from(disk_mb) << 20;
+        set_rlimit(
+            pid,
+            libc::RLIMIT_FSIZE,
+            libc::rlimit {
+                rlim_cur: file_bytes,
+                rlim_max: file_bytes,
+            },
+        )?;
+        match self.cgroup.as_deref() {
+            Some(cgroup) => {
+                cgroup.set_limits(Some(memory_mb), Some(cpu_millis))?;
+                if !cgroup.has(Controller::Memory) {
+                    set_rlimit(pid, libc::RLIMIT_DATA, rlimit_data(memory_mb))?;
+                }
+            }
+            None => set_rlimit(pid, libc::RLIMIT_DATA, rlimit_data(memory_mb))?,
+        }
+        self.egress = match self.egress.take() {
+            Some(ProxyState::Pending(end, None)) => {
+                let listener = end.receive()?;
+                match policy.egress {
+                    egress::Egress::None => None,
+                    _ => Some(ProxyState::Serving {
+                        _proxy: egress::serve(listener, policy)?,
+                    }),
+                }
+            }
             other => other,
         };
         Ok(())
@@ -345,14 +400,15 @@ impl Sandbox {
         // Out of its own network namespace only through its egress proxy (none for
         // egress `none`); without namespaces (--allow-unsandboxed) it has the host's.
         let policy = &confinement.egress;
-        let (parent_end, child_end) = match namespaces {
-            Some(_) => match egress::channel(&policy.egress).map_err(SandboxError::Namespaces)? {
-                Some((parent, child)) => (Some(parent), Some(child)),
-                None => (None, None),
-            },
-            None => (None, None),
+        let channel = match (&namespaces, policy) {
+            (Some(_), Some(policy)) => egress::channel(&policy.egress),
+            (Some(_), None) => egress::standby_channel().map(Some),
+            (None, _) => Ok(None),
         };
-        if namespaces.is_some() {
+        let (parent_end, child_end) = channel
+            .map_err(SandboxError::Namespaces)?
+            .map_or((None, None), |(parent, child)| (Some(parent), Some(child)));
+        if let (Some(_), Some(policy)) = (&namespaces, policy) {
             command.envs(egress::proxy_variables(&policy.egress));
         }
         // Landlock skips a directory something is mounted on: the scratch tmpfs gets its
@@ -415,6 +471,21 @@ impl Sandbox {
             cgroup: cgroup.map(Arc::new),
             egress: parent_end.map(|end| ProxyState::Pending(end, policy.clone())),
         })
+    }
+
+    /// Whether a standby may be started before its function is known: only under the
+    /// full sandbox, whose mount namespace receives the function's directories at bind.
+    pub fn takes_standbys(&self) -> bool {
+        self.enforcement == Enforcement::Full && self.host.is_some()
+    }
+
+    /// Bind-mounts host directories into the mount namespace of the confined process
+    /// `pid` ([`Host::bind_into`]).
+    pub fn bind_into(&self, pid: u32, mounts: &[(&Path, &Path)]) -> std::io::Result<()> {
+        match &self.host {
+            Some(host) => host.bind_into(pid, mounts),
+            None => Err(std::io::Error::other("no mount namespaces on this machine")),
+        }
     }
 
     /// The variables a dependency install gets besides the fresh environment.
@@ -531,6 +602,20 @@ fn allow_beneath(ruleset: RawFd, path: &CStr, access: u64) -> std::io::Result<()
         if added != 0 {
             return Err(error);
         }
+    }
+    Ok(())
+}
+
+/// Sets a resource limit of another process (lowering it needs no privilege).
+fn set_rlimit(
+    pid: u32,
+    resource: libc::__rlimit_resource_t,
+    limit: libc::rlimit,
+) -> std::io::Result<()> {
+    // SAFETY: prlimit reads the limit from a local and writes nothing back (null).
+    let set = unsafe { libc::prlimit(pid as libc::pid_t, resource, &limit, std::ptr::null_mut()) };
+    if set != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 
 use crate::egress::Egress;
-use crate::process::{Instance, Launch};
+use crate::process::{Function, Instance, Launch, Target};
 use crate::{Endpoint, Shared};
 use sless_api::text::names_an_error;
 use sless_core::logs::Stream;
@@ -118,16 +118,6 @@ struct Serving {
     scaling: Scaling,
 }
 
-/// A pre-started runtime process waiting to be told which version to serve: it can
-/// read only this workload's builds, and it is used only for the runtime, entrypoint,
-/// memory and env it was started with (its `config.version` is empty).
-struct Standby {
-    runtime: Runtime,
-    config: LaunchConfig,
-    instance: Instance,
-    _slot: OwnedSemaphorePermit,
-}
-
 struct Actor {
     shared: Arc<Shared>,
     kind: Kind,
@@ -135,7 +125,6 @@ struct Actor {
     name: String,
     /// The instances, oldest first.
     running: Vec<Running>,
-    standby: Option<Standby>,
     /// Consecutive crashes or failed starts, for the backoff.
     failures: u32,
     /// A version that built but would not start; it is retried after the backoff.
@@ -166,7 +155,6 @@ pub(super) async fn run(
         ns,
         name,
         running: Vec::new(),
-        standby: None,
         failures: 0,
         failed_start: None,
         scaler: Scaler::new(1),
@@ -328,7 +316,6 @@ impl Actor {
     }
 
     async fn deleted(&mut self) {
-        self.standby = None;
         self.shared.remove_route(&self.ns, &self.name);
         self.stop_instances().await;
         sless_core::metrics::metrics().forget_instances(&self.ns, &self.name);
@@ -452,9 +439,9 @@ impl Actor {
             );
         }
         if self.running.is_empty()
-            && let Some(spec) = self.serving.as_ref().map(|s| s.spec.clone())
+            && let Some(serving) = &self.serving
         {
-            self.keep_standby(&spec);
+            self.shared.fill_standbys(serving.spec.runtime);
         }
     }
 
@@ -559,7 +546,7 @@ impl Actor {
 
         let Some(key) = spec.s3_key.clone() else {
             self.stop_instances().await;
-            self.keep_standby(&spec);
+            self.shared.fill_standbys(spec.runtime);
             let reason = no_code(self.kind, name);
             match demand.exposed {
                 Ok(()) => self
@@ -637,7 +624,7 @@ impl Actor {
 
         if !demand.needed {
             self.stop_instances().await;
-            self.keep_standby(&spec);
+            self.shared.fill_standbys(spec.runtime);
             self.unavailable(
                 demand
                     .exposed
@@ -714,7 +701,7 @@ impl Actor {
         }
         self.publish();
         if self.running.is_empty() {
-            self.keep_standby(&spec);
+            self.shared.fill_standbys(spec.runtime);
         }
         self.write_ready(&version, url.clone(), built_at.clone())
             .await?;
@@ -812,27 +799,19 @@ impl Actor {
         .await
     }
 
-    /// Spawns a runtime process: one serving `dir`, or a standby that can read every
-    /// version of this workload and waits for [`Instance::bind`].
-    fn spawn(
+    /// Starts an instance serving `dir`: a standby of its runtime bound to it, else a
+    /// process of its own.
+    async fn spawn(
         &self,
         dir: &Path,
         runtime: Runtime,
         config: &LaunchConfig,
-        standby: bool,
     ) -> Result<Instance, String> {
         let shared = &self.shared;
-        let (program, args) =
-            shared
-                .builder
-                .wrappers
-                .command(&shared.config.toolchain, runtime, dir);
         let mut env = config.env.clone();
         env.insert("SLESS_ENTRYPOINT".into(), config.entrypoint.clone());
         let scratch = shared.scratch(self.kind, &self.ns, &self.name);
-        let launch = Launch {
-            program: &program,
-            args: &args,
+        let function = Function {
             dir,
             scratch: &scratch,
             disk_mb: config.disk_mb,
@@ -843,48 +822,28 @@ impl Actor {
             namespace: &self.ns,
             name: &self.name,
             version: &config.version,
-            standby,
+        };
+        let sandbox = &shared.builder.sandbox;
+        if let Some(mut standby) = shared.take_standby(runtime) {
+            match standby.bind(&function, sandbox, &shared.logs).await {
+                Ok(()) => return Ok(standby),
+                Err(e) => {
+                    tracing::warn!(ns = %self.ns, name = %self.name, error = %e, "a standby could not be bound; starting a process");
+                }
+            }
+        }
+        let (program, args) =
+            shared
+                .builder
+                .wrappers
+                .command(&shared.config.toolchain, runtime, dir);
+        let launch = Launch {
+            program: &program,
+            args: &args,
             sockets: &shared.sockets,
+            target: Target::Serve(&function),
         };
-        Instance::spawn(&launch, &shared.logs, &shared.builder.sandbox)
-    }
-
-    /// A function that is not running, on a runtime that can start before its code is
-    /// known, keeps one standby process (while the pool has room) for its next start;
-    /// a standby started for other settings goes.
-    fn keep_standby(&mut self, spec: &WorkloadSpec) {
-        let wanted = LaunchConfig::of(spec, "");
-        if self
-            .standby
-            .as_ref()
-            .is_some_and(|s| s.runtime == spec.runtime && s.config == wanted)
-        {
-            return;
-        }
-        self.standby = None;
-        if self.kind != Kind::Function
-            || !spec.runtime.descriptor().standby
-            || !self.running.is_empty()
-        {
-            return;
-        }
-        let Ok(slot) = self.shared.standby_slots.clone().try_acquire_owned() else {
-            return;
-        };
-        let root = self.shared.builds_root(self.kind, &self.ns, &self.name);
-        match self.spawn(&root, spec.runtime, &wanted, true) {
-            Ok(instance) => {
-                self.standby = Some(Standby {
-                    runtime: spec.runtime,
-                    config: wanted,
-                    instance,
-                    _slot: slot,
-                });
-            }
-            Err(e) => {
-                tracing::debug!(ns = %self.ns, name = %self.name, error = %e, "no standby process");
-            }
-        }
+        Instance::spawn(launch, &shared.logs, sandbox)
     }
 
     async fn start(
@@ -905,31 +864,23 @@ impl Actor {
             .memory
             .reserve(&self.ns, u64::from(config.memory_mb), replaced)
             .map_err(|e| e.to_string())?;
-        let unbound = LaunchConfig::of(spec, "");
-        let standby = self
-            .standby
-            .take()
-            .filter(|s| s.runtime == spec.runtime && s.config == unbound);
-        let bound = match standby {
-            Some(mut standby) => standby
-                .instance
-                .bind(dir, &config.version)
-                .await
-                .ok()
-                .map(|()| standby.instance),
-            None => None,
-        };
-        let mut instance = match bound {
-            Some(instance) => instance,
-            None => self.spawn(dir, spec.runtime, config, false)?,
-        };
+        let mut instance = self.spawn(dir, spec.runtime, config).await?;
         let shared = &self.shared;
         match instance.wait_healthy(shared.config.health_timeout).await {
             Ok(()) => Ok((instance, memory)),
             Err(reason) => {
+                let seen_as = instance.bound_dir();
                 instance.stop(Duration::from_secs(1)).await;
                 tokio::time::sleep(OUTPUT_DRAIN).await;
-                Err(cause_line(&self.printed(&config.version)).unwrap_or(reason))
+                let cause = cause_line(&self.printed(&config.version)).unwrap_or(reason);
+                // A bound standby sees the code under its slot: the cause names the
+                // function's directory, as a process of its own would.
+                Err(match seen_as {
+                    Some(seen) => {
+                        cause.replace(&seen.display().to_string(), &dir.display().to_string())
+                    }
+                    None => cause,
+                })
             }
         }
     }

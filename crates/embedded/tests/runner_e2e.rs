@@ -781,9 +781,9 @@ async fn redeploy_under_load_loses_no_request() {
     );
 }
 
-/// Processes this test process (the runner runs in it) started as standbys, with the
-/// directory each was started in.
-fn standbys() -> Vec<(u32, std::path::PathBuf)> {
+/// Processes this test process (the runner runs in it) started as standbys and still
+/// waiting (in the directory they were started in), running `wrapper`.
+fn standbys(wrapper: &str) -> Vec<u32> {
     let me = std::process::id().to_string();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -801,44 +801,55 @@ fn standbys() -> Vec<(u32, std::path::PathBuf)> {
             .next()
             .and_then(|rest| rest.split_whitespace().nth(1));
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        // A bound one has moved to its function's code.
+        let waiting = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| {
+            cwd.ends_with("r/code") && cwd.to_string_lossy().contains("/standby/")
+        });
         if parent == Some(me.as_str())
             && environ.split(|b| *b == 0).any(|v| v == b"SLESS_STANDBY=1")
-            && let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            && String::from_utf8_lossy(&cmdline).contains(wrapper)
+            && waiting
         {
-            found.push((pid, cwd));
+            found.push(pid);
         }
     }
     found
 }
 
 #[tokio::test]
-async fn a_stopped_function_starts_from_its_standby_process() {
+async fn a_stopped_function_starts_from_a_standby_of_its_runtime() {
     let (server, runner) = TestServer::platform(|_| {}).await;
     let api = Api::new(&server, "standby-user");
     let python: &[u8] = b"import os\n\ndef handle(e):\n    return os.getcwd()\n";
     let node: &[u8] = b"exports.handle = async () => process.cwd();\n";
-    for (name, runtime, files) in [
-        ("warm", "python3.11", [("handler.py", python)]),
-        ("warmjs", "nodejs20", [("handler.js", node)]),
+    for (name, runtime, wrapper, files) in [
+        (
+            "warm",
+            "python3.11",
+            "sless_runtime.py",
+            [("handler.py", python)],
+        ),
+        (
+            "warmjs",
+            "nodejs20",
+            "sless_runtime.js",
+            [("handler.js", node)],
+        ),
     ] {
-        starts_from_standby(&api, &runner, name, runtime, &files).await;
+        starts_from_standby(&api, &server, &runner, (name, runtime, wrapper), &files).await;
     }
 }
 
 async fn starts_from_standby(
     api: &Api<'_>,
+    server: &TestServer,
     runner: &sless_embedded::LocalRunner,
-    name: &str,
-    runtime: &str,
+    (name, runtime, wrapper): (&str, &str, &str),
     files: &[(&str, &[u8])],
 ) {
     api.deploy(name, runtime, files).await;
-    let (status, first_cwd) = api.invoke(name, json!({})).await;
-    assert_eq!(status, StatusCode::OK, "{runtime}: {first_cwd}");
-    let code_dir = std::path::PathBuf::from(first_cwd.as_str().unwrap());
-    let builds = code_dir.parent().unwrap().to_path_buf();
     let trigger = format!("triggers/{name}-http");
-
     let (status, _) = api
         .send(
             reqwest::Method::PATCH,
@@ -849,17 +860,14 @@ async fn starts_from_standby(
     assert_eq!(status, StatusCode::OK);
     api.invoke_until(name, StatusCode::SERVICE_UNAVAILABLE)
         .await;
-    // Stopped: one standby waits in the function's builds directory (not a version).
+    // Stopped: standbys of its runtime wait, started before any function was known.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let standby = loop {
-        if let Some((pid, _)) = standbys().into_iter().find(|(_, cwd)| *cwd == builds) {
-            break pid;
+    let waiting = loop {
+        let waiting = standbys(wrapper);
+        if !waiting.is_empty() {
+            break waiting;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{runtime}: no standby in {}",
-            builds.display()
-        );
+        assert!(Instant::now() < deadline, "{runtime}: no standby waits");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
 
@@ -870,14 +878,16 @@ async fn starts_from_standby(
     )
     .await;
     let (status, cwd) = api.invoke(name, json!({})).await;
-    assert_eq!(
-        (status, &cwd),
-        (StatusCode::OK, &first_cwd),
-        "{runtime}: it serves the code"
+    assert_eq!(status, StatusCode::OK, "{runtime}: {cwd}");
+    // It serves its code where the standby sees it mounted.
+    let standby_dir = server.data_dir().join("standby");
+    assert!(
+        std::path::Path::new(cwd.as_str().unwrap()).starts_with(&standby_dir),
+        "{runtime}: served from {cwd}"
     );
-    assert_eq!(
-        runner.pid(&api.user.ns, name),
-        Some(standby),
-        "{runtime}: the standby became the instance"
+    let pid = runner.pid(&api.user.ns, name).unwrap();
+    assert!(
+        waiting.contains(&pid),
+        "{runtime}: the instance {pid} is none of the standbys that waited: {waiting:?}"
     );
 }
