@@ -10,6 +10,7 @@ pub mod context_url;
 pub mod controller;
 pub mod crds;
 pub mod health;
+pub mod job_records;
 pub mod leader;
 pub mod logs;
 pub mod manifests;
@@ -19,6 +20,8 @@ pub mod routes;
 pub mod store;
 
 use std::time::Duration;
+
+use sless_core::auth::TriggerKey;
 
 pub use context_url::{ContextUrls, PresignError, S3ContextUrls};
 pub use controller::{Context, Error, run_controllers};
@@ -37,6 +40,9 @@ pub const KANIKO_IMAGE: &str = "martizih/kaniko:v1.27.6";
 pub const CURL_IMAGE: &str = "curlimages/curl:8.11.1";
 /// Pushes a build's image (go-containerregistry's crane, distroless).
 pub const CRANE_IMAGE: &str = "gcr.io/go-containerregistry/crane:v0.20.3";
+
+/// The Service of the data plane (`operator/deploy/operator.yaml`).
+pub const DATA_PLANE_SERVICE: &str = "sless-operator";
 
 /// Which tool a build Job runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,6 +122,11 @@ pub struct KubeConfig {
     pub job_runs_kept: usize,
     /// The ResourceQuota of every deploy namespace.
     pub tenant_quota: manifests::TenantQuota,
+    /// Signs the token each tenant's cron pods show the data plane.
+    pub trigger_key: TriggerKey,
+    /// Where cron pods call `/fn`; unset, the data plane's Service in the operator's
+    /// namespace ([`KubeConfig::data_plane_url`]).
+    pub data_plane_url: Option<String>,
 }
 
 impl KubeConfig {
@@ -138,6 +149,21 @@ impl KubeConfig {
             poll_interval: Duration::from_secs(10),
             job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
             tenant_quota: manifests::TenantQuota::default(),
+            // `sless operator` sets the install's own; a random one serves a process
+            // that is both sides.
+            trigger_key: TriggerKey::random(),
+            data_plane_url: None,
+        }
+    }
+
+    /// The base URL cron pods call `/fn/<ns>/<fn>/` under.
+    pub fn data_plane_url(&self) -> String {
+        match &self.data_plane_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!(
+                "http://{DATA_PLANE_SERVICE}.{}.svc.{}:8080",
+                self.operator_namespace, self.cluster_domain
+            ),
         }
     }
 

@@ -208,6 +208,26 @@ fn the_data_plane_the_network_policies_allow_is_the_install_s() {
         .as_ref()
         .unwrap();
     assert_eq!(namespace["kubernetes.io/metadata.name"], "sless-system");
+
+    // Cron pods call /fn through the Service `DATA_PLANE_SERVICE`: its pods and port are
+    // the ones their egress policy allows.
+    let service = install_objects()
+        .into_iter()
+        .map(|(_, o)| o)
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == operator::DATA_PLANE_SERVICE)
+        .expect("the data plane's Service");
+    let cron =
+        serde_json::to_value(manifests::cron_egress("sless-ab", &KubeConfig::new("r"))).unwrap();
+    let to = &cron["spec"]["egress"][1];
+    assert_eq!(
+        to["to"][0]["podSelector"]["matchLabels"],
+        service["spec"]["selector"]
+    );
+    assert_eq!(to["ports"][0]["port"], service["spec"]["ports"][0]["port"]);
+    assert_eq!(
+        to["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        service["metadata"]["namespace"]
+    );
 }
 
 /// The rules of the install's ClusterRole `name`.
@@ -402,7 +422,8 @@ fn controller_objects() -> Vec<Value> {
         .unwrap(),
         serde_json::to_value(manifests::default_deny("sless-ab")).unwrap(),
         serde_json::to_value(manifests::data_plane_ingress("sless-ab", &config)).unwrap(),
-        serde_json::to_value(manifests::cron_egress("sless-ab")).unwrap(),
+        serde_json::to_value(manifests::cron_egress("sless-ab", &config)).unwrap(),
+        serde_json::to_value(manifests::trigger_token_secret("sless-ab", &config)).unwrap(),
         serde_json::to_value(manifests::build_boundary("sless-ab")).unwrap(),
         serde_json::to_value(manifests::resource_quota(
             "sless-ab",

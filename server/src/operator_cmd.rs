@@ -22,7 +22,7 @@ use operator::{
     Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
     KubeWorkloadLogs, LeaderElection, Readiness, S3ContextUrls,
 };
-use sless_core::auth::Authenticator;
+use sless_core::auth::{Authenticator, TriggerKey};
 use sless_core::s3::{ObjectStore, S3Config};
 use tokio::task::JoinHandle;
 
@@ -151,6 +151,14 @@ pub struct OperatorArgs {
     /// A standby takes over this long after the leader stopped renewing.
     #[arg(long, env = "SLESS_LEASE_DURATION_SECS", default_value_t = 15)]
     pub lease_duration_secs: u64,
+    /// The install's secret for the tokens that prove a cron fire to `/fn` (each
+    /// tenant's is an HMAC of it); the data plane and the controllers need the same one.
+    #[arg(long, env = "SLESS_TRIGGER_KEY", hide_env_values = true)]
+    pub trigger_key: Option<String>,
+    /// Where cron pods call `/fn`; default: the data plane's Service,
+    /// `http://sless-operator.<operator namespace>.svc.<cluster domain>:8080`.
+    #[arg(long, env = "SLESS_DATA_PLANE_URL")]
+    pub data_plane_url: Option<String>,
     /// Console sessions (with --components console); an emptyDir is enough.
     #[arg(long, env = "SLESS_DATA_DIR", default_value = "/var/lib/sless")]
     pub data_dir: std::path::PathBuf,
@@ -177,12 +185,24 @@ impl OperatorArgs {
             .unwrap_or_else(|| "sless".into())
     }
 
+    /// The install's trigger key, which the API and the controllers cannot run without.
+    fn trigger_key(&self) -> anyhow::Result<TriggerKey> {
+        let key = self.trigger_key.as_deref().context(
+            "cron triggers call /fn with a token only the install's key makes: set \
+             SLESS_TRIGGER_KEY (the same for the API and the controllers; in the Secret \
+             sless-operator), e.g. to the output of: head -c 32 /dev/urandom | base64",
+        )?;
+        TriggerKey::new(key).context("SLESS_TRIGGER_KEY")
+    }
+
     fn kube_config(&self) -> anyhow::Result<KubeConfig> {
         let registry = self.registry.clone().context(
             "the controllers need a registry to push builds to: set SLESS_REGISTRY \
              (e.g. registry.example.com/sless)",
         )?;
         let mut config = KubeConfig::new(registry);
+        config.trigger_key = self.trigger_key()?;
+        config.data_plane_url = self.data_plane_url.clone();
         config.registry_secret = self.registry_secret.clone();
         config.registry_pull_secret = self.registry_pull_secret.clone();
         config.insecure_registry = self.insecure_registry;
@@ -280,6 +300,7 @@ async fn routed_proxy(
     args: &OperatorArgs,
     client: &operator::KubeClient,
     readiness: &Readiness,
+    trigger_key: Option<TriggerKey>,
 ) -> anyhow::Result<(Arc<KubeStore>, Arc<Proxy>, Vec<JoinHandle<()>>)> {
     operator::controller::check_crds(client).await?;
     let store = Arc::new(KubeStore::new(client.clone()));
@@ -297,6 +318,7 @@ async fn routed_proxy(
             max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
             // The console may be served on the same host (an Ingress in front).
             console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
+            trigger_key,
             ..ProxyConfig::default()
         },
     ));
@@ -309,7 +331,7 @@ async fn routed_proxy(
 async fn run_dispatcher(args: &OperatorArgs) -> anyhow::Result<()> {
     let client = operator::connect().await?;
     let readiness = Readiness::default();
-    let (store, proxy, _tasks) = routed_proxy(args, &client, &readiness).await?;
+    let (store, proxy, _tasks) = routed_proxy(args, &client, &readiness, None).await?;
     let listener = listen(args.listen, &args.serve).await?;
     let probes_task = crate::serve::serve(listener, probes(readiness), &args.serve);
     let dispatch = async {
@@ -427,6 +449,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     // Fail on configuration before touching the cluster.
     let kube_config = controllers.then(|| args.kube_config()).transpose()?;
     let auth = api.then(|| args.authenticator()).transpose()?;
+    let trigger_key = api.then(|| args.trigger_key()).transpose()?;
 
     let client = operator::connect().await?;
     let objects = ObjectStore::connect(&args.s3_config()).await?;
@@ -444,7 +467,14 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             tracing::info!(address = %args.listen, "health probes listening");
             return crate::serve::serve(listener, probes(readiness.clone()), &args.serve).await;
         };
-        let (store, proxy, _tasks) = routed_proxy(&args, &client, &readiness).await?;
+        let (store, proxy, mut tasks) =
+            routed_proxy(&args, &client, &readiness, trigger_key).await?;
+        // Job runs are made by the controllers; their records come from the runs'
+        // status, so every replica of the data plane has them.
+        tasks.push(operator::job_records::spawn(
+            store.clone(),
+            proxy.trigger_calls(),
+        ));
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix(),
             code_review: args.review.reviewer()?,

@@ -117,8 +117,11 @@ pub struct Context {
     namespaces: Mutex<HashMap<String, Instant>>,
     /// Deploy namespace → (source secret resourceVersion, when it was copied).
     secrets: Mutex<HashMap<String, (String, Instant)>>,
-    /// Deploy namespaces whose boundaries were applied, and when.
+    /// Deploy namespaces whose boundaries were applied, and when that apply began.
     boundaries: Mutex<HashMap<String, Instant>>,
+    /// Namespaces whose boundaries changed by hand, and when: an apply that began
+    /// before does not count (it may have written a boundary before its deletion).
+    boundaries_changed: Mutex<HashMap<String, Instant>>,
     /// The triggers the function controller watches: reconciles read a function's
     /// demand here instead of listing them from the API server each time.
     triggers: std::sync::OnceLock<Store<Trigger>>,
@@ -150,6 +153,7 @@ impl Context {
             namespaces: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
             boundaries: Mutex::new(HashMap::new()),
+            boundaries_changed: Mutex::new(HashMap::new()),
             triggers: std::sync::OnceLock::new(),
         })
     }
@@ -203,6 +207,7 @@ impl Context {
         if self.knows_boundaries(deploy_ns) {
             return Ok(());
         }
+        let started = Instant::now();
         let client = &self.client;
         let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), deploy_ns);
         apply(&policies, &manifests::default_deny(namespace)).await?;
@@ -211,7 +216,13 @@ impl Context {
             &manifests::data_plane_ingress(namespace, &self.config),
         )
         .await?;
-        apply(&policies, &manifests::cron_egress(namespace)).await?;
+        apply(&policies, &manifests::cron_egress(namespace, &self.config)).await?;
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), deploy_ns);
+        apply(
+            &secrets,
+            &manifests::trigger_token_secret(namespace, &self.config),
+        )
+        .await?;
         let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), deploy_ns);
         apply(
             &quotas,
@@ -223,7 +234,7 @@ impl Context {
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(deploy_ns.to_string(), Instant::now());
+            .insert(deploy_ns.to_string(), started);
         Ok(())
     }
 
@@ -235,29 +246,41 @@ impl Context {
         if self.knows_boundaries(build_ns) {
             return Ok(());
         }
+        let started = Instant::now();
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), build_ns);
         apply(&policies, &manifests::build_boundary(namespace)).await?;
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(build_ns.to_string(), Instant::now());
+            .insert(build_ns.to_string(), started);
         Ok(())
     }
 
     fn knows_boundaries(&self, namespace: &str) -> bool {
+        let changed = self
+            .boundaries_changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(namespace)
+            .copied();
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(namespace)
-            .is_some_and(|at| at.elapsed() < SECRET_RESYNC)
+            .is_some_and(|at| at.elapsed() < SECRET_RESYNC && changed.is_none_or(|c| *at > c))
     }
 
     /// A boundary of the user namespace's deploy or build namespace changed (or was
-    /// deleted by hand): the next reconcile (or build) applies them again.
+    /// deleted by hand): the next reconcile (or build) applies them again, also when an
+    /// apply is under way.
     fn forget_boundaries(&self, namespace: &str) {
-        let mut boundaries = self.boundaries.lock().unwrap_or_else(|e| e.into_inner());
-        boundaries.remove(&sless_core::model::deploy_namespace(namespace));
-        boundaries.remove(&sless_core::model::build_namespace(namespace));
+        let now = Instant::now();
+        let mut changed = self
+            .boundaries_changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        changed.insert(sless_core::model::deploy_namespace(namespace), now);
+        changed.insert(sless_core::model::build_namespace(namespace), now);
     }
 
     /// `target_ns` exists with its Pod Security labels and holds current copies of the
@@ -287,7 +310,8 @@ impl Context {
             let api: Api<Namespace> = Api::all(self.client.clone());
             let manifest = manifests::namespace(target_ns, Some(namespace), Some(pod_security));
             apply(&api, &manifest).await?;
-            if !secrets.is_empty() {
+            // Deploy namespaces hold the cron pods' token; any may hold registry secrets.
+            if !builds || !secrets.is_empty() {
                 // Secrets may be written only where the operator bound itself this role.
                 let bindings: Api<RoleBinding> = Api::namespaced(self.client.clone(), target_ns);
                 let binding = manifests::secrets_role_binding(

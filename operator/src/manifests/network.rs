@@ -1,7 +1,7 @@
 //! The NetworkPolicies of a deploy namespace (docs/kubernetes.md, "Tenant boundaries"):
 //! everything denied, then only what sless needs allowed. Ingress to functions comes
-//! from the data plane (the operator's `/fn`, the dispatcher), the namespace's own cron
-//! pods and, when set, the ingress controller's namespace; egress follows each
+//! from the data plane (the operator's `/fn`, the dispatcher) and, when set, the
+//! ingress controller's namespace; cron pods reach only the data plane; egress follows each
 //! workload's `egress` field. NetworkPolicy knows no DNS names, so an allow-list entry
 //! by name cannot be enforced and is not allowed.
 
@@ -30,6 +30,8 @@ pub const BUILD_BOUNDARY: &str = "sless-build";
 pub const EGRESS_COMPONENT: &str = "egress";
 /// The pods of the data plane in the operator's namespace (`operator/deploy/`).
 pub const DATA_PLANE_PODS: [&str; 2] = ["sless-api", "sless-dispatcher"];
+/// The port the data plane's pods serve the API and `/fn` on.
+const DATA_PLANE_PORT: i32 = 8080;
 const APP_NAME: &str = "app.kubernetes.io/name";
 const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 
@@ -103,27 +105,21 @@ pub fn default_deny(namespace: &str) -> NetworkPolicy {
     )
 }
 
-/// Calls to functions on 8080: from the data plane's pods, the namespace's cron pods
-/// and the ingress controller's namespace (when configured).
+/// Calls to functions on 8080: from the data plane's pods and the ingress controller's
+/// namespace (when configured).
 pub fn data_plane_ingress(namespace: &str, config: &KubeConfig) -> NetworkPolicy {
-    let mut from = vec![
-        NetworkPolicyPeer {
-            namespace_selector: Some(namespace_named(&config.operator_namespace)),
-            pod_selector: Some(LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: APP_NAME.into(),
-                    operator: "In".into(),
-                    values: Some(DATA_PLANE_PODS.map(String::from).to_vec()),
-                }]),
-                ..LabelSelector::default()
-            }),
-            ..NetworkPolicyPeer::default()
-        },
-        NetworkPolicyPeer {
-            pod_selector: Some(select(&[(LABEL_COMPONENT, CRON_COMPONENT)])),
-            ..NetworkPolicyPeer::default()
-        },
-    ];
+    let mut from = vec![NetworkPolicyPeer {
+        namespace_selector: Some(namespace_named(&config.operator_namespace)),
+        pod_selector: Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: APP_NAME.into(),
+                operator: "In".into(),
+                values: Some(DATA_PLANE_PODS.map(String::from).to_vec()),
+            }]),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    }];
     if let Some(ingress_ns) = &config.ingress.namespace {
         from.push(NetworkPolicyPeer {
             namespace_selector: Some(namespace_named(ingress_ns)),
@@ -146,8 +142,9 @@ pub fn data_plane_ingress(namespace: &str, config: &KubeConfig) -> NetworkPolicy
     )
 }
 
-/// Cron pods resolve the function's Service name and call it.
-pub fn cron_egress(namespace: &str) -> NetworkPolicy {
+/// Cron pods resolve the data plane's Service name and call its `/fn` (the API pods
+/// in the operator's namespace, on 8080); functions are out of their reach.
+pub fn cron_egress(namespace: &str, config: &KubeConfig) -> NetworkPolicy {
     policy(
         CRON_EGRESS,
         &deploy_namespace(namespace),
@@ -159,13 +156,11 @@ pub fn cron_egress(namespace: &str) -> NetworkPolicy {
                 dns(),
                 NetworkPolicyEgressRule {
                     to: Some(vec![NetworkPolicyPeer {
-                        pod_selector: Some(select(&[(
-                            LABEL_COMPONENT,
-                            super::workload::COMPONENT,
-                        )])),
+                        namespace_selector: Some(namespace_named(&config.operator_namespace)),
+                        pod_selector: Some(select(&[(APP_NAME, DATA_PLANE_PODS[0])])),
                         ..NetworkPolicyPeer::default()
                     }]),
-                    ports: Some(vec![tcp(FUNCTION_PORT)]),
+                    ports: Some(vec![tcp(DATA_PLANE_PORT)]),
                 },
             ]),
             ..NetworkPolicySpec::default()
