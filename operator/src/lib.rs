@@ -127,12 +127,25 @@ pub struct KubeConfig {
     /// Where cron pods call `/fn`; unset, the data plane's Service in the operator's
     /// namespace ([`KubeConfig::data_plane_url`]).
     pub data_plane_url: Option<String>,
+    /// `host[:port]` or URLs every build pod must reach (S3, the registries, an
+    /// external BuildKit daemon): the build namespaces' NetworkPolicy allows them.
+    pub build_endpoints: Vec<String>,
+    /// Build pods run in a user namespace of their own (`hostUsers: false`; Kubernetes
+    /// 1.30+ with the feature, and a runtime that supports it).
+    pub build_user_namespaces: bool,
+    /// A BuildKit daemon builds run on (`buildctl --addr`), instead of a rootless one
+    /// in each build pod, which then needs no privilege.
+    pub buildkit_addr: Option<String>,
 }
 
 impl KubeConfig {
     pub fn new(registry: impl Into<String>) -> Self {
+        let registry = registry.into();
         Self {
-            registry: registry.into(),
+            build_endpoints: vec![registry.clone()],
+            build_user_namespaces: false,
+            buildkit_addr: None,
+            registry,
             registry_secret: None,
             registry_pull_secret: None,
             operator_namespace: "sless-system".into(),
@@ -165,6 +178,12 @@ impl KubeConfig {
                 self.operator_namespace, self.cluster_domain
             ),
         }
+    }
+
+    /// Whether build pods run only unprivileged steps (the build namespaces can then be
+    /// `restricted`): kaniko and in-pod BuildKit cannot.
+    pub fn builds_unprivileged(&self) -> bool {
+        self.builder == Builder::BuildKit && self.buildkit_addr.is_some()
     }
 
     /// The Secret pods pull images with.

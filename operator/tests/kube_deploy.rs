@@ -424,7 +424,14 @@ fn controller_objects() -> Vec<Value> {
         serde_json::to_value(manifests::data_plane_ingress("sless-ab", &config)).unwrap(),
         serde_json::to_value(manifests::cron_egress("sless-ab", &config)).unwrap(),
         serde_json::to_value(manifests::trigger_token_secret("sless-ab", &config)).unwrap(),
-        serde_json::to_value(manifests::build_boundary("sless-ab")).unwrap(),
+        serde_json::to_value(manifests::build_boundary("sless-ab", &config)).unwrap(),
+        serde_json::to_value(manifests::build_egress_policy(
+            Kind::Function,
+            "sless-ab",
+            "hello",
+            &"10.0.0.5:5432".parse().unwrap(),
+        ))
+        .unwrap(),
         serde_json::to_value(manifests::resource_quota(
             "sless-ab",
             &manifests::TenantQuota::default(),
@@ -460,8 +467,23 @@ fn controller_objects() -> Vec<Value> {
             .unwrap(),
         );
     }
-    for builder in [Builder::BuildKit, Builder::Kaniko] {
+    // In-pod BuildKit, kaniko, both in user namespaces, and the client of an external
+    // BuildKit daemon.
+    let variants = [
+        (Builder::BuildKit, false, None),
+        (Builder::Kaniko, false, None),
+        (Builder::BuildKit, true, None),
+        (Builder::Kaniko, true, None),
+        (
+            Builder::BuildKit,
+            false,
+            Some("tcp://buildkitd.buildkit:1234"),
+        ),
+    ];
+    for (builder, user_namespaces, addr) in variants {
         config.builder = builder;
+        config.build_user_namespaces = user_namespaces;
+        config.buildkit_addr = addr.map(String::from);
         out.push(
             serde_json::to_value(manifests::build_job(
                 &BuildJob {

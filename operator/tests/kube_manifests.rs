@@ -555,6 +555,48 @@ fn http_ingress_routes_the_fn_path_to_the_service() {
 }
 
 #[test]
+fn an_external_buildkit_daemon_builds_from_an_unprivileged_pod() {
+    let mut config = config();
+    config.buildkit_addr = Some("tcp://buildkitd.buildkit:1234".into());
+    assert!(config.builds_unprivileged());
+    let job = build_with(config);
+    let build = &steps(&job)[1];
+    let command = build.command.as_ref().unwrap();
+    assert_eq!(
+        command,
+        &["buildctl", "--addr", "tcp://buildkitd.buildkit:1234"]
+    );
+    assert_eq!(build.args.as_ref().unwrap()[0], "build");
+    // No rootless daemon here: no unconfined profile, no escalation, no state volume.
+    let security = build.security_context.as_ref().unwrap();
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        security.seccomp_profile.as_ref().unwrap().type_,
+        "RuntimeDefault"
+    );
+    assert!(security.app_armor_profile.is_none());
+    assert!(build.env.is_none(), "{:?}", build.env);
+    // The push credential stays with the push step.
+    assert!(mounted_secrets(&job, build).is_empty());
+}
+
+#[test]
+fn build_pods_run_in_user_namespaces_when_asked() {
+    let host_users = |user_namespaces: bool| {
+        let mut config = config();
+        config.build_user_namespaces = user_namespaces;
+        let job = build_with(config);
+        pod(&job.spec.as_ref().unwrap().template.spec).host_users
+    };
+    assert_eq!(
+        host_users(false),
+        None,
+        "off by default: it needs the feature"
+    );
+    assert_eq!(host_users(true), Some(false));
+}
+
+#[test]
 fn every_image_the_controllers_use_is_pinned() {
     let deployment = serde_json::to_string(&deployment()).unwrap();
     let jobs = [

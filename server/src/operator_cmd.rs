@@ -94,6 +94,14 @@ pub struct OperatorArgs {
     pub service_account: String,
     #[arg(long, env = "SLESS_BUILDER", value_enum, default_value_t = BuilderArg::Buildkit)]
     pub builder: BuilderArg,
+    /// Run build pods in user namespaces (`hostUsers: false`): needs Kubernetes 1.30+
+    /// with the UserNamespacesSupport feature and a runtime that supports it.
+    #[arg(long, env = "SLESS_BUILD_USER_NAMESPACES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub build_user_namespaces: bool,
+    /// An external BuildKit daemon (`tcp://buildkitd.buildkit:1234`): build pods run
+    /// `buildctl --addr` against it, unprivileged, instead of a rootless BuildKit each.
+    #[arg(long, env = "SLESS_BUILDKIT_ADDR")]
+    pub buildkit_addr: Option<String>,
     #[arg(long, env = "SLESS_BUILDKIT_IMAGE", default_value = operator::BUILDKIT_IMAGE)]
     pub buildkit_image: String,
     #[arg(long, env = "SLESS_KANIKO_IMAGE", default_value = operator::KANIKO_IMAGE)]
@@ -203,6 +211,13 @@ impl OperatorArgs {
         let mut config = KubeConfig::new(registry);
         config.trigger_key = self.trigger_key()?;
         config.data_plane_url = self.data_plane_url.clone();
+        config.build_user_namespaces = self.build_user_namespaces;
+        config.buildkit_addr = self.buildkit_addr.clone();
+        anyhow::ensure!(
+            self.buildkit_addr.is_none() || self.builder == BuilderArg::Buildkit,
+            "SLESS_BUILDKIT_ADDR is a BuildKit daemon: it needs SLESS_BUILDER=buildkit"
+        );
+        config.build_endpoints = self.build_endpoints();
         config.registry_secret = self.registry_secret.clone();
         config.registry_pull_secret = self.registry_pull_secret.clone();
         config.insecure_registry = self.insecure_registry;
@@ -242,6 +257,32 @@ impl OperatorArgs {
             max_triggers: quotas.max_triggers,
         };
         Ok(config)
+    }
+
+    /// What every build pod must reach: S3 (AWS's when no endpoint is set), the
+    /// registry it pushes to, the base images' registry and an external daemon.
+    fn build_endpoints(&self) -> Vec<String> {
+        let scheme = if self.insecure_registry {
+            "http://"
+        } else {
+            ""
+        };
+        let mut endpoints = vec![
+            self.s3
+                .s3_endpoint
+                .clone()
+                .unwrap_or_else(|| "https://s3.amazonaws.com".into()),
+        ];
+        for registry in [self.registry.clone(), Some(self.base_image_prefix())] {
+            let Some(registry) = registry else { continue };
+            let host = operator::manifests::build::registry_host(&registry);
+            let endpoint = format!("{scheme}{host}");
+            if !endpoints.contains(&endpoint) {
+                endpoints.push(endpoint);
+            }
+        }
+        endpoints.extend(self.buildkit_addr.clone());
+        endpoints
     }
 
     /// An external S3 endpoint, or AWS's own when none is given.

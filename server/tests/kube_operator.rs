@@ -215,6 +215,49 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
             .map(str::to_string)
     };
     assert_eq!(pod_security(&build_ns).as_deref(), Some("privileged"));
+    // Build pods reach the DNS, S3 (an address here) and the registry (a name: any
+    // public address, on its port only); the install steps, the function's egress.
+    let boundary = cluster
+        .get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            &build_ns,
+            "sless-build",
+        )
+        .unwrap();
+    let rules = boundary["spec"]["egress"].as_array().unwrap();
+    let s3_port = cluster
+        .s3
+        .config("sless")
+        .endpoint
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
+    assert_eq!(rules[1]["to"][0]["ipBlock"]["cidr"], "127.0.0.1/32");
+    assert_eq!(rules[1]["ports"][0]["port"], s3_port);
+    assert_eq!(
+        rules[2]["to"][0]["ipBlock"]["except"],
+        json!(["169.254.169.254/32"])
+    );
+    assert_eq!(rules[2]["ports"][0]["port"], 443);
+    assert_eq!(
+        rules.len(),
+        3,
+        "one rule for the registry of pushes and bases"
+    );
+    assert!(
+        cluster
+            .get(
+                "networking.k8s.io/v1",
+                "networkpolicies",
+                &build_ns,
+                "hello-function-build-egress",
+            )
+            .is_some()
+    );
     cluster.finish_job(&build_ns, &build, true);
     eventually(&operator, "the Deployment and Service", || {
         cluster.get("apps/v1", "deployments", &deploy_ns, "hello")?;
@@ -1375,4 +1418,71 @@ async fn cron_fires_and_job_runs_are_call_records_of_the_data_plane() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_builder_needs_no_privileged_namespace() {
+    let cluster = cluster().await;
+    let ns = "team-b";
+    create_namespace(&cluster.client, ns).await;
+    let build_ns = build_namespace(ns);
+    let credential = json!({"apiVersion": "v1", "kind": "Secret",
+        "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "regcred", "namespace": "sless-system"},
+        "data": {".dockerconfigjson": "e30="}});
+    cluster.emu.create("v1", "secrets", credential).unwrap();
+    let controllers = cluster.operator_with_env(
+        "controllers",
+        &["--components", "controllers"],
+        &[
+            ("SLESS_BUILDKIT_ADDR", "tcp://buildkitd.buildkit.svc:1234"),
+            ("SLESS_BUILD_USER_NAMESPACES", "true"),
+            ("SLESS_REGISTRY_SECRET", "regcred"),
+        ],
+    );
+    wait_ready(&controllers).await;
+    let resource = ApiResource::erase::<sless_core::model::Function>(&());
+    let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
+    let build = apply_function(&functions, &resource, ns, "hello").await;
+    let job = eventually(&controllers, "the build Job", || {
+        cluster.get("batch/v1", "jobs", &build_ns, &build)
+    })
+    .await;
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["hostUsers"], false);
+    let step = &pod["initContainers"][1];
+    assert_eq!(
+        step["command"],
+        json!(["buildctl", "--addr", "tcp://buildkitd.buildkit.svc:1234"])
+    );
+    assert_eq!(step["securityContext"]["allowPrivilegeEscalation"], false);
+    let namespace = cluster
+        .emu
+        .get("v1", "namespaces", None, &build_ns)
+        .unwrap();
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    // The push step still has its credential there.
+    assert!(cluster.get("v1", "secrets", &build_ns, "regcred").is_some());
+    // The daemon is reached in its namespace, on its port.
+    let boundary = cluster
+        .get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            &build_ns,
+            "sless-build",
+        )
+        .unwrap();
+    let daemon = boundary["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["ports"][0]["port"] == 1234)
+        .expect("a rule for the daemon");
+    assert_eq!(
+        daemon["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "buildkit"
+    );
 }

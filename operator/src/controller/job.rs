@@ -404,6 +404,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
             name: &name,
             s3_key: key,
             image: &image,
+            egress: &spec.egress_or(None),
         };
         ctx.prepare_deploy_namespace(namespace, &deploy_namespace(namespace))
             .await?;
@@ -464,9 +465,8 @@ async fn cleanup_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     for job_namespace in [deploy_namespace(&namespace), build_namespace(&namespace)] {
         let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &job_namespace);
         delete_labelled(&jobs, &owned, None).await?;
+        let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &job_namespace);
+        delete_labelled(&policies, &owned, None).await?;
     }
-    let policies: Api<NetworkPolicy> =
-        Api::namespaced(ctx.client.clone(), &deploy_namespace(&namespace));
-    delete_labelled(&policies, &owned, None).await?;
     Ok(Action::await_change())
 }

@@ -241,14 +241,25 @@ impl Context {
     /// A build namespace, as [`Context::prepare_namespace`] makes it, with its
     /// NetworkPolicy.
     async fn prepare_build_namespace(&self, namespace: &str, build_ns: &str) -> Result<()> {
-        self.prepare_namespace(namespace, build_ns, PodSecurity::Privileged)
+        // Rootless BuildKit and kaniko need a privileged namespace; a client of an
+        // external daemon does not.
+        let pod_security = if self.config.builds_unprivileged() {
+            PodSecurity::Restricted
+        } else {
+            PodSecurity::Privileged
+        };
+        self.prepare_namespace(namespace, build_ns, pod_security)
             .await?;
         if self.knows_boundaries(build_ns) {
             return Ok(());
         }
         let started = Instant::now();
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), build_ns);
-        apply(&policies, &manifests::build_boundary(namespace)).await?;
+        apply(
+            &policies,
+            &manifests::build_boundary(namespace, &self.config),
+        )
+        .await?;
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -292,7 +303,7 @@ impl Context {
         target_ns: &str,
         pod_security: PodSecurity,
     ) -> Result<()> {
-        let builds = pod_security == PodSecurity::Privileged;
+        let builds = target_ns == sless_core::model::build_namespace(namespace);
         let mut secrets: Vec<&str> = self.config.pull_secret().into_iter().collect();
         if let Some(push) = self.config.registry_secret.as_deref().filter(|_| builds)
             && !secrets.contains(&push)
