@@ -11,6 +11,7 @@ pub mod context_url;
 pub mod controller;
 pub mod crds;
 pub mod health;
+pub mod job_records;
 pub mod leader;
 pub mod logs;
 pub mod manifests;
@@ -20,6 +21,8 @@ pub mod routes;
 pub mod store;
 
 use std::time::Duration;
+
+use sless_core::auth::TriggerKey;
 
 pub use context_url::{ContextUrls, PresignError, S3ContextUrls};
 pub use controller::{Context, Error, run_controllers};
@@ -38,6 +41,9 @@ pub const KANIKO_IMAGE: &str = "martizih/kaniko:v1.27.6";
 pub const CURL_IMAGE: &str = "curlimages/curl:8.11.1";
 /// Pushes a build's image (go-containerregistry's crane, distroless).
 pub const CRANE_IMAGE: &str = "gcr.io/go-containerregistry/crane:v0.20.3";
+
+/// The Service of the data plane (`operator/deploy/operator.yaml`).
+pub const DATA_PLANE_SERVICE: &str = "sless-operator";
 
 /// Which tool a build Job runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,12 +125,30 @@ pub struct KubeConfig {
     pub tenant_quota: manifests::TenantQuota,
     /// A workload without calls for this long is scaled down to its `min_instances`.
     pub scale_to_zero_after: Duration,
+    /// Signs the token each tenant's cron pods show the data plane.
+    pub trigger_key: TriggerKey,
+    /// Where cron pods call `/fn`; unset, the data plane's Service in the operator's
+    /// namespace ([`KubeConfig::data_plane_url`]).
+    pub data_plane_url: Option<String>,
+    /// `host[:port]` or URLs every build pod must reach (S3, the registries, an
+    /// external BuildKit daemon): the build namespaces' NetworkPolicy allows them.
+    pub build_endpoints: Vec<String>,
+    /// Build pods run in a user namespace of their own (`hostUsers: false`; Kubernetes
+    /// 1.30+ with the feature, and a runtime that supports it).
+    pub build_user_namespaces: bool,
+    /// A BuildKit daemon builds run on (`buildctl --addr`), instead of a rootless one
+    /// in each build pod, which then needs no privilege.
+    pub buildkit_addr: Option<String>,
 }
 
 impl KubeConfig {
     pub fn new(registry: impl Into<String>) -> Self {
+        let registry = registry.into();
         Self {
-            registry: registry.into(),
+            build_endpoints: vec![registry.clone()],
+            build_user_namespaces: false,
+            buildkit_addr: None,
+            registry,
             registry_secret: None,
             registry_pull_secret: None,
             operator_namespace: "sless-system".into(),
@@ -142,7 +166,28 @@ impl KubeConfig {
             job_runs_kept: sless_core::model::DEFAULT_JOB_RUNS_KEPT,
             tenant_quota: manifests::TenantQuota::default(),
             scale_to_zero_after: autoscale::DEFAULT_SCALE_TO_ZERO_AFTER,
+            // `sless operator` sets the install's own; a random one serves a process
+            // that is both sides.
+            trigger_key: TriggerKey::random(),
+            data_plane_url: None,
         }
+    }
+
+    /// The base URL cron pods call `/fn/<ns>/<fn>/` under.
+    pub fn data_plane_url(&self) -> String {
+        match &self.data_plane_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!(
+                "http://{DATA_PLANE_SERVICE}.{}.svc.{}:8080",
+                self.operator_namespace, self.cluster_domain
+            ),
+        }
+    }
+
+    /// Whether build pods run only unprivileged steps (the build namespaces can then be
+    /// `restricted`): kaniko and in-pod BuildKit cannot.
+    pub fn builds_unprivileged(&self) -> bool {
+        self.builder == Builder::BuildKit && self.buildkit_addr.is_some()
     }
 
     /// The Secret pods pull images with.

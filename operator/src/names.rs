@@ -23,6 +23,9 @@ pub const LABEL_FUNCTION: &str = "sless.kube5s.ru/function";
 pub const ANNOTATION_S3_KEY: &str = "sless.kube5s.ru/s3-key";
 /// On a FunctionJob: the build of `last-built-s3key` failed.
 pub const ANNOTATION_BUILD_FAILED: &str = "sless.kube5s.ru/last-build-failed";
+/// On a run Job: the version of the code it runs (its record's, whatever the status
+/// cache a reconcile read).
+pub const ANNOTATION_VERSION: &str = "sless.kube5s.ru/version";
 /// Keeps a resource until its children in the deploy namespace are gone.
 pub const FINALIZER: &str = "sless.kube5s.ru/cleanup";
 /// The field manager of server-side apply.

@@ -208,6 +208,26 @@ fn the_data_plane_the_network_policies_allow_is_the_install_s() {
         .as_ref()
         .unwrap();
     assert_eq!(namespace["kubernetes.io/metadata.name"], "sless-system");
+
+    // Cron pods call /fn through the Service `DATA_PLANE_SERVICE`: its pods and port are
+    // the ones their egress policy allows.
+    let service = install_objects()
+        .into_iter()
+        .map(|(_, o)| o)
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == operator::DATA_PLANE_SERVICE)
+        .expect("the data plane's Service");
+    let cron =
+        serde_json::to_value(manifests::cron_egress("sless-ab", &KubeConfig::new("r"))).unwrap();
+    let to = &cron["spec"]["egress"][1];
+    assert_eq!(
+        to["to"][0]["podSelector"]["matchLabels"],
+        service["spec"]["selector"]
+    );
+    assert_eq!(to["ports"][0]["port"], service["spec"]["ports"][0]["port"]);
+    assert_eq!(
+        to["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        service["metadata"]["namespace"]
+    );
 }
 
 /// The rules of the install's ClusterRole `name`.
@@ -451,8 +471,16 @@ fn controller_objects() -> Vec<Value> {
         .unwrap(),
         serde_json::to_value(manifests::default_deny("sless-ab")).unwrap(),
         serde_json::to_value(manifests::data_plane_ingress("sless-ab", &config)).unwrap(),
-        serde_json::to_value(manifests::cron_egress("sless-ab")).unwrap(),
-        serde_json::to_value(manifests::build_boundary("sless-ab")).unwrap(),
+        serde_json::to_value(manifests::cron_egress("sless-ab", &config)).unwrap(),
+        serde_json::to_value(manifests::trigger_token_secret("sless-ab", &config)).unwrap(),
+        serde_json::to_value(manifests::build_boundary("sless-ab", &config)).unwrap(),
+        serde_json::to_value(manifests::build_egress_policy(
+            Kind::Function,
+            "sless-ab",
+            "hello",
+            &"10.0.0.5:5432".parse().unwrap(),
+        ))
+        .unwrap(),
         serde_json::to_value(manifests::resource_quota(
             "sless-ab",
             &manifests::TenantQuota::default(),
@@ -488,8 +516,23 @@ fn controller_objects() -> Vec<Value> {
             .unwrap(),
         );
     }
-    for builder in [Builder::BuildKit, Builder::Kaniko] {
+    // In-pod BuildKit, kaniko, both in user namespaces, and the client of an external
+    // BuildKit daemon.
+    let variants = [
+        (Builder::BuildKit, false, None),
+        (Builder::Kaniko, false, None),
+        (Builder::BuildKit, true, None),
+        (Builder::Kaniko, true, None),
+        (
+            Builder::BuildKit,
+            false,
+            Some("tcp://buildkitd.buildkit:1234"),
+        ),
+    ];
+    for (builder, user_namespaces, addr) in variants {
         config.builder = builder;
+        config.build_user_namespaces = user_namespaces;
+        config.buildkit_addr = addr.map(String::from);
         out.push(
             serde_json::to_value(manifests::build_job(
                 &BuildJob {

@@ -419,14 +419,66 @@ fn cron_job_schedule_suspend_and_call() {
     let container = &pod(&job.template.spec).containers[0];
     assert_eq!(container.image.as_deref(), Some(operator::CURL_IMAGE));
     let args = container.args.as_ref().unwrap();
+    // Through the data plane's /fn, which records the call.
     assert_eq!(
         args.last().map(String::as_str),
-        Some("http://hello.sless-fn-sless-cdd874dfa31ba6ca.svc.cluster.local:8080/")
+        Some(
+            "http://sless-operator.sless-system.svc.cluster.local:8080/fn/sless-cdd874dfa31ba6ca/hello/"
+        )
     );
     assert!(args.windows(2).any(|w| w == ["-X", "POST"]));
     assert!(args.contains(&"x-sless-trigger: tick".to_string()));
+    // The token comes from the namespace's Secret, put in the args by the kubelet.
+    assert!(args.contains(&"x-sless-trigger-token: $(SLESS_TRIGGER_TOKEN)".to_string()));
+    let env = &container.env.as_ref().unwrap()[0];
+    assert_eq!(env.name, "SLESS_TRIGGER_TOKEN");
+    let secret = env
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (secret.name.as_str(), secret.key.as_str()),
+        ("sless-trigger-token", "token")
+    );
     let security = container.security_context.as_ref().unwrap();
     assert_eq!(security.run_as_non_root, Some(true));
+}
+
+#[test]
+fn the_trigger_token_secret_holds_the_token_of_its_namespace_only() {
+    let config = config();
+    let secret = manifests::trigger_token_secret(NS, &config);
+    assert_eq!(secret.metadata.namespace.as_deref(), Some(DEPLOY_NS));
+    assert_eq!(secret.metadata.name.as_deref(), Some("sless-trigger-token"));
+    let token = &secret.data.as_ref().unwrap()["token"].0;
+    assert!(config.trigger_key.verifies(NS, token));
+    assert!(!config.trigger_key.verifies("sless-other", token));
+}
+
+#[test]
+fn cron_pods_call_the_configured_data_plane_url() {
+    let mut config = config();
+    config.data_plane_url = Some("http://dp.example:9000/".into());
+    let cron = manifests::cron_job(
+        &CronTrigger {
+            namespace: NS,
+            trigger: "tick",
+            function: "hello",
+            schedule: "*/5 * * * *",
+            enabled: true,
+            timeout_sec: 0,
+        },
+        &config,
+    );
+    let job = cron.spec.unwrap().job_template.spec.unwrap();
+    let args = pod(&job.template.spec).containers[0].args.clone().unwrap();
+    assert_eq!(
+        args.last().unwrap(),
+        &format!("http://dp.example:9000/fn/{NS}/hello/")
+    );
 }
 
 #[test]
@@ -509,6 +561,48 @@ fn http_ingress_routes_the_fn_path_to_the_service() {
         config.function_url(NS, "hello").as_deref(),
         Some("http://fn.example.com/fn/sless-cdd874dfa31ba6ca/hello")
     );
+}
+
+#[test]
+fn an_external_buildkit_daemon_builds_from_an_unprivileged_pod() {
+    let mut config = config();
+    config.buildkit_addr = Some("tcp://buildkitd.buildkit:1234".into());
+    assert!(config.builds_unprivileged());
+    let job = build_with(config);
+    let build = &steps(&job)[1];
+    let command = build.command.as_ref().unwrap();
+    assert_eq!(
+        command,
+        &["buildctl", "--addr", "tcp://buildkitd.buildkit:1234"]
+    );
+    assert_eq!(build.args.as_ref().unwrap()[0], "build");
+    // No rootless daemon here: no unconfined profile, no escalation, no state volume.
+    let security = build.security_context.as_ref().unwrap();
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        security.seccomp_profile.as_ref().unwrap().type_,
+        "RuntimeDefault"
+    );
+    assert!(security.app_armor_profile.is_none());
+    assert!(build.env.is_none(), "{:?}", build.env);
+    // The push credential stays with the push step.
+    assert!(mounted_secrets(&job, build).is_empty());
+}
+
+#[test]
+fn build_pods_run_in_user_namespaces_when_asked() {
+    let host_users = |user_namespaces: bool| {
+        let mut config = config();
+        config.build_user_namespaces = user_namespaces;
+        let job = build_with(config);
+        pod(&job.spec.as_ref().unwrap().template.spec).host_users
+    };
+    assert_eq!(
+        host_users(false),
+        None,
+        "off by default: it needs the feature"
+    );
+    assert_eq!(host_users(true), Some(false));
 }
 
 #[test]

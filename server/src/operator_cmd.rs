@@ -22,7 +22,7 @@ use operator::{
     Builder, Context, IngressConfig, KubeConfig, KubePodLogs, KubeRoutes, KubeStore,
     KubeWorkloadLogs, LeaderElection, Readiness, S3ContextUrls,
 };
-use sless_core::auth::Authenticator;
+use sless_core::auth::{Authenticator, TriggerKey};
 use sless_core::s3::{ObjectStore, S3Config};
 use tokio::task::JoinHandle;
 
@@ -94,6 +94,14 @@ pub struct OperatorArgs {
     pub service_account: String,
     #[arg(long, env = "SLESS_BUILDER", value_enum, default_value_t = BuilderArg::Buildkit)]
     pub builder: BuilderArg,
+    /// Run build pods in user namespaces (`hostUsers: false`): needs Kubernetes 1.30+
+    /// with the UserNamespacesSupport feature and a runtime that supports it.
+    #[arg(long, env = "SLESS_BUILD_USER_NAMESPACES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub build_user_namespaces: bool,
+    /// An external BuildKit daemon (`tcp://buildkitd.buildkit:1234`): build pods run
+    /// `buildctl --addr` against it, unprivileged, instead of a rootless BuildKit each.
+    #[arg(long, env = "SLESS_BUILDKIT_ADDR")]
+    pub buildkit_addr: Option<String>,
     #[arg(long, env = "SLESS_BUILDKIT_IMAGE", default_value = operator::BUILDKIT_IMAGE)]
     pub buildkit_image: String,
     #[arg(long, env = "SLESS_KANIKO_IMAGE", default_value = operator::KANIKO_IMAGE)]
@@ -157,6 +165,14 @@ pub struct OperatorArgs {
           default_value_t = operator::autoscale::DEFAULT_SCALE_TO_ZERO_AFTER.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     pub scale_to_zero_after: u64,
+    /// The install's secret for the tokens that prove a cron fire to `/fn` (each
+    /// tenant's is an HMAC of it); the data plane and the controllers need the same one.
+    #[arg(long, env = "SLESS_TRIGGER_KEY", hide_env_values = true)]
+    pub trigger_key: Option<String>,
+    /// Where cron pods call `/fn`; default: the data plane's Service,
+    /// `http://sless-operator.<operator namespace>.svc.<cluster domain>:8080`.
+    #[arg(long, env = "SLESS_DATA_PLANE_URL")]
+    pub data_plane_url: Option<String>,
     /// Console sessions (with --components console); an emptyDir is enough.
     #[arg(long, env = "SLESS_DATA_DIR", default_value = "/var/lib/sless")]
     pub data_dir: std::path::PathBuf,
@@ -183,12 +199,31 @@ impl OperatorArgs {
             .unwrap_or_else(|| "sless".into())
     }
 
+    /// The install's trigger key, which the API and the controllers cannot run without.
+    fn trigger_key(&self) -> anyhow::Result<TriggerKey> {
+        let key = self.trigger_key.as_deref().context(
+            "cron triggers call /fn with a token only the install's key makes: set \
+             SLESS_TRIGGER_KEY (the same for the API and the controllers; in the Secret \
+             sless-operator), e.g. to the output of: head -c 32 /dev/urandom | base64",
+        )?;
+        TriggerKey::new(key).context("SLESS_TRIGGER_KEY")
+    }
+
     fn kube_config(&self) -> anyhow::Result<KubeConfig> {
         let registry = self.registry.clone().context(
             "the controllers need a registry to push builds to: set SLESS_REGISTRY \
              (e.g. registry.example.com/sless)",
         )?;
         let mut config = KubeConfig::new(registry);
+        config.trigger_key = self.trigger_key()?;
+        config.data_plane_url = self.data_plane_url.clone();
+        config.build_user_namespaces = self.build_user_namespaces;
+        config.buildkit_addr = self.buildkit_addr.clone();
+        anyhow::ensure!(
+            self.buildkit_addr.is_none() || self.builder == BuilderArg::Buildkit,
+            "SLESS_BUILDKIT_ADDR is a BuildKit daemon: it needs SLESS_BUILDER=buildkit"
+        );
+        config.build_endpoints = self.build_endpoints();
         config.registry_secret = self.registry_secret.clone();
         config.registry_pull_secret = self.registry_pull_secret.clone();
         config.insecure_registry = self.insecure_registry;
@@ -229,6 +264,32 @@ impl OperatorArgs {
         };
         config.scale_to_zero_after = Duration::from_secs(self.scale_to_zero_after);
         Ok(config)
+    }
+
+    /// What every build pod must reach: S3 (AWS's when no endpoint is set), the
+    /// registry it pushes to, the base images' registry and an external daemon.
+    fn build_endpoints(&self) -> Vec<String> {
+        let scheme = if self.insecure_registry {
+            "http://"
+        } else {
+            ""
+        };
+        let mut endpoints = vec![
+            self.s3
+                .s3_endpoint
+                .clone()
+                .unwrap_or_else(|| "https://s3.amazonaws.com".into()),
+        ];
+        for registry in [self.registry.clone(), Some(self.base_image_prefix())] {
+            let Some(registry) = registry else { continue };
+            let host = operator::manifests::build::registry_host(&registry);
+            let endpoint = format!("{scheme}{host}");
+            if !endpoints.contains(&endpoint) {
+                endpoints.push(endpoint);
+            }
+        }
+        endpoints.extend(self.buildkit_addr.clone());
+        endpoints
     }
 
     /// An external S3 endpoint, or AWS's own when none is given.
@@ -287,6 +348,7 @@ async fn routed_proxy(
     args: &OperatorArgs,
     client: &operator::KubeClient,
     readiness: &Readiness,
+    trigger_key: Option<TriggerKey>,
 ) -> anyhow::Result<(
     Arc<KubeStore>,
     Arc<Proxy>,
@@ -309,6 +371,7 @@ async fn routed_proxy(
             max_body_bytes: args.max_invoke_body_mb * 1024 * 1024,
             // The console may be served on the same host (an Ingress in front).
             console_cookie: Some(crate::console::SESSION_COOKIE.to_owned()),
+            trigger_key,
             ..ProxyConfig::default()
         },
     ));
@@ -321,7 +384,7 @@ async fn routed_proxy(
 async fn run_dispatcher(args: &OperatorArgs) -> anyhow::Result<()> {
     let client = operator::connect().await?;
     let readiness = Readiness::default();
-    let (store, proxy, _, _tasks) = routed_proxy(args, &client, &readiness).await?;
+    let (store, proxy, _, _tasks) = routed_proxy(args, &client, &readiness, None).await?;
     let listener = listen(args.listen, &args.serve).await?;
     let probes_task = crate::serve::serve(listener, probes(readiness), &args.serve);
     let dispatch = async {
@@ -439,6 +502,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     // Fail on configuration before touching the cluster.
     let kube_config = controllers.then(|| args.kube_config()).transpose()?;
     let auth = api.then(|| args.authenticator()).transpose()?;
+    let trigger_key = api.then(|| args.trigger_key()).transpose()?;
 
     let client = operator::connect().await?;
     let objects = ObjectStore::connect(&args.s3_config()).await?;
@@ -456,7 +520,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             tracing::info!(address = %args.listen, "health probes listening");
             return crate::serve::serve(listener, probes(readiness.clone()), &args.serve).await;
         };
-        let (store, proxy, routes, mut tasks) = routed_proxy(&args, &client, &readiness).await?;
+        let (store, proxy, routes, mut tasks) = routed_proxy(&args, &client, &readiness, trigger_key).await?;
         // The calls this replica holds and has in flight, for the autoscaler.
         let pod = operator::autoscale::Pod {
             name: std::env::var("SLESS_POD_NAME")
@@ -469,6 +533,12 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             client.clone(),
             &args.operator_namespace,
             pod,
+        ));
+        // Job runs are made by the controllers; their records come from the runs'
+        // status, so every replica of the data plane has them.
+        tasks.push(operator::job_records::spawn(
+            store.clone(),
+            proxy.trigger_calls(),
         ));
         let mut config = ApiConfig {
             base_image_prefix: args.base_image_prefix(),

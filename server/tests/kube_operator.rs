@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::authz::{Admission, Need, Rbac, Write, assert_authorized, install_documents};
 use common::kube_cluster::{
-    Cluster, FUNCTIONS, Operator, SECRET, apply_function, apply_trigger, cluster, create_namespace,
-    eventually, eventually_within, free_port, triggers, wait_ready,
+    Cluster, FUNCTIONS, Operator, SECRET, TRIGGER_KEY, apply_function, apply_trigger, cluster,
+    create_namespace, eventually, eventually_within, free_port, triggers, wait_ready,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -224,6 +224,49 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
             .map(str::to_string)
     };
     assert_eq!(pod_security(&build_ns).as_deref(), Some("privileged"));
+    // Build pods reach the DNS, S3 (an address here) and the registry (a name: any
+    // public address, on its port only); the install steps, the function's egress.
+    let boundary = cluster
+        .get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            &build_ns,
+            "sless-build",
+        )
+        .unwrap();
+    let rules = boundary["spec"]["egress"].as_array().unwrap();
+    let s3_port = cluster
+        .s3
+        .config("sless")
+        .endpoint
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
+    assert_eq!(rules[1]["to"][0]["ipBlock"]["cidr"], "127.0.0.1/32");
+    assert_eq!(rules[1]["ports"][0]["port"], s3_port);
+    assert_eq!(
+        rules[2]["to"][0]["ipBlock"]["except"],
+        json!(["169.254.169.254/32"])
+    );
+    assert_eq!(rules[2]["ports"][0]["port"], 443);
+    assert_eq!(
+        rules.len(),
+        3,
+        "one rule for the registry of pushes and bases"
+    );
+    assert!(
+        cluster
+            .get(
+                "networking.k8s.io/v1",
+                "networkpolicies",
+                &build_ns,
+                "hello-function-build-egress",
+            )
+            .is_some()
+    );
     cluster.finish_job(&build_ns, &build, true);
     eventually(&operator, "the Deployment and Service", || {
         cluster.get("apps/v1", "deployments", &deploy_ns, "hello")?;
@@ -810,21 +853,30 @@ async fn a_leader_stopped_by_sigterm_releases_its_lease_at_once() {
 #[test]
 fn a_missing_or_unreachable_api_server_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |kubeconfig: &Path| {
-        let output = Command::new(env!("CARGO_BIN_EXE_sless"))
+    let run_with_key = |kubeconfig: &Path, trigger_key: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
+        command
             .args(["operator", "--listen", "127.0.0.1:0"])
             .env_clear()
             .env("HOME", dir.path())
             .env("KUBECONFIG", kubeconfig)
             .env("SLESS_REGISTRY", "registry.test/sless")
-            .env("SLESS_JWT_HS256_SECRET", SECRET)
-            .output()
-            .unwrap();
+            .env("SLESS_JWT_HS256_SECRET", SECRET);
+        if let Some(key) = trigger_key {
+            command.env("SLESS_TRIGGER_KEY", key);
+        }
+        let output = command.output().unwrap();
         assert!(!output.status.success());
         let stderr = String::from_utf8_lossy(&output.stderr).to_string();
         assert!(!stderr.contains("panicked"), "{stderr}");
         stderr
     };
+    let run = |kubeconfig: &Path| run_with_key(kubeconfig, Some(TRIGGER_KEY));
+    // Cron fires cannot be proven to /fn without the install's key.
+    let stderr = run_with_key(&dir.path().join("missing"), None);
+    assert!(stderr.contains("set SLESS_TRIGGER_KEY"), "{stderr}");
+    let stderr = run_with_key(&dir.path().join("missing"), Some("short"));
+    assert!(stderr.contains("at least 16 bytes"), "{stderr}");
     let stderr = run(&dir.path().join("missing"));
     assert!(
         stderr.contains("no Kubernetes configuration found"),
@@ -1179,4 +1231,339 @@ async fn fn_keeps_answering_through_a_30_s_api_server_outage() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The environment the kubelet gives the cron pod's container, and its args with
+/// `$(VAR)` expanded from it, as the kubelet does.
+fn cron_pod_args(cluster: &Cluster, deploy_ns: &str, cron: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let cron = cluster
+        .get("batch/v1", "cronjobs", deploy_ns, cron)
+        .unwrap();
+    let container = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    let mut args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    for variable in container["env"].as_array().unwrap() {
+        let from = &variable["valueFrom"]["secretKeyRef"];
+        let secret = cluster
+            .get("v1", "secrets", deploy_ns, from["name"].as_str().unwrap())
+            .expect("the Secret the cron pod mounts");
+        let encoded = secret["data"][from["key"].as_str().unwrap()]
+            .as_str()
+            .unwrap();
+        let value = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap();
+        let reference = format!("$({})", variable["name"].as_str().unwrap());
+        for arg in &mut args {
+            *arg = arg.replace(&reference, std::str::from_utf8(&value).unwrap());
+        }
+    }
+    args
+}
+
+/// curl with a cron pod's args, the data plane's Service name dialled at `data_plane`.
+fn curl(args: &[String], data_plane: &str) -> std::process::Output {
+    let address = data_plane.trim_start_matches("http://");
+    Command::new("curl")
+        .args([
+            "--connect-to",
+            &format!("sless-operator.sless-system.svc.cluster.local:8080:{address}"),
+        ])
+        .args(args)
+        .output()
+        .expect("curl")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_fires_and_job_runs_are_call_records_of_the_data_plane() {
+    let cluster = cluster().await;
+    let ns = namespace_for_sub("carol");
+    create_namespace(&cluster.client, &ns).await;
+    let deploy_ns = deploy_namespace(&ns);
+    let build_ns = build_namespace(&ns);
+    // The function's pod: answers and keeps the headers it was sent.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<axum::http::HeaderMap>::new()));
+    let pod = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pod_address = pod.local_addr().unwrap();
+    let kept = seen.clone();
+    let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let kept = kept.clone();
+        async move {
+            kept.lock().unwrap().push(headers);
+            "tick handled"
+        }
+    });
+    tokio::spawn(async move { axum::serve(pod, app).await.unwrap() });
+    let authority = operator::names::service_authority(&ns, "hello", "cluster.local");
+    let connect_to = format!("{authority}={pod_address}");
+    let controllers = cluster.operator("controllers", &["--components", "controllers"]);
+    let data_plane = cluster.operator_with_env(
+        "api",
+        &["--components", "api"],
+        &[("SLESS_CONNECT_TO", &connect_to)],
+    );
+    wait_ready(&controllers).await;
+    wait_ready(&data_plane).await;
+    let carol = User::new(&data_plane, "carol");
+
+    // A built function whose only trigger is a cron trigger: hidden from the public.
+    let resource = ApiResource::erase::<sless_core::model::Function>(&());
+    let functions: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), &ns, &resource);
+    let build = apply_function(&functions, &resource, &ns, "hello").await;
+    eventually(&controllers, "the build Job", || {
+        cluster.get("batch/v1", "jobs", &build_ns, &build)
+    })
+    .await;
+    cluster.finish_job(&build_ns, &build, true);
+    apply_trigger(
+        &cluster,
+        &ns,
+        "tick",
+        json!({"type": "cron", "functionRef": "hello", "schedule": "*/5 * * * *"}),
+    )
+    .await;
+    let cron = eventually(&controllers, "the CronJob", || {
+        cluster.get("batch/v1", "cronjobs", &deploy_ns, "tick")
+    })
+    .await;
+    eventually(&controllers, "one replica", || {
+        cluster
+            .get("apps/v1", "deployments", &deploy_ns, "hello")
+            .filter(|d| d["spec"]["replicas"] == 1)
+    })
+    .await;
+    cluster
+        .emu
+        .set_deployment_available(&deploy_ns, "hello", 1)
+        .unwrap();
+    // The cron pods may reach the data plane and nothing else.
+    let egress = cluster
+        .get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            &deploy_ns,
+            "sless-cron-egress",
+        )
+        .unwrap();
+    assert_eq!(
+        egress["spec"]["egress"][1]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "sless-api"
+    );
+
+    // The CronJob's pod, as the kubelet runs it: curl with its args and its Secret.
+    let args = cron_pod_args(&cluster, &deploy_ns, "tick");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let fired = loop {
+        let output = curl(&args, &data_plane.base);
+        if output.status.success() {
+            break output;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cron call never succeeded: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            data_plane.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(String::from_utf8_lossy(&fired.stdout), "tick handled");
+    let (status, body) = carol.get("functions/hello/invocations?trigger=cron").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let record = &body["invocations"][0];
+    assert_eq!(
+        (
+            &record["trigger"],
+            &record["trigger_name"],
+            &record["status"]
+        ),
+        (&json!("cron"), &json!("tick"), &json!(200)),
+        "{body}"
+    );
+    // The token proves the call to sless; the function never sees it.
+    let headers = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        headers.get("x-sless-trigger-token").is_none(),
+        "{headers:?}"
+    );
+
+    // The same call without the token, or with another tenant's, is a public call: the
+    // function has no http trigger, so it is refused, and no cron record is made.
+    let token = cron_pod_args(&cluster, &deploy_ns, "tick")
+        .into_iter()
+        .find(|a| a.starts_with("x-sless-trigger-token: "))
+        .unwrap();
+    let other_key = sless_core::auth::TriggerKey::new(TRIGGER_KEY).unwrap();
+    let other = format!(
+        "x-sless-trigger-token: {}",
+        other_key.token(&namespace_for_sub("mallory"))
+    );
+    for forged in [None, Some(other.as_str())] {
+        let mut args: Vec<String> = args.iter().filter(|a| **a != token).cloned().collect();
+        if let Some(header) = forged {
+            args.splice(0..0, ["-H".to_string(), header.to_string()]);
+        }
+        let output = curl(&args, &data_plane.base);
+        assert!(!output.status.success(), "{forged:?} was let through");
+    }
+    let (_, body) = carol.get("functions/hello/invocations").await;
+    let records = body["invocations"].as_array().unwrap();
+    assert_eq!(records.len(), 3, "{body}");
+    assert!(
+        records[..2].iter().all(|r| r["trigger"] == "http"
+            && r["status"] == 503
+            && r.get("trigger_name").is_none()),
+        "{body}"
+    );
+    assert_eq!(cron["spec"]["suspend"], false);
+
+    // Job runs: made by the controllers, recorded by the data plane from the runs'
+    // status, with their request id, version and outcome.
+    let (status, body) = carol
+        .post(
+            "jobs",
+            json!({"name": "nightly", "function_ref": "hello", "event_json": "{}", "run_id": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for (run_id, succeeded) in [(1, true), (2, false)] {
+        if run_id > 1 {
+            let (status, body) = carol.patch("jobs/nightly", json!({"run_id": run_id})).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        let run = run_job_name("nightly", run_id);
+        eventually(&controllers, "the run Job", || {
+            cluster.get("batch/v1", "jobs", &deploy_ns, &run)
+        })
+        .await;
+        cluster.job_pod_with_log(&deploy_ns, &run, "{\"ok\": true}\n");
+        cluster.finish_job(&deploy_ns, &run, succeeded);
+        eventually(&controllers, "the run's end in the status", || {
+            let job = cluster.get(FUNCTIONS, "functionjobs", &ns, "nightly")?;
+            (job["status"]["observedRunId"] == run_id
+                && ["Succeeded", "Failed"].contains(&job["status"]["phase"].as_str()?))
+            .then_some(())
+        })
+        .await;
+    }
+    let job = cluster
+        .get(FUNCTIONS, "functionjobs", &ns, "nightly")
+        .unwrap();
+    let runs = job["status"]["runs"].as_array().unwrap().clone();
+    let version = sless_api::keys::version_of(&format!("contexts/{ns}/hello/1.tar.gz")).to_string();
+    let expected = |records: &Value| {
+        let records = records["invocations"].as_array()?;
+        (records.len() == 2).then_some(())?;
+        for (record, run) in records.iter().zip(&runs) {
+            assert_eq!(record["request_id"], run["requestId"], "{records:?}");
+            assert_eq!(record["trigger_name"], "nightly");
+            assert_eq!(record["version"], version.as_str());
+            assert_eq!(record["duration_ms"].as_f64(), run["durationMs"].as_f64());
+        }
+        let statuses: Vec<&Value> = records.iter().map(|r| &r["status"]).collect();
+        assert_eq!(statuses, [&json!(500), &json!(200)], "newest first");
+        Some(())
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, body) = carol.get("functions/hello/invocations?trigger=job").await;
+        if expected(&body).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job records: {body}\n{}",
+            data_plane.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Another replica of the data plane (or this one restarted) has them too.
+    let second = cluster.operator_with_env("api-2", &["--components", "api"], &[]);
+    wait_ready(&second).await;
+    let carol = User::new(&second, "carol");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, body) = carol.get("functions/hello/invocations?trigger=job").await;
+        if expected(&body).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job records: {body}\n{}",
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_builder_needs_no_privileged_namespace() {
+    let cluster = cluster().await;
+    let ns = "team-b";
+    create_namespace(&cluster.client, ns).await;
+    let build_ns = build_namespace(ns);
+    let credential = json!({"apiVersion": "v1", "kind": "Secret",
+        "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "regcred", "namespace": "sless-system"},
+        "data": {".dockerconfigjson": "e30="}});
+    cluster.emu.create("v1", "secrets", credential).unwrap();
+    let controllers = cluster.operator_with_env(
+        "controllers",
+        &["--components", "controllers"],
+        &[
+            ("SLESS_BUILDKIT_ADDR", "tcp://buildkitd.buildkit.svc:1234"),
+            ("SLESS_BUILD_USER_NAMESPACES", "true"),
+            ("SLESS_REGISTRY_SECRET", "regcred"),
+        ],
+    );
+    wait_ready(&controllers).await;
+    let resource = ApiResource::erase::<sless_core::model::Function>(&());
+    let functions: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), ns, &resource);
+    let build = apply_function(&functions, &resource, ns, "hello").await;
+    let job = eventually(&controllers, "the build Job", || {
+        cluster.get("batch/v1", "jobs", &build_ns, &build)
+    })
+    .await;
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["hostUsers"], false);
+    let step = &pod["initContainers"][1];
+    assert_eq!(
+        step["command"],
+        json!(["buildctl", "--addr", "tcp://buildkitd.buildkit.svc:1234"])
+    );
+    assert_eq!(step["securityContext"]["allowPrivilegeEscalation"], false);
+    let namespace = cluster
+        .emu
+        .get("v1", "namespaces", None, &build_ns)
+        .unwrap();
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    // The push step still has its credential there.
+    assert!(cluster.get("v1", "secrets", &build_ns, "regcred").is_some());
+    // The daemon is reached in its namespace, on its port.
+    let boundary = cluster
+        .get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            &build_ns,
+            "sless-build",
+        )
+        .unwrap();
+    let daemon = boundary["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["ports"][0]["port"] == 1234)
+        .expect("a rule for the daemon");
+    assert_eq!(
+        daemon["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "buildkit"
+    );
 }

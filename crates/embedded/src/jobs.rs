@@ -253,6 +253,7 @@ async fn reconcile(
         s.completion_time = None;
         s.message = None;
         s.log_tail = None;
+        s.version = Some(plan.version.clone());
     })
     .await?;
     let Some(request_id) = running.and_then(|s| s.request_id) else {

@@ -295,9 +295,34 @@ async fn each_tenant_gets_its_boundaries_and_they_come_back_when_deleted_by_hand
             "sless-build",
         )
         .expect("the build namespace's policy");
+    // Every build pod: the DNS, and the registry on its port only.
     assert_eq!(
-        build["spec"]["egress"][0]["to"][1]["ipBlock"]["except"],
-        json!(["169.254.169.254/32"])
+        build["spec"]["egress"][0]["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "kube-system"
+    );
+    for rule in build["spec"]["egress"].as_array().unwrap() {
+        assert!(
+            rule["ports"].is_array(),
+            "a rule open on every port: {rule}"
+        );
+    }
+    // The install steps of this function's build: its own egress (the internet).
+    let install = emu
+        .get(
+            "networking.k8s.io/v1",
+            "networkpolicies",
+            Some("sless-build-default"),
+            "hello-function-build-egress",
+        )
+        .expect("the build's own egress policy");
+    assert_eq!(
+        install["spec"]["podSelector"]["matchLabels"]["sless.kube5s.ru/component"],
+        "build"
+    );
+    assert_eq!(
+        install["spec"]["egress"][1]["to"][0]["ipBlock"],
+        egress["spec"]["egress"][1]["to"][0]["ipBlock"],
+        "the same as the running function's"
     );
     let deny = policy("sless-default-deny").expect("default deny");
     assert_eq!(deny["spec"]["podSelector"], json!({}));

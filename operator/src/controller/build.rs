@@ -2,14 +2,16 @@
 //! build Job per upload, polled until it ends.
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::PostParams;
 
-use super::{Context, Error, JobOutcome, Result, delete_labelled, job_outcome};
+use super::{Context, Error, JobOutcome, Result, apply, delete_labelled, job_outcome};
 use crate::manifests::build::{COMPONENT, STEPS};
 use crate::manifests::{self, BuildJob};
 use crate::names::{build_job_name, component_labels, selector};
 use crate::store::is_already_exists;
+use sless_api::Egress;
 use sless_core::logs::last_bytes;
 use sless_core::model::{Kind, build_namespace};
 use sless_core::upload::version_of;
@@ -23,6 +25,8 @@ pub(super) struct BuildTarget<'a> {
     pub name: &'a str,
     pub s3_key: &'a str,
     pub image: &'a str,
+    /// Where its install steps may connect: the workload's (or job's) own egress.
+    pub egress: &'a Egress,
 }
 
 pub(super) enum BuildState {
@@ -53,6 +57,18 @@ pub(super) async fn build(ctx: &Context, target: &BuildTarget<'_>) -> Result<Bui
             .presigned_get(target.s3_key, ctx.config.context_url_ttl)
             .await
             .map_err(Error::PresignError)?;
+        // Before the build's pod exists, so its install steps never run unconstrained.
+        let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &build_ns);
+        apply(
+            &policies,
+            &manifests::build_egress_policy(
+                target.kind,
+                target.namespace,
+                target.name,
+                target.egress,
+            ),
+        )
+        .await?;
         let manifest = manifests::build_job(
             &BuildJob {
                 kind: target.kind,

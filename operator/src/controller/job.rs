@@ -22,7 +22,8 @@ use crate::health::stuck;
 use crate::manifests::run::{COMPONENT as RUN_COMPONENT, RUN_CONTAINER};
 use crate::manifests::{self, RunJob};
 use crate::names::{
-    ANNOTATION_BUILD_FAILED, FINALIZER, component_labels, owner_selector, run_job_name, selector,
+    ANNOTATION_BUILD_FAILED, ANNOTATION_VERSION, FINALIZER, component_labels, owner_selector,
+    run_job_name, selector,
 };
 use crate::store::is_already_exists;
 use sless_api::Egress;
@@ -60,6 +61,8 @@ struct Plan {
     read_only_root: bool,
     /// Where the run may connect: the job's own `egress`, else its function's.
     egress: Egress,
+    /// The version of the code, for the run's record.
+    version: String,
 }
 
 enum Planned {
@@ -81,7 +84,7 @@ pub fn result_line(log: &str) -> Option<&str> {
 fn failure_message(log: &str, reason: &str, timeout_sec: u32) -> String {
     if reason.starts_with("DeadlineExceeded") {
         return format!(
-            "timed out: the job ran longer than its timeout_sec ({timeout_sec} s) and was stopped"
+            "{TIMED_OUT}: the job ran longer than its timeout_sec ({timeout_sec} s) and was stopped"
         );
     }
     result_line(log)
@@ -89,6 +92,9 @@ fn failure_message(log: &str, reason: &str, timeout_sec: u32) -> String {
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
         .unwrap_or_else(|| format!("the job failed: {reason}"))
 }
+
+/// How the message of a run stopped at its deadline begins.
+pub const TIMED_OUT: &str = "timed out";
 
 /// The label the Job controller puts on a Job's pods.
 const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
@@ -145,6 +151,9 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
         status.job_name = Some(job_name.clone());
         if status.start_time.is_none() {
             status.start_time = Some(now());
+        }
+        if status.version.is_none() {
+            status.version = running.annotations().get(ANNOTATION_VERSION).cloned();
         }
         let mut outcome = job_outcome(&running);
         // A pod that cannot start (a bad image, a missing secret) or was OOMKilled says
@@ -257,13 +266,14 @@ async fn start_run(
         observed_run_id: Some(run_id),
         job_name: Some(job_name.clone()),
         start_time: Some(now()),
+        version: Some(plan.version.clone()),
         ..FunctionJobStatus::default()
     });
     let event_json = run_event(
         &spec.event_json,
         status.request_id.as_deref().unwrap_or_default(),
     );
-    let manifest = manifests::run_job(
+    let mut manifest = manifests::run_job(
         &RunJob {
             namespace: &namespace,
             name: &name,
@@ -280,6 +290,11 @@ async fn start_run(
         },
         &ctx.config,
     );
+    manifest
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(ANNOTATION_VERSION.into(), plan.version.clone());
     ctx.prepare_deploy_namespace(&namespace, &deploy_namespace(&namespace))
         .await?;
     // Before the run's pod exists, so it never runs unconstrained.
@@ -334,10 +349,13 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
         let built = workload
             .s3_key
             .as_deref()
-            .map(|key| workload_image(&ctx.config.registry, namespace, function_name, key))
-            .filter(|image| status.image_ref.as_deref() == Some(image.as_str()));
+            .map(|key| {
+                let image = workload_image(&ctx.config.registry, namespace, function_name, key);
+                (image, version_of(key))
+            })
+            .filter(|(image, _)| status.image_ref.as_deref() == Some(image.as_str()));
         return Ok(match (status.phase, built) {
-            (_, Some(image)) => {
+            (_, Some((image, version))) => {
                 let mut env = workload.env.clone();
                 env.extend(spec.env.clone());
                 Planned::Ready(Plan {
@@ -349,6 +367,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
                     disk_mb: spec.disk_mb.unwrap_or(workload.disk_mb),
                     read_only_root: workload.runtime.descriptor().read_only_root,
                     egress: spec.egress_or(Some(workload)),
+                    version: version.to_string(),
                 })
             }
             (Phase::Failed, _) => {
@@ -385,6 +404,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
             name: &name,
             s3_key: key,
             image: &image,
+            egress: &spec.egress_or(None),
         };
         ctx.prepare_deploy_namespace(namespace, &deploy_namespace(namespace))
             .await?;
@@ -434,6 +454,7 @@ async fn plan(job: &FunctionJob, namespace: &str, ctx: &Context) -> Result<Plann
         disk_mb: spec.disk_mb.unwrap_or(DEFAULT_DISK_MB),
         read_only_root: runtime.descriptor().read_only_root,
         egress: spec.egress_or(None),
+        version: version_of(key).to_string(),
     }))
 }
 
@@ -444,9 +465,8 @@ async fn cleanup_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     for job_namespace in [deploy_namespace(&namespace), build_namespace(&namespace)] {
         let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &job_namespace);
         delete_labelled(&jobs, &owned, None).await?;
+        let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &job_namespace);
+        delete_labelled(&policies, &owned, None).await?;
     }
-    let policies: Api<NetworkPolicy> =
-        Api::namespaced(ctx.client.clone(), &deploy_namespace(&namespace));
-    delete_labelled(&policies, &owned, None).await?;
     Ok(Action::await_change())
 }

@@ -118,7 +118,7 @@ pub struct Context {
     namespaces: Mutex<HashMap<String, Instant>>,
     /// Deploy namespace → (source secret resourceVersion, when it was copied).
     secrets: Mutex<HashMap<String, (String, Instant)>>,
-    /// Deploy namespaces whose boundaries were applied, and when.
+    /// Deploy namespaces whose boundaries were applied, and when that apply began.
     boundaries: Mutex<HashMap<String, Instant>>,
     /// Held while a namespace is prepared: the hundred reconciles of a new namespace
     /// wait for the first instead of all applying the same objects.
@@ -129,6 +129,9 @@ pub struct Context {
     /// Child (`Kind/namespace/name`) → (hash of the manifest last applied, the
     /// resourceVersion that apply returned): see [`Context::apply_unless_current`].
     applied: Mutex<HashMap<String, (u64, String)>>,
+    /// Namespaces whose boundaries changed by hand, and when: an apply that began
+    /// before does not count (it may have written a boundary before its deletion).
+    boundaries_changed: Mutex<HashMap<String, Instant>>,
 }
 
 /// Cached facts about a deploy namespace (it exists, its pull secret is current) are
@@ -160,6 +163,7 @@ impl Context {
             preparing: tokio::sync::Mutex::new(()),
             caches: RwLock::new(None),
             applied: Mutex::new(HashMap::new()),
+            boundaries_changed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -214,6 +218,7 @@ impl Context {
         if self.knows_boundaries(deploy_ns) {
             return Ok(());
         }
+        let started = Instant::now();
         let client = &self.client;
         let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), deploy_ns);
         apply(&policies, &manifests::default_deny(namespace)).await?;
@@ -222,7 +227,13 @@ impl Context {
             &manifests::data_plane_ingress(namespace, &self.config),
         )
         .await?;
-        apply(&policies, &manifests::cron_egress(namespace)).await?;
+        apply(&policies, &manifests::cron_egress(namespace, &self.config)).await?;
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), deploy_ns);
+        apply(
+            &secrets,
+            &manifests::trigger_token_secret(namespace, &self.config),
+        )
+        .await?;
         let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), deploy_ns);
         apply(
             &quotas,
@@ -234,7 +245,7 @@ impl Context {
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(deploy_ns.to_string(), Instant::now());
+            .insert(deploy_ns.to_string(), started);
         Ok(())
     }
 
@@ -242,34 +253,57 @@ impl Context {
     /// NetworkPolicy.
     async fn prepare_build_namespace(&self, namespace: &str, build_ns: &str) -> Result<()> {
         let _preparing = self.preparing.lock().await;
-        self.prepare_namespace(namespace, build_ns, PodSecurity::Privileged)
+        // Rootless BuildKit and kaniko need a privileged namespace; a client of an
+        // external daemon does not.
+        let pod_security = if self.config.builds_unprivileged() {
+            PodSecurity::Restricted
+        } else {
+            PodSecurity::Privileged
+        };
+        self.prepare_namespace(namespace, build_ns, pod_security)
             .await?;
         if self.knows_boundaries(build_ns) {
             return Ok(());
         }
+        let started = Instant::now();
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), build_ns);
-        apply(&policies, &manifests::build_boundary(namespace)).await?;
+        apply(
+            &policies,
+            &manifests::build_boundary(namespace, &self.config),
+        )
+        .await?;
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(build_ns.to_string(), Instant::now());
+            .insert(build_ns.to_string(), started);
         Ok(())
     }
 
     fn knows_boundaries(&self, namespace: &str) -> bool {
+        let changed = self
+            .boundaries_changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(namespace)
+            .copied();
         self.boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(namespace)
-            .is_some_and(|at| at.elapsed() < SECRET_RESYNC)
+            .is_some_and(|at| at.elapsed() < SECRET_RESYNC && changed.is_none_or(|c| *at > c))
     }
 
     /// A boundary of the user namespace's deploy or build namespace changed (or was
-    /// deleted by hand): the next reconcile (or build) applies them again.
+    /// deleted by hand): the next reconcile (or build) applies them again, also when an
+    /// apply is under way.
     fn forget_boundaries(&self, namespace: &str) {
-        let mut boundaries = self.boundaries.lock().unwrap_or_else(|e| e.into_inner());
-        boundaries.remove(&sless_core::model::deploy_namespace(namespace));
-        boundaries.remove(&sless_core::model::build_namespace(namespace));
+        let now = Instant::now();
+        let mut changed = self
+            .boundaries_changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        changed.insert(sless_core::model::deploy_namespace(namespace), now);
+        changed.insert(sless_core::model::build_namespace(namespace), now);
     }
 
     /// `target_ns` exists with its Pod Security labels and holds current copies of the
@@ -281,7 +315,7 @@ impl Context {
         target_ns: &str,
         pod_security: PodSecurity,
     ) -> Result<()> {
-        let builds = pod_security == PodSecurity::Privileged;
+        let builds = target_ns == sless_core::model::build_namespace(namespace);
         let mut secrets: Vec<&str> = self.config.pull_secret().into_iter().collect();
         if let Some(push) = self.config.registry_secret.as_deref().filter(|_| builds)
             && !secrets.contains(&push)
@@ -299,7 +333,8 @@ impl Context {
             let api: Api<Namespace> = Api::all(self.client.clone());
             let manifest = manifests::namespace(target_ns, Some(namespace), Some(pod_security));
             apply(&api, &manifest).await?;
-            if !secrets.is_empty() {
+            // Deploy namespaces hold the cron pods' token; any may hold registry secrets.
+            if !builds || !secrets.is_empty() {
                 // Secrets may be written only where the operator bound itself this role.
                 let bindings: Api<RoleBinding> = Api::namespaced(self.client.clone(), target_ns);
                 let binding = manifests::secrets_role_binding(

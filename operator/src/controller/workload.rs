@@ -136,6 +136,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
             name: &name,
             s3_key: key,
             image: &image,
+            egress: &spec.egress,
         };
         match build(ctx, &target).await? {
             BuildState::Running { job } => {
@@ -422,12 +423,10 @@ async fn cleanup_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Res
         None,
     )
     .await?;
-    delete_labelled(
-        &Api::<NetworkPolicy>::namespaced(client.clone(), &deploy_ns),
-        &owned,
-        None,
-    )
-    .await?;
+    for policy_ns in [deploy_ns.clone(), build_namespace(&namespace)] {
+        let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &policy_ns);
+        delete_labelled(&policies, &owned, None).await?;
+    }
     delete_labelled(
         &Api::<Job>::namespaced(client.clone(), &build_namespace(&namespace)),
         &owned,

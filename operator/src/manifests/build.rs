@@ -70,9 +70,11 @@ pub fn registry_host(image: &str) -> &str {
 
 /// The build command and its arguments: the image is built into a tarball at
 /// `/output/image.tar`, never pushed by the builder (tenant code runs in it; the push
-/// credential is not there).
-pub fn build_command(builder: Builder, image: &str, insecure: bool) -> (Vec<String>, Vec<String>) {
-    match builder {
+/// credential is not there). With an external BuildKit daemon, `buildctl` sends it the
+/// context and receives the tarball.
+pub fn build_command(config: &KubeConfig, image: &str) -> (Vec<String>, Vec<String>) {
+    let insecure = config.insecure_registry;
+    match config.builder {
         Builder::BuildKit => {
             let args = [
                 "build",
@@ -88,6 +90,10 @@ pub fn build_command(builder: Builder, image: &str, insecure: bool) -> (Vec<Stri
             .map(String::from)
             .chain([format!("type=docker,name={image},dest={IMAGE_TAR}")])
             .collect();
+            if let Some(addr) = &config.buildkit_addr {
+                // The daemon's own buildkitd.toml decides how it reaches registries.
+                return (vec!["buildctl".into(), "--addr".into(), addr.clone()], args);
+            }
             if !insecure {
                 return (vec!["buildctl-daemonless.sh".into()], args);
             }
@@ -165,7 +171,8 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
     let name = build_job_name(build.name, build.s3_key);
     let labels = component_labels(build.kind, build.namespace, build.name, COMPONENT);
     let annotations = BTreeMap::from([(ANNOTATION_S3_KEY.to_string(), build.s3_key.to_string())]);
-    let (command, args) = build_command(config.builder, build.image, config.insecure_registry);
+    let (command, args) = build_command(config, build.image);
+    let external = config.builds_unprivileged();
 
     let mut volumes = vec![empty_dir("workspace"), empty_dir("output")];
     let docker_config_dir = match config.builder {
@@ -190,6 +197,9 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
         push_env.push(env_var("DOCKER_CONFIG", PUSH_AUTH));
     }
     let security = match config.builder {
+        // Only a client of the daemon runs here: the restricted profile (it writes the
+        // tarball and may keep client state under $HOME, hence a writable root).
+        Builder::BuildKit if external => restricted(BUILDKIT_UID, false),
         Builder::BuildKit => {
             // Rootless BuildKit's state must be a real volume (not the image's VOLUME).
             volumes.push(empty_dir("buildkitd"));
@@ -257,6 +267,9 @@ pub fn build_job(build: &BuildJob, config: &KubeConfig) -> Job {
                 labels,
                 PodSpec {
                     security_context: pod_security,
+                    // Uids in the pod map to unprivileged ones on the node: a step that
+                    // escapes its container is nobody there.
+                    host_users: config.build_user_namespaces.then_some(false),
                     image_pull_secrets: pull_secrets(config),
                     init_containers: Some(vec![
                         Container {

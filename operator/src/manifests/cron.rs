@@ -1,21 +1,24 @@
-//! What triggers become: a CronJob that POSTs to the function, or an Ingress when the
-//! cluster has no external URL for the `/fn` proxy.
+//! What triggers become: a CronJob that POSTs to the function through the data plane's
+//! `/fn` (so the call is routed, timed and recorded as every call is), or an Ingress
+//! when the cluster has no external URL for the `/fn` proxy.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, PodSpec, Secret, SecretKeySelector,
+};
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{CURL_UID, metadata, one_shot_pod, restricted, restricted_pod};
+use super::{CURL_UID, metadata, one_shot_pod, restricted, restricted_pod, tenant_labels};
 use crate::KubeConfig;
-use crate::names::{
-    FUNCTION_PORT, LABEL_FUNCTION, component_labels, cron_job_name, ingress_name, service_host,
-};
+use crate::names::{FUNCTION_PORT, LABEL_FUNCTION, component_labels, cron_job_name, ingress_name};
+use sless_core::auth::TRIGGER_TOKEN_HEADER;
 use sless_core::model::{Kind, deploy_namespace};
 
 pub const CRON_COMPONENT: &str = "cron";
@@ -50,16 +53,25 @@ pub fn cron_body(trigger: &str, schedule: &str) -> String {
     serde_json::json!({"trigger": trigger, "type": "cron", "schedule": schedule}).to_string()
 }
 
-/// The curl arguments of one scheduled call.
-pub fn cron_args(cron: &CronTrigger, cluster_domain: &str) -> Vec<String> {
+/// The Secret of a deploy namespace holding its cron pods' trigger token.
+pub const TRIGGER_TOKEN_SECRET: &str = "sless-trigger-token";
+const TRIGGER_TOKEN_KEY: &str = "token";
+/// The cron container's variable holding the token; the kubelet puts it in the args.
+const TRIGGER_TOKEN_ENV: &str = "SLESS_TRIGGER_TOKEN";
+
+/// The curl arguments of one scheduled call: a POST to `/fn/<ns>/<function>/` of the
+/// data plane, proven a cron fire by the tenant's token.
+pub fn cron_args(cron: &CronTrigger, config: &KubeConfig) -> Vec<String> {
     let max_time = if cron.timeout_sec == 0 {
         MAX_CALL_SECONDS
     } else {
         cron.timeout_sec + 5
     };
     let url = format!(
-        "http://{}:{FUNCTION_PORT}/",
-        service_host(cron.namespace, cron.function, cluster_domain)
+        "{}/fn/{}/{}/",
+        config.data_plane_url(),
+        cron.namespace,
+        cron.function
     );
     vec![
         "-fsS".into(),
@@ -71,10 +83,30 @@ pub fn cron_args(cron: &CronTrigger, cluster_domain: &str) -> Vec<String> {
         "content-type: application/json".into(),
         "-H".into(),
         format!("x-sless-trigger: {}", cron.trigger),
+        "-H".into(),
+        format!("{TRIGGER_TOKEN_HEADER}: $({TRIGGER_TOKEN_ENV})"),
         "--data".into(),
         cron_body(cron.trigger, cron.schedule),
         url,
     ]
+}
+
+/// The token of a tenant's cron pods, in their deploy namespace.
+pub fn trigger_token_secret(namespace: &str, config: &KubeConfig) -> Secret {
+    Secret {
+        metadata: metadata(
+            TRIGGER_TOKEN_SECRET,
+            &deploy_namespace(namespace),
+            tenant_labels(namespace),
+            BTreeMap::new(),
+        ),
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            TRIGGER_TOKEN_KEY.to_string(),
+            ByteString(config.trigger_key.token(namespace).into_bytes()),
+        )])),
+        ..Secret::default()
+    }
 }
 
 pub fn cron_job(cron: &CronTrigger, config: &KubeConfig) -> CronJob {
@@ -116,7 +148,19 @@ pub fn cron_job(cron: &CronTrigger, config: &KubeConfig) -> CronJob {
                             containers: vec![Container {
                                 name: "call".into(),
                                 image: Some(config.images.curl.clone()),
-                                args: Some(cron_args(cron, &config.cluster_domain)),
+                                args: Some(cron_args(cron, config)),
+                                env: Some(vec![EnvVar {
+                                    name: TRIGGER_TOKEN_ENV.into(),
+                                    value_from: Some(EnvVarSource {
+                                        secret_key_ref: Some(SecretKeySelector {
+                                            name: TRIGGER_TOKEN_SECRET.into(),
+                                            key: TRIGGER_TOKEN_KEY.into(),
+                                            optional: Some(false),
+                                        }),
+                                        ..EnvVarSource::default()
+                                    }),
+                                    ..EnvVar::default()
+                                }]),
                                 security_context: Some(restricted(CURL_UID, true)),
                                 ..Container::default()
                             }],

@@ -19,8 +19,11 @@ use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use build::{BuildJob, build_job};
-pub use cron::{CronTrigger, cron_job, http_ingress};
-pub use network::{build_boundary, cron_egress, data_plane_ingress, default_deny, egress_policy};
+pub use cron::{CronTrigger, cron_job, http_ingress, trigger_token_secret};
+pub use network::{
+    build_boundary, build_egress_policy, cron_egress, data_plane_ingress, default_deny,
+    egress_policy,
+};
 pub use quota::{TenantQuota, limit_range, resource_quota};
 pub use run::{RunJob, run_job};
 pub use workload::{Workload, deployment, service};

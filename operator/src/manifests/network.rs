@@ -1,7 +1,7 @@
 //! The NetworkPolicies of a deploy namespace (docs/kubernetes.md, "Tenant boundaries"):
 //! everything denied, then only what sless needs allowed. Ingress to functions comes
-//! from the data plane (the operator's `/fn`, the dispatcher), the namespace's own cron
-//! pods and, when set, the ingress controller's namespace; egress follows each
+//! from the data plane (the operator's `/fn`, the dispatcher) and, when set, the
+//! ingress controller's namespace; cron pods reach only the data plane; egress follows each
 //! workload's `egress` field. NetworkPolicy knows no DNS names, so an allow-list entry
 //! by name cannot be enforced and is not allowed.
 
@@ -15,6 +15,7 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::build::COMPONENT as BUILD_COMPONENT;
 use super::cron::CRON_COMPONENT;
 use super::{metadata, tenant_labels};
 use crate::KubeConfig;
@@ -30,6 +31,8 @@ pub const BUILD_BOUNDARY: &str = "sless-build";
 pub const EGRESS_COMPONENT: &str = "egress";
 /// The pods of the data plane in the operator's namespace (`operator/deploy/`).
 pub const DATA_PLANE_PODS: [&str; 2] = ["sless-api", "sless-dispatcher"];
+/// The port the data plane's pods serve the API and `/fn` on.
+const DATA_PLANE_PORT: i32 = 8080;
 const APP_NAME: &str = "app.kubernetes.io/name";
 const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 
@@ -103,27 +106,21 @@ pub fn default_deny(namespace: &str) -> NetworkPolicy {
     )
 }
 
-/// Calls to functions on 8080: from the data plane's pods, the namespace's cron pods
-/// and the ingress controller's namespace (when configured).
+/// Calls to functions on 8080: from the data plane's pods and the ingress controller's
+/// namespace (when configured).
 pub fn data_plane_ingress(namespace: &str, config: &KubeConfig) -> NetworkPolicy {
-    let mut from = vec![
-        NetworkPolicyPeer {
-            namespace_selector: Some(namespace_named(&config.operator_namespace)),
-            pod_selector: Some(LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: APP_NAME.into(),
-                    operator: "In".into(),
-                    values: Some(DATA_PLANE_PODS.map(String::from).to_vec()),
-                }]),
-                ..LabelSelector::default()
-            }),
-            ..NetworkPolicyPeer::default()
-        },
-        NetworkPolicyPeer {
-            pod_selector: Some(select(&[(LABEL_COMPONENT, CRON_COMPONENT)])),
-            ..NetworkPolicyPeer::default()
-        },
-    ];
+    let mut from = vec![NetworkPolicyPeer {
+        namespace_selector: Some(namespace_named(&config.operator_namespace)),
+        pod_selector: Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: APP_NAME.into(),
+                operator: "In".into(),
+                values: Some(DATA_PLANE_PODS.map(String::from).to_vec()),
+            }]),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    }];
     if let Some(ingress_ns) = &config.ingress.namespace {
         from.push(NetworkPolicyPeer {
             namespace_selector: Some(namespace_named(ingress_ns)),
@@ -146,8 +143,9 @@ pub fn data_plane_ingress(namespace: &str, config: &KubeConfig) -> NetworkPolicy
     )
 }
 
-/// Cron pods resolve the function's Service name and call it.
-pub fn cron_egress(namespace: &str) -> NetworkPolicy {
+/// Cron pods resolve the data plane's Service name and call its `/fn` (the API pods
+/// in the operator's namespace, on 8080); functions are out of their reach.
+pub fn cron_egress(namespace: &str, config: &KubeConfig) -> NetworkPolicy {
     policy(
         CRON_EGRESS,
         &deploy_namespace(namespace),
@@ -159,13 +157,11 @@ pub fn cron_egress(namespace: &str) -> NetworkPolicy {
                 dns(),
                 NetworkPolicyEgressRule {
                     to: Some(vec![NetworkPolicyPeer {
-                        pod_selector: Some(select(&[(
-                            LABEL_COMPONENT,
-                            super::workload::COMPONENT,
-                        )])),
+                        namespace_selector: Some(namespace_named(&config.operator_namespace)),
+                        pod_selector: Some(select(&[(APP_NAME, DATA_PLANE_PODS[0])])),
                         ..NetworkPolicyPeer::default()
                     }]),
-                    ports: Some(vec![tcp(FUNCTION_PORT)]),
+                    ports: Some(vec![tcp(DATA_PLANE_PORT)]),
                 },
             ]),
             ..NetworkPolicySpec::default()
@@ -173,27 +169,13 @@ pub fn cron_egress(namespace: &str) -> NetworkPolicy {
     )
 }
 
-/// Every pod of a build namespace: nothing comes in; out, anything in the cluster (the
-/// DNS, an in-cluster S3 or registry) and anything outside but the cloud metadata
-/// endpoints, whose credentials a dependency's install script must not read.
-pub fn build_boundary(namespace: &str) -> NetworkPolicy {
-    let outside = |cidr: &str| NetworkPolicyPeer {
-        ip_block: Some(IPBlock {
-            cidr: cidr.into(),
-            except: Some(
-                METADATA
-                    .iter()
-                    .filter(|m| m.contains(':') == cidr.contains(':'))
-                    .map(|m| m.to_string())
-                    .collect(),
-            ),
-        }),
-        ..NetworkPolicyPeer::default()
-    };
-    let in_cluster = NetworkPolicyPeer {
-        namespace_selector: Some(LabelSelector::default()),
-        ..NetworkPolicyPeer::default()
-    };
+/// Every pod of a build namespace: nothing comes in; out, only the cluster DNS and what
+/// fetching the context and pushing the image need ([`KubeConfig::build_endpoints`]:
+/// S3, the registries, an external BuildKit daemon). What the tenant's install steps
+/// may reach besides is each build's [`build_egress_policy`].
+pub fn build_boundary(namespace: &str, config: &KubeConfig) -> NetworkPolicy {
+    let mut egress = vec![dns()];
+    egress.extend(config.build_endpoints.iter().map(|e| endpoint_rule(e)));
     policy(
         BUILD_BOUNDARY,
         &build_namespace(namespace),
@@ -201,13 +183,88 @@ pub fn build_boundary(namespace: &str) -> NetworkPolicy {
         NetworkPolicySpec {
             pod_selector: Some(LabelSelector::default()),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            egress: Some(vec![NetworkPolicyEgressRule {
-                to: Some(vec![in_cluster, outside("0.0.0.0/0"), outside("::/0")]),
-                ports: None,
-            }]),
+            egress: Some(egress),
             ..NetworkPolicySpec::default()
         },
     )
+}
+
+/// Where one workload's (or self-contained job's) build pods may connect during its
+/// install steps: its own `egress`, as its running pods ([`egress_policy`]).
+pub fn build_egress_policy(
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    egress: &Egress,
+) -> NetworkPolicy {
+    let mut policy = egress_policy(kind, namespace, name, BUILD_COMPONENT, egress);
+    // A Function and a FunctionJob may share a name; their builds share a namespace.
+    policy.metadata.name = Some(fit(name, &format!("-{}-build-egress", kind.noun()), 63));
+    policy.metadata.namespace = Some(build_namespace(namespace));
+    policy
+}
+
+/// A `host[:port]` or URL the build pods need, as a rule: an IP on its port; a Service
+/// name (`<svc>.<ns>.svc[.<domain>]`) as its namespace's pods on the port; any other
+/// name, which a NetworkPolicy cannot resolve, as every address but the cloud metadata
+/// endpoints, on its port only. The port is the URL's, else 443 (80 for `http://`).
+pub fn endpoint_rule(endpoint: &str) -> NetworkPolicyEgressRule {
+    let (default_port, rest): (u16, &str) = match endpoint.split_once("://") {
+        Some(("http", rest)) => (80, rest),
+        Some((_, rest)) => (443, rest),
+        None => (443, endpoint),
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(':') && port.parse::<u16>().is_ok() => {
+            (host, port.parse().unwrap_or(default_port))
+        }
+        _ => (authority, default_port),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let to = if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        vec![NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: IpNet::from(ip).to_string(),
+                except: None,
+            }),
+            ..NetworkPolicyPeer::default()
+        }]
+    } else if let Some(service_ns) = service_namespace(host) {
+        vec![NetworkPolicyPeer {
+            namespace_selector: Some(namespace_named(service_ns)),
+            ..NetworkPolicyPeer::default()
+        }]
+    } else {
+        ["0.0.0.0/0", "::/0"]
+            .into_iter()
+            .map(|cidr| NetworkPolicyPeer {
+                ip_block: Some(IPBlock {
+                    cidr: cidr.into(),
+                    except: Some(
+                        METADATA
+                            .iter()
+                            .filter(|m| m.contains(':') == cidr.contains(':'))
+                            .map(|m| m.to_string())
+                            .collect(),
+                    ),
+                }),
+                ..NetworkPolicyPeer::default()
+            })
+            .collect()
+    };
+    NetworkPolicyEgressRule {
+        to: Some(to),
+        ports: Some(vec![tcp(i32::from(port))]),
+    }
+}
+
+/// The namespace of an in-cluster Service name `<svc>.<ns>.svc[.<cluster domain>]`.
+fn service_namespace(host: &str) -> Option<&str> {
+    let mut labels = host.trim_end_matches('.').split('.');
+    let (_service, namespace, svc) = (labels.next()?, labels.next()?, labels.next()?);
+    (svc == "svc").then_some(namespace)
 }
 
 /// The cluster DNS (kube-dns / CoreDNS in kube-system).
@@ -362,11 +419,33 @@ mod tests {
     }
 
     #[test]
-    fn builds_reach_all_but_cloud_metadata() {
-        let policy = build_boundary("ns").spec.unwrap();
-        let rule = &policy.egress.unwrap()[0];
+    fn builds_reach_the_dns_and_their_endpoints_only() {
+        let mut config = KubeConfig::new("registry.example.com/sless");
+        config.build_endpoints = vec![
+            "http://minio.minio.svc.cluster.local:9000".into(),
+            "registry.example.com".into(),
+            "10.1.2.3:5000".into(),
+        ];
+        let policy = build_boundary("ns", &config).spec.unwrap();
+        let rules = policy.egress.unwrap();
+        assert_eq!(rules.len(), 4, "DNS and three endpoints");
+        let port = |rule: &NetworkPolicyEgressRule| rule.ports.as_ref().unwrap()[0].port.clone();
+        // An in-cluster Service: its namespace's pods, on its port.
+        let minio = &rules[1].to.as_ref().unwrap()[0];
         assert_eq!(
-            blocks(std::slice::from_ref(rule)),
+            minio
+                .namespace_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()[NAMESPACE_NAME],
+            "minio"
+        );
+        assert_eq!(port(&rules[1]), Some(IntOrString::Int(9000)));
+        // A name: anywhere but cloud metadata, on 443 only.
+        assert_eq!(
+            blocks(std::slice::from_ref(&rules[2])),
             [
                 (
                     "0.0.0.0/0".to_string(),
@@ -375,7 +454,33 @@ mod tests {
                 ("::/0".to_string(), vec!["fd00:ec2::254/128".to_string()]),
             ]
         );
+        assert_eq!(port(&rules[2]), Some(IntOrString::Int(443)));
+        assert_eq!(
+            blocks(std::slice::from_ref(&rules[3])),
+            [("10.1.2.3/32".to_string(), vec![])]
+        );
+        assert_eq!(port(&rules[3]), Some(IntOrString::Int(5000)));
         assert!(policy.ingress.is_none(), "nothing comes in");
+    }
+
+    #[test]
+    fn a_build_gets_its_workload_s_egress_in_the_build_namespace() {
+        let none = build_egress_policy(Kind::Function, "ns", "f", &Egress::None);
+        assert_eq!(none.metadata.namespace.as_deref(), Some("sless-build-ns"));
+        assert_eq!(
+            none.metadata.name.as_deref(),
+            Some("f-function-build-egress")
+        );
+        let spec = none.spec.unwrap();
+        assert!(spec.egress.unwrap().is_empty());
+        let pods = spec.pod_selector.unwrap().match_labels.unwrap();
+        assert_eq!(pods[LABEL_COMPONENT], "build");
+        let internet = build_egress_policy(Kind::FunctionJob, "ns", "f", &Egress::Internet);
+        assert_eq!(
+            internet.metadata.name.as_deref(),
+            Some("f-job-build-egress")
+        );
+        assert_eq!(internet.spec.unwrap().egress.unwrap().len(), 2);
     }
 
     #[test]

@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 use sless_embedded::s3::EmbeddedS3;
 
 pub const SECRET: &str = "kube-operator-test-secret-0123456789abcdef";
+/// The install's `SLESS_TRIGGER_KEY`.
+pub const TRIGGER_KEY: &str = "kube-operator-test-trigger-key-0123456789";
 pub const FUNCTIONS: &str = "sless.kube5s.ru/v1alpha1";
 
 /// A running `sless operator`; killed when dropped. Its log is kept in a file and
@@ -116,6 +118,7 @@ impl Cluster {
         let env = [
             ("SLESS_REGISTRY", "registry.test/sless".to_string()),
             ("SLESS_JWT_HS256_SECRET", SECRET.to_string()),
+            ("SLESS_TRIGGER_KEY", TRIGGER_KEY.to_string()),
             ("SLESS_INGRESS_HOST", "fn.test".to_string()),
             ("SLESS_LEASE_DURATION_SECS", "2".to_string()),
             ("SLESS_S3_ENDPOINT", s3.endpoint.unwrap()),

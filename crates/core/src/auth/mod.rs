@@ -6,6 +6,7 @@
 
 mod jwks;
 mod signing_key;
+mod trigger_token;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -22,6 +23,7 @@ use crate::model::namespace_for_sub;
 
 pub use jwks::{JwksFetchError, JwksPolicy};
 pub use signing_key::{SIGNING_KEY_FILE, load_or_create_signing_key, load_signing_key};
+pub use trigger_token::{TRIGGER_TOKEN_HEADER, TriggerKey, TriggerKeyError};
 
 /// Clock skew accepted on `exp` and `nbf` unless configured otherwise.
 pub const DEFAULT_LEEWAY_SEC: u64 = 30;

@@ -46,6 +46,9 @@ pub struct JobRun {
     pub duration_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_tail: Option<String>,
+    /// The version of the code it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 impl FunctionJobStatus {
@@ -89,6 +92,7 @@ impl FunctionJobStatus {
                 .log_tail
                 .as_deref()
                 .map(|t| last_bytes(t, JOB_LOG_TAIL_BYTES)),
+            version: next.version.clone(),
         };
         next.runs.retain(|r| r.run_id != run_id);
         next.runs.insert(0, record);

@@ -404,6 +404,9 @@ pub struct FunctionJobStatus {
     /// How long the run took, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// The version of the code the run executes, once it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// Every run kept, this one included, newest first (see [`FunctionJobStatus::advance`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<super::JobRun>,

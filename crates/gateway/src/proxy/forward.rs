@@ -20,6 +20,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming};
 use tokio::time::Sleep;
 
+use sless_core::auth::TRIGGER_TOKEN_HEADER;
 use sless_core::metrics::InFlight;
 
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
@@ -77,12 +78,28 @@ impl<'a> Target<'a> {
 }
 
 pub(crate) async fn invoke(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
-    let mut response = proxy.call(request, Caller::Public).await;
+    let caller = proxy.network_caller(&request);
+    let mut response = proxy.call(request, caller).await;
     map::sandbox(response.headers_mut());
     response
 }
 
 impl Proxy {
+    /// Who made a call that came over the network: a cron fire when it carries its
+    /// tenant's trigger token, else the public.
+    fn network_caller(&self, request: &Request) -> Caller {
+        let (Some(key), Some(token)) = (
+            &self.config.trigger_key,
+            request.headers().get(TRIGGER_TOKEN_HEADER),
+        ) else {
+            return Caller::Public;
+        };
+        match Target::parse(request.uri()) {
+            Some(target) if key.verifies(target.namespace, token.as_bytes()) => Caller::Cron,
+            _ => Caller::Public,
+        }
+    }
+
     /// One call to `/fn/{ns}/{name}{rest}`, with the same routing, timeout, metrics and
     /// invocation record whoever makes it.
     pub async fn call(self: &Arc<Self>, request: Request, caller: Caller) -> Response {

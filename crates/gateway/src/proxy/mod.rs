@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use thread_local::ThreadLocal;
 
 use body::RequestBody;
+use sless_core::auth::TriggerKey;
 use sless_core::calls::CallArchive;
 use sless_core::routes::{Route, RouteTable};
 use sless_core::store;
@@ -74,6 +75,9 @@ pub struct ProxyConfig {
     pub console_cookie: Option<String>,
     /// Which calls each function's records keep.
     pub call_records: Retention,
+    /// Checks the token of cron fires that reach `/fn` over the network (Kubernetes);
+    /// without it every caller is public.
+    pub trigger_key: Option<TriggerKey>,
 }
 
 impl Default for ProxyConfig {
@@ -85,6 +89,7 @@ impl Default for ProxyConfig {
             upload_wait: Duration::from_secs(2),
             console_cookie: None,
             call_records: Retention::DEFAULT,
+            trigger_key: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::Method;
 use axum::http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING, UPGRADE};
+use sless_core::auth::TRIGGER_TOKEN_HEADER;
 use sless_core::routes::{Address, Lease, Route};
 
 use super::decimal;
@@ -124,7 +125,12 @@ pub(super) fn prepare(
     let mut close = false;
     for header in headers {
         let name = header.name;
-        if is(name, &TRANSFER_ENCODING) || is(name, &UPGRADE) || is(name, &EXPECT) {
+        // A cron fire's token is checked on the full path, which knows such callers.
+        if is(name, &TRANSFER_ENCODING)
+            || is(name, &UPGRADE)
+            || is(name, &EXPECT)
+            || name.eq_ignore_ascii_case(TRIGGER_TOKEN_HEADER)
+        {
             return Step::HandOver;
         }
         if is(name, &CONTENT_LENGTH) {

@@ -15,6 +15,7 @@ use axum::http::header::{
 use axum::http::{HeaderName, HeaderValue};
 
 use super::TRIGGER_HEADER;
+use sless_core::auth::TRIGGER_TOKEN_HEADER;
 
 /// What a caller's header becomes on its way to the function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +84,7 @@ pub(crate) const FORWARDED_PROTO: &str = "http";
 /// Every header not passed on as sent, both ways. Beyond these, a Connection header
 /// can name more headers to keep on their hop. Applied in this order (the map keeps the
 /// header order it had before the table).
-pub(crate) static RULES: [Rule; 20] = [
+pub(crate) static RULES: [Rule; 21] = [
     hop(CONNECTION),
     hop(HeaderName::from_static("keep-alive")),
     hop(PROXY_AUTHENTICATE),
@@ -109,6 +110,12 @@ pub(crate) static RULES: [Rule; 20] = [
         Answer::Pass,
     ),
     rule(FORWARDED, Request::Forged, Answer::Pass),
+    // Proves a cron fire to the proxy; the function has no use for it.
+    rule(
+        HeaderName::from_static(TRIGGER_TOKEN_HEADER),
+        Request::Forged,
+        Answer::Pass,
+    ),
     rule(SET_COOKIE, Request::Pass, Answer::SetCookie),
     rule(call_id::X_REQUEST_ID, Request::CallId, Answer::CallId),
     rule(call_id::TRACEPARENT, Request::CallId, Answer::Pass),
