@@ -520,7 +520,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             tracing::info!(address = %args.listen, "health probes listening");
             return crate::serve::serve(listener, probes(readiness.clone()), &args.serve).await;
         };
-        let (store, proxy, routes, mut tasks) = routed_proxy(&args, &client, &readiness, trigger_key).await?;
+        let (store, proxy, routes, mut tasks) =
+            routed_proxy(&args, &client, &readiness, trigger_key).await?;
         // The calls this replica holds and has in flight, for the autoscaler.
         let pod = operator::autoscale::Pod {
             name: std::env::var("SLESS_POD_NAME")
