@@ -702,13 +702,6 @@ fn the_data_plane_account_cannot_do_what_only_the_controllers_do() {
             None,
         ),
         need("", "secrets", "get", "sless-system", Some("regcred")),
-        need(
-            "coordination.k8s.io",
-            "leases",
-            "update",
-            "sless-system",
-            Some("sless-operator"),
-        ),
     ] {
         assert!(
             controllers.allows(&only_controllers),
@@ -719,7 +712,31 @@ fn the_data_plane_account_cannot_do_what_only_the_controllers_do() {
             "{only_controllers:?}"
         );
     }
+    // Leases: RBAC cannot name a pod's load Lease, so both may update Leases there; the
+    // admission policy keeps the data plane to its own (sless-load-*), never the lease
+    // the controllers lead by.
+    let admission = Admission::shipped();
+    let lease_write = |name: &str| Write {
+        username: "system:serviceaccount:sless-system:sless-api".into(),
+        operation: "UPDATE",
+        group: "coordination.k8s.io".into(),
+        resource: "leases".into(),
+        sub_resource: String::new(),
+        namespace: Some("sless-system".into()),
+        object: json!({"metadata": {"name": name}}),
+        old_object: json!({"metadata": {"name": name}}),
+        namespace_object: namespace_object("sless-system", json!({})),
+    };
+    assert!(admission.review(&lease_write("sless-operator")).is_err());
+    assert_eq!(admission.review(&lease_write("sless-load-api-0")), Ok(()));
     for both in [
+        need(
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            "sless-system",
+            Some("sless-load-api-0"),
+        ),
         need("sless.kube5s.ru", "functions", "create", "team-a", None),
         need("", "namespaces", "create", "team-a", None),
         need("apps", "deployments", "watch", &deploy_ns, None),
