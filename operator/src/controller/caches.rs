@@ -135,12 +135,20 @@ pub(crate) async fn cached<K>(
 where
     K: Resource<DynamicType = ()> + Clone,
 {
-    // Before the first list the cache is empty, which would read as absent.
+    listed(store, what).await?;
+    Ok(store.get(&ObjectRef::new(name).within(namespace)))
+}
+
+/// Waits for the cache's first list: before it the cache is empty, which would read as
+/// absent.
+async fn listed<K>(store: &Store<K>, what: &'static str) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
     store
         .wait_until_ready()
         .await
-        .map_err(|_| Error::WatchStopped(what))?;
-    Ok(store.get(&ObjectRef::new(name).within(namespace)))
+        .map_err(|_| Error::WatchStopped(what))
 }
 
 /// The cached objects of `namespace` carrying every one of `labels`.
@@ -153,10 +161,7 @@ pub(crate) async fn labelled<K>(
 where
     K: Resource<DynamicType = ()> + Clone,
 {
-    store
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::WatchStopped(what))?;
+    listed(store, what).await?;
     Ok(store
         .state()
         .into_iter()
