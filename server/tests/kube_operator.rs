@@ -818,9 +818,13 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     // The leader stops; the standby takes over within the lease duration.
     drop(first);
     let job = apply_function(&functions, &resource, ns, "two").await;
-    eventually(&second, "the new leader's build Job", || {
-        cluster.get("batch/v1", "jobs", &build_ns, &job)
-    })
+    // The lease runs out (15 s), then the new leader's watches start and build.
+    eventually_within(
+        &second,
+        "the new leader's build Job",
+        Duration::from_secs(40),
+        || cluster.get("batch/v1", "jobs", &build_ns, &job),
+    )
     .await;
     assert!(writes_by("second") > 0);
 }
