@@ -193,11 +193,19 @@ pub(super) async fn run(
         }
         let idle_check = actor.idle_check();
         let scaler = actor.scaler.clone();
+        // Not listening while no instance can be added leaves the scaler's flag set, so
+        // that calls stop waking this task (once per call at max_instances, a quarter of
+        // the proxy's CPU under load).
+        let can_grow = actor.can_grow();
+        let backoff_ends = actor.scale_up_after.filter(|at| *at > Instant::now());
         tokio::select! {
             poke = pokes.recv() => if poke.is_none() { return },
             (index, status) = exited(&mut actor.running) => actor.crashed(index, status).await,
-            () = scaler.wanted(), if actor.serving.is_some() => {
+            () = scaler.wanted(), if can_grow => {
                 actor.scale_up().await;
+                reconcile = false;
+            }
+            () = tokio::time::sleep_until(backoff_ends.unwrap_or_else(Instant::now).into()), if backoff_ends.is_some() => {
                 reconcile = false;
             }
             () = tokio::time::sleep(idle_check.unwrap_or_default()), if idle_check.is_some() => {
@@ -374,6 +382,13 @@ impl Actor {
             Some(serving.config.version.as_str().into()),
         );
         self.shared.set_route(&self.ns, &self.name, route);
+    }
+
+    /// Whether a call asking for another instance could get one now.
+    fn can_grow(&self) -> bool {
+        self.serving.as_ref().is_some_and(|serving| {
+            self.running.len() < serving.scaling.max_instances as usize && self.may_start_more()
+        })
     }
 
     /// Whether a start past a failed one (while others served) may be tried yet.
