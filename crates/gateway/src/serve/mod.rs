@@ -126,12 +126,14 @@ pub async fn serve(
     let (stop, stopped) = watch::channel(false);
     let (exit, mut exits) = tokio::sync::mpsc::unbounded_channel();
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    for index in 0..threads.get() {
+    let (balance, inboxes) = Balance::new(threads.get());
+    for (index, inbox) in inboxes.into_iter().enumerate() {
         let listener = listener.try_clone()?;
         let app = app.clone();
         let stopped = stopped.clone();
         let exit = exit.clone();
         let connections = connections.clone();
+        let balance = balance.clone();
         std::thread::Builder::new()
             .name(format!("sless-http-{index}"))
             .spawn(move || {
@@ -139,7 +141,7 @@ pub async fn serve(
                     listener,
                     app,
                     limits,
-                    connections,
+                    (connections, balance, index, inbox),
                     stopped,
                 ));
             })?;
@@ -157,11 +159,77 @@ pub async fn serve(
     outcome
 }
 
+/// A connection one serving thread accepted for another, already counted there.
+type Handed = (
+    std::net::TcpStream,
+    SocketAddr,
+    (OwnedSemaphorePermit, OpenOn),
+);
+
+/// Spreads connections over the serving threads. They all accept from one socket, and
+/// whichever wakes first takes a burst of new connections (one thread held 60 of 64 in
+/// the proxy bench, leaving the other core idle): a thread that accepts while it has
+/// more open than the least busy one hands the connection over. Only new connections
+/// move; a connection then stays on its thread.
+struct Balance {
+    open: Vec<AtomicUsize>,
+    inboxes: Vec<tokio::sync::mpsc::UnboundedSender<Handed>>,
+}
+
+impl Balance {
+    fn new(threads: usize) -> (Arc<Self>, Vec<tokio::sync::mpsc::UnboundedReceiver<Handed>>) {
+        let (inboxes, receivers) = (0..threads)
+            .map(|_| tokio::sync::mpsc::unbounded_channel())
+            .unzip();
+        let open = (0..threads).map(|_| AtomicUsize::new(0)).collect();
+        (Arc::new(Self { open, inboxes }), receivers)
+    }
+
+    /// The thread a connection accepted by `mine` should go to.
+    fn thread_for(&self, mine: usize) -> usize {
+        let load = |index: usize| self.open[index].load(Ordering::Relaxed);
+        let least = (0..self.open.len())
+            .min_by_key(|&i| load(i))
+            .unwrap_or(mine);
+        // A margin of one keeps two threads with nearly equal loads from trading.
+        if load(mine) > load(least) + 1 {
+            least
+        } else {
+            mine
+        }
+    }
+
+    /// Counts a connection on `thread` until the guard drops.
+    fn opened(self: &Arc<Self>, thread: usize) -> OpenOn {
+        self.open[thread].fetch_add(1, Ordering::Relaxed);
+        OpenOn {
+            balance: self.clone(),
+            thread,
+        }
+    }
+}
+
+struct OpenOn {
+    balance: Arc<Balance>,
+    thread: usize,
+}
+
+impl Drop for OpenOn {
+    fn drop(&mut self) {
+        self.balance.open[self.thread].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 fn serve_on_this_thread(
     listener: std::net::TcpListener,
     app: App,
     limits: Limits,
-    connections: Arc<Semaphore>,
+    (connections, balance, index, mut inbox): (
+        Arc<Semaphore>,
+        Arc<Balance>,
+        usize,
+        tokio::sync::mpsc::UnboundedReceiver<Handed>,
+    ),
     mut stopped: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -177,9 +245,32 @@ fn serve_on_this_thread(
         // Connections of this thread still open; shutdown waits for them.
         let (open, mut none_open) = watch::channel(());
         loop {
-            let (stream, remote) = tokio::select! {
+            let (stream, remote, (permit, counted)) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
+                    Ok((stream, remote)) => {
+                        let Ok(permit) = connections.clone().try_acquire_owned() else {
+                            // Closed at once: a refused client learns it now, not after
+                            // a timeout.
+                            tracing::debug!(%remote, "connection cap reached, closing");
+                            continue;
+                        };
+                        if let Err(e) = stream.set_nodelay(true) {
+                            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                        let thread = balance.thread_for(index);
+                        let held = (permit, balance.opened(thread));
+                        if thread == index {
+                            (stream, remote, held)
+                        } else {
+                            match stream.into_std() {
+                                Ok(stream) => {
+                                    let _ = balance.inboxes[thread].send((stream, remote, held));
+                                }
+                                Err(e) => tracing::debug!(error = %e, "cannot hand a connection over"),
+                            }
+                            continue;
+                        }
+                    }
                     Err(e) => {
                         // Out of descriptors or a connection reset before accept: the
                         // listener itself is fine.
@@ -188,16 +279,15 @@ fn serve_on_this_thread(
                         continue;
                     }
                 },
+                Some((stream, remote, held)) = inbox.recv() => match TcpStream::from_std(stream) {
+                    Ok(stream) => (stream, remote, held),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot take a handed connection");
+                        continue;
+                    }
+                },
                 () = stop_requested(&mut stopped) => break,
             };
-            let Ok(permit) = connections.clone().try_acquire_owned() else {
-                // Closed at once: a refused client learns it now, not after a timeout.
-                tracing::debug!(%remote, "connection cap reached, closing");
-                continue;
-            };
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
             tokio::spawn(serve_connection(
                 stream,
                 remote,
@@ -205,7 +295,7 @@ fn serve_on_this_thread(
                 builder.clone(),
                 limits,
                 stopped.clone(),
-                (permit, open.clone()),
+                (permit, open.clone(), counted),
             ));
         }
         drop(open);
@@ -222,7 +312,7 @@ async fn serve_connection(
     builder: Arc<auto::Builder<TokioExecutor>>,
     limits: Limits,
     mut stopped: watch::Receiver<bool>,
-    _held: (OwnedSemaphorePermit, watch::Sender<()>),
+    _held: (OwnedSemaphorePermit, watch::Sender<()>, OpenOn),
 ) {
     let mut read = BytesMut::new();
     if let Some(fast) = &app.fast {
@@ -477,6 +567,7 @@ impl AsyncWrite for Watched {
 mod tests {
     use super::*;
     use axum::routing::get;
+    use std::collections::HashMap;
     use std::time::Instant;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -565,6 +656,26 @@ mod tests {
         );
         assert!(name.starts_with("sless-http-"), "{name}");
         assert_eq!(blocked.await.unwrap(), "done");
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_connections_is_spread_over_the_threads() {
+        let (base, stop, server) = start(2).await;
+        let mut streams = Vec::new();
+        for _ in 0..20 {
+            streams.push(connect(&base).await);
+        }
+        let mut on = HashMap::<String, usize>::new();
+        for stream in &mut streams {
+            *on.entry(get_on(stream, "/thread").await).or_default() += 1;
+        }
+        for thread in ["sless-http-0", "sless-http-1"] {
+            let count = on.get(thread).copied().unwrap_or_default();
+            assert!(count >= 8, "{thread} serves {count} of 20: {on:?}");
+        }
+        drop(streams);
         stop.send(true).unwrap();
         server.await.unwrap().unwrap();
     }
