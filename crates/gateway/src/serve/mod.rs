@@ -1,5 +1,6 @@
 //! Serving a router on every core: one single-threaded runtime per serving thread, all
-//! accepting from the same listening socket, each keeping its connections to itself.
+//! accepting from the same listening socket, each keeping its connections to itself
+//! (a new connection goes to the thread with the fewest open, see [`Balance`]).
 //!
 //! A proxied call then stays on one thread from the caller's socket to the function's
 //! and back. On tokio's work-stealing runtime it crossed threads several times per call
