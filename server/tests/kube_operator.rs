@@ -289,6 +289,19 @@ async fn the_operator_binary_runs_every_flow_against_an_api_server_over_http() {
         ready["observedGeneration"],
         function["metadata"]["generation"]
     );
+    // Its statuses were written without reading it first: the conditions whose
+    // transition times a write keeps come from the controller's own watch.
+    let reads = cluster
+        .emu
+        .requests()
+        .iter()
+        .filter(|r| r.client.as_deref() == Some("operator") && r.method == "GET")
+        .filter(|r| {
+            r.path
+                .ends_with(&format!("/namespaces/{ns}/functions/hello"))
+        })
+        .count();
+    assert_eq!(reads, 0, "the function was read before a status write");
     let (_, body) = alice.get("functions/hello").await;
     assert_eq!(body["phase"], "Ready", "{body}");
     let events = cluster.events(&ns);

@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sless_core::model::{Function, Kind, Service, Trigger};
 
+use super::statuses::Statuses;
 use super::{Context, Error, Result, apply, managed};
 
 /// What a workload controller (functions or services) reads of its children.
@@ -53,6 +54,8 @@ pub(crate) struct Caches {
     pub trigger_children: TriggerChildren,
     /// The operator namespace's Secrets: the registry credentials copied to tenants.
     pub secrets: Store<Secret>,
+    /// The statuses the controllers' own watches delivered and this run wrote.
+    pub statuses: Arc<Statuses>,
 }
 
 impl Caches {

@@ -127,7 +127,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             ..FunctionJobStatus::default()
         });
         if status != current {
-            write_status(&api, job, &status).await?;
+            write_status(ctx, &api, job, &status).await?;
         }
         return Ok(Action::await_change());
     }
@@ -211,7 +211,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             ctx.event(job, failed, reason, &note).await;
         }
         if status != current {
-            write_status(&api, job, &status).await?;
+            write_status(ctx, &api, job, &status).await?;
         }
         return Ok(if poll {
             Action::requeue(ctx.config.poll_interval)
@@ -225,7 +225,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
             "the Job {job_name} disappeared before it finished; raise run_id to run it again"
         ));
         status.completion_time = Some(now());
-        write_status(&api, job, &advance(status)).await?;
+        write_status(ctx, &api, job, &advance(status)).await?;
         return Ok(Action::await_change());
     }
 
@@ -242,7 +242,7 @@ async fn apply_job(job: &FunctionJob, ctx: &Context) -> Result<Action> {
     };
     let waiting = advance(waiting);
     if waiting != current {
-        write_status(&api, job, &waiting).await?;
+        write_status(ctx, &api, job, &waiting).await?;
     }
     Ok(action)
 }
@@ -317,7 +317,7 @@ async fn start_run(
         Err(e) if is_already_exists(&e) => {}
         Err(e) => return Err(e.into()),
     }
-    write_status(&api, job, &status).await?;
+    write_status(ctx, &api, job, &status).await?;
     Ok(Action::requeue(ctx.config.poll_interval))
 }
 

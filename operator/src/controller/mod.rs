@@ -6,6 +6,7 @@
 mod build;
 mod caches;
 pub mod job;
+mod statuses;
 mod tolerant;
 pub mod trigger;
 pub mod workload;
@@ -463,12 +464,17 @@ where
 
 /// Replaces the whole status (a JSON patch `add /status`): fields that are `None` now
 /// are removed, which a merge patch would leave behind.
-pub(crate) async fn write_status<K, S>(api: &Api<K>, object: &K, status: &S) -> Result<()>
+pub(crate) async fn write_status<K, S>(
+    ctx: &Context,
+    api: &Api<K>,
+    object: &K,
+    status: &S,
+) -> Result<()>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     S: Serialize,
 {
-    write_status_with(api, object, status, None, &[]).await
+    write_status_with(ctx, api, object, status, None, &[]).await
 }
 
 /// A condition besides `Ready`, as the reconciler decided it.
@@ -493,8 +499,10 @@ impl Condition {
 }
 
 /// [`write_status`] with the `Ready` condition's reason given (default: the phase) and
-/// more conditions after it.
+/// more conditions after it. Skipped when the reconcile holds the object from before
+/// this run wrote the same status.
 pub(crate) async fn write_status_with<K, S>(
+    ctx: &Context,
     api: &Api<K>,
     object: &K,
     status: &S,
@@ -505,7 +513,11 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
     S: Serialize,
 {
-    let stored = stored_conditions(api, object).await?;
+    let statuses = ctx.caches().map(|c| c.statuses.clone());
+    let stored = match statuses.as_ref().and_then(|s| s.previous(object)) {
+        Some(known) => known,
+        None => stored_conditions(api, object).await?,
+    };
     let previous = stored.as_ref();
     let mut status = serde_json::to_value(status)?;
     let now = now();
@@ -520,6 +532,12 @@ where
             .map(|c| condition(c, previous, generation, &now)),
     );
     status["conditions"] = json!(conditions);
+    if statuses
+        .as_ref()
+        .is_some_and(|s| s.unchanged(object, &status))
+    {
+        return Ok(());
+    }
     let patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "add", "path": "/status", "value": status}
     ]))?;
@@ -529,11 +547,14 @@ where
         &Patch::Json::<()>(patch),
     )
     .await?;
+    if let Some(statuses) = statuses {
+        statuses.wrote(object, status);
+    }
     Ok(())
 }
 
-/// The conditions as stored: the typed statuses do not carry them, so the object a
-/// reconcile holds cannot tell when one last changed.
+/// The conditions as stored: the typed statuses do not carry them, so without what
+/// the watch delivered (a reconcile called directly) they are read.
 async fn stored_conditions<K>(api: &Api<K>, object: &K) -> Result<Option<Value>>
 where
     K: Resource<DynamicType = ()> + Clone,
@@ -919,9 +940,11 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
     // watches are also the caches the reconciles read (see `caches`).
     // The CRs are watched through `tolerant`, so one unreadable object stalls nothing.
     let (secret_store, secret_watch, secret_ticks) = registry_secrets(&ctx);
-    let (function_store, function_events) = tolerant::watch::<Function>(client.clone(), true);
+    let statuses = Arc::new(statuses::Statuses::default());
+    let (function_store, function_events) =
+        tolerant::watch::<Function>(client.clone(), Some(statuses.clone()));
     let known_functions = function_store.clone();
-    let (trigger_cache, trigger_changes) = tolerant::watch::<Trigger>(client.clone(), false);
+    let (trigger_cache, trigger_changes) = tolerant::watch::<Trigger>(client.clone(), None);
     let (f_deployments, f_deployment_events) = caches::children::<Deployment>(&client);
     let (f_services, f_service_events) = caches::children::<KubeService>(&client);
     let (f_policies, f_policy_events) = caches::children::<NetworkPolicy>(&client);
@@ -958,7 +981,8 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .reconcile_all_on(secret_changes(&secret_ticks))
         .shutdown_on_signal();
 
-    let (service_store, service_events) = tolerant::watch::<Service>(client.clone(), true);
+    let (service_store, service_events) =
+        tolerant::watch::<Service>(client.clone(), Some(statuses.clone()));
     let known_services = service_store.clone();
     let (s_deployments, s_deployment_events) = caches::children::<Deployment>(&client);
     let (s_services, s_service_events) = caches::children::<KubeService>(&client);
@@ -992,9 +1016,10 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
         .reconcile_all_on(secret_changes(&secret_ticks))
         .shutdown_on_signal();
 
-    let (trigger_store, trigger_events) = tolerant::watch::<Trigger>(client.clone(), true);
+    let (trigger_store, trigger_events) =
+        tolerant::watch::<Trigger>(client.clone(), Some(statuses.clone()));
     let known_triggers = trigger_store.clone();
-    let (called_functions, function_changes) = tolerant::watch::<Function>(client.clone(), false);
+    let (called_functions, function_changes) = tolerant::watch::<Function>(client.clone(), None);
     let (cron_jobs, cron_job_events) = caches::children::<CronJob>(&client);
     let (ingresses, ingress_events) = caches::children::<Ingress>(&client);
     let triggers = Controller::for_stream(trigger_events, trigger_store)
@@ -1037,13 +1062,15 @@ pub async fn run_controllers(ctx: Arc<Context>, readiness: Readiness) -> anyhow:
             ingresses,
         },
         secrets: secret_store,
+        statuses: statuses.clone(),
     }));
     let functions = functions.run(reconcile_function, error_policy, ctx.clone());
     let services = services.run(reconcile_service, error_policy, ctx.clone());
     let triggers = triggers.run(reconcile_trigger, error_policy, ctx.clone());
 
     // Jobs are also polled: watching them across namespaces is not relied on.
-    let (job_store, job_events) = tolerant::watch::<FunctionJob>(client.clone(), true);
+    let (job_store, job_events) =
+        tolerant::watch::<FunctionJob>(client.clone(), Some(statuses.clone()));
     let jobs = Controller::for_stream(job_events, job_store)
         .watches(Api::<Job>::all(client.clone()), managed(), |j: Job| {
             owner_ref(j.labels(), Kind::FunctionJob)

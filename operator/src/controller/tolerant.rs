@@ -4,6 +4,7 @@
 //! why, while the others are reconciled as usual.
 
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -14,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::ready_condition;
+use super::statuses::Statuses;
 use sless_core::model::now;
 
 /// What the controllers need of a CR type here.
@@ -53,10 +55,11 @@ pub(crate) async fn list<K: Decodable>(client: &Client, namespace: &str) -> kube
 }
 
 /// A watch of every `K` for `Controller::for_stream`/`watches_stream`, with its store.
-/// With `report`, an undecodable object gets a status saying why (once per message).
+/// A controller's own watch (`statuses`) records each object's conditions there, and
+/// gives an undecodable object a status saying why (once per message).
 pub(crate) fn watch<K: Decodable>(
     client: Client,
-    report: bool,
+    statuses: Option<Arc<Statuses>>,
 ) -> (
     Store<K>,
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -69,6 +72,10 @@ pub(crate) fn watch<K: Decodable>(
         .filter_map(move |event| {
             let client = client.clone();
             let resource = resource.clone();
+            if let (Some(statuses), Ok(event)) = (&statuses, &event) {
+                remember(statuses, event);
+            }
+            let report = statuses.is_some();
             async move {
                 let event = match event {
                     Err(e) => return Some(Err(e)),
@@ -88,6 +95,23 @@ pub(crate) fn watch<K: Decodable>(
         });
     let objects = reflector::reflector(writer, events).applied_objects();
     (reader, objects)
+}
+
+/// Keeps what the event says of its objects' conditions.
+fn remember(statuses: &Statuses, event: &watcher::Event<DynamicObject>) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            if let Some(uid) = o.metadata.uid.as_deref() {
+                statuses.seen(uid, o.data.pointer("/status/conditions"));
+            }
+        }
+        watcher::Event::Delete(o) => {
+            if let Some(uid) = o.metadata.uid.as_deref() {
+                statuses.gone(uid);
+            }
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
 }
 
 /// The typed object, or `None` when it does not decode (logged, and reported in its

@@ -95,7 +95,7 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
             ..TriggerStatus::default()
         };
         if status != current {
-            write_status(&api, trigger, &status).await?;
+            write_status(ctx, &api, trigger, &status).await?;
         }
         return Ok(Action::requeue(MISSING_FUNCTION_RETRY));
     };
@@ -191,7 +191,7 @@ async fn apply_trigger(trigger: &Trigger, ctx: &Context) -> Result<Action> {
         TriggerType::Event => {}
     }
     if status != current {
-        write_status(&api, trigger, &status).await?;
+        write_status(ctx, &api, trigger, &status).await?;
     }
     Ok(Action::requeue(ctx.config.ready_requeue))
 }

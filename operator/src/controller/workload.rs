@@ -90,7 +90,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         status.message = Some(first);
         status.url = None;
         if status != current {
-            write_status(&api, object, &status).await?;
+            write_status(ctx, &api, object, &status).await?;
         }
         // Looked at again, so it starts once the other one is gone.
         return Ok(Action::requeue(ctx.config.poll_interval));
@@ -104,7 +104,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         }
         status.url = url;
         if status != current {
-            write_status(&api, object, &status).await?;
+            write_status(ctx, &api, object, &status).await?;
         }
         return Ok(Action::await_change());
     };
@@ -144,7 +144,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.message = Some(format!("building version {} (job {job})", version_of(key)));
                 status.url = url;
                 if status != current {
-                    write_status(&api, object, &status).await?;
+                    write_status(ctx, &api, object, &status).await?;
                 }
                 if annotations.get(ANNOTATION_BUILD_JOB) != Some(&job) {
                     annotate(&api, &name, &[(ANNOTATION_BUILD_JOB, Some(&job))]).await?;
@@ -160,7 +160,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 status.phase = Phase::Failed;
                 status.message = Some(message);
                 status.url = url;
-                write_status(&api, object, &status).await?;
+                write_status(ctx, &api, object, &status).await?;
                 mark_built(&api, &name, key, None).await?;
                 return Ok(Action::await_change());
             }
@@ -173,7 +173,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
                 // Ready only once the Deployment says so (below).
                 status.phase = Phase::Building;
                 status.message = Some(format!("version {} built; starting it", version_of(key)));
-                write_status(&api, object, &status).await?;
+                write_status(ctx, &api, object, &status).await?;
                 let versions = with_version(built_versions, version_of(key));
                 mark_built(&api, &name, key, Some(&versions)).await?;
             }
@@ -231,7 +231,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         // E.g. a name Kubernetes does not take for a Service.
         status.phase = Phase::Failed;
         status.message = Some(format!("Kubernetes refused the workload: {refused}"));
-        write_status(&api, object, &status).await?;
+        write_status(ctx, &api, object, &status).await?;
         return Ok(Action::await_change());
     }
     let deployed = applied?;
@@ -311,7 +311,7 @@ async fn apply_workload<K: WorkloadResource>(object: &K, ctx: &Context) -> Resul
         }
     };
     if status != current {
-        write_status_with(&api, object, &status, reason.as_deref(), &conditions).await?;
+        write_status_with(ctx, &api, object, &status, reason.as_deref(), &conditions).await?;
     }
     Ok(Action::requeue(next))
 }
