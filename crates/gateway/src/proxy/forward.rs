@@ -612,6 +612,7 @@ impl Proxy {
             &body,
         );
         let exchange = in_hand::exchange(
+            &self.trigger_upstreams,
             address,
             &request,
             self.config.console_cookie.as_deref(),

@@ -7,6 +7,7 @@
 //! delivery more than the call itself.
 
 use std::io;
+use std::sync::{Mutex, PoisonError};
 
 use axum::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -16,7 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::READ_SIZE;
 use super::answer::{Framing, MAX_RESPONSE_HEAD, Parsed, header_room, parse_answer};
 use super::chunked::ChunkedScan;
-use super::upstream::{self, Stream, Upstream};
+pub(in crate::proxy) use super::upstream::Idle;
+use super::upstream::{Stream, Upstream};
 use crate::proxy::headers::wire;
 use sless_core::routes::Address;
 
@@ -72,8 +74,11 @@ pub(in crate::proxy) fn request(
 }
 
 /// Sends `request` to the instance at `address` and reads its answer to the end,
-/// keeping the first `keep` bytes of the body.
+/// keeping the first `keep` bytes of the body. `idle` keeps the connections between
+/// calls: one pool for all trigger calls, not the serving thread's, as they run on a
+/// work-stealing runtime where a call may end on another thread than it began.
 pub(in crate::proxy) async fn exchange(
+    idle: &Mutex<Idle>,
     address: &Address,
     request: &[u8],
     console_cookie: Option<&str>,
@@ -81,7 +86,11 @@ pub(in crate::proxy) async fn exchange(
 ) -> Result<Answered, Failed> {
     let mut retried = false;
     loop {
-        let (mut upstream, reused) = match upstream::take_idle(address) {
+        let kept = idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(address);
+        let (mut upstream, reused) = match kept {
             Some(upstream) => (upstream, true),
             None => (
                 Upstream::open(address).await.map_err(Failed::Unreachable)?,
@@ -100,7 +109,9 @@ pub(in crate::proxy) async fn exchange(
         {
             Ok((answered, reusable)) => {
                 if reusable && answer.is_empty() {
-                    upstream::put_idle(upstream);
+                    idle.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .put(upstream);
                 }
                 return Ok(answered);
             }
