@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -126,6 +126,7 @@ async fn echo(request: Request) -> Response {
         "query": parts.uri.query(),
         "headers": headers,
         "body_len": body_len,
+        "peer": parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string()),
     }))
     .into_response()
 }
@@ -846,6 +847,94 @@ async fn timeout_sec_bounds_the_body_too() {
         "{:?}",
         call.duration
     );
+}
+
+/// A trigger's call through the proxy, as the dispatcher makes it: its body in hand.
+async fn trigger_call(h: &Harness, function: &str, path: &str) -> (u16, Bytes) {
+    let request = axum::http::Request::builder()
+        .method("POST")
+        .uri(format!("/fn/ns/{function}{path}"))
+        .header(proxy::TRIGGER_HEADER, "e30=")
+        .header(proxy::TRIGGER_NAME_HEADER, "orders")
+        .header("content-type", "application/json")
+        .body(Body::from("{}"))
+        .unwrap();
+    let response = h.proxy.call(request, proxy::Caller::Event).await;
+    let status = response.status().as_u16();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, body)
+}
+
+#[tokio::test]
+async fn trigger_calls_go_whole_on_kept_connections_and_read_answers_whole() {
+    let h = Harness::start().await;
+    let (status, body) = trigger_call(&h, "f", "/a?x=1").await;
+    assert_eq!(status, 200);
+    let first: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (&first["method"], &first["path"], &first["query"]),
+        (&json!("POST"), &json!("/a"), &json!("x=1"))
+    );
+    assert_eq!(first["body_len"], 2);
+    let headers = &first["headers"];
+    for (name, value) in [
+        ("x-sless-amqp", "e30="),
+        ("x-sless-trigger", "orders"),
+        ("host", h.upstream.as_str()),
+        ("content-type", "application/json"),
+        ("content-length", "2"),
+        ("x-forwarded-proto", "http"),
+    ] {
+        assert_eq!(headers[name], value, "{name}: {headers}");
+    }
+    assert!(
+        headers["x-request-id"].is_string() && headers["traceparent"].is_string(),
+        "{headers}"
+    );
+    let (_, body) = trigger_call(&h, "f", "/").await;
+    let second: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(second["peer"], first["peer"], "a connection per call");
+    let call = last_call(&h, "f").await;
+    assert_eq!(
+        (call.status, call.trigger_name.as_deref()),
+        (200, Some("orders"))
+    );
+
+    // What a trigger reads of an answer is kept, the rest read to its end.
+    let (status, body) = trigger_call(&h, "f", "/big").await;
+    assert_eq!((status, body.len()), (200, 64 * 1024));
+    // The whole answer within the function's timeout, or a 504.
+    h.routes.set(
+        "ns",
+        "slow",
+        ready(&h.upstream, Some(Duration::from_secs(1))),
+    );
+    assert_eq!(trigger_call(&h, "slow", "/stall").await.0, 504);
+    assert_eq!(last_call(&h, "slow").await.status, 504);
+
+    // Broken in its body: a 502, not a 200 with half a body.
+    let bad =
+        raw_upstream(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n")
+            .await;
+    h.routes.set("ns", "bad", ready(&bad, None));
+    assert_eq!(trigger_call(&h, "bad", "/").await.0, 502);
+    assert_eq!(last_call(&h, "bad").await.status, 502);
+
+    // Chunked answers arrive decoded; kept connections the function closed are replaced.
+    let closing =
+        raw_upstream(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+            .await;
+    h.routes.set("ns", "closing", ready(&closing, None));
+    for i in 0..10 {
+        let (status, body) = trigger_call(&h, "closing", "/").await;
+        assert_eq!((status, &body[..]), (200, &b"ok"[..]), "call {i}");
+        if i % 2 == 0 {
+            // Time for the close to arrive before the next call.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// An upstream that answers every request with `answer` and closes.

@@ -1,5 +1,6 @@
 //! One call through the proxy: resolve the route, rewrite the request, stream it to
-//! the function and its answer back.
+//! the function and its answer back. A trigger's call, whose body is in memory, goes
+//! whole on a kept connection instead of hyper's client ([`in_hand`]).
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -24,6 +25,7 @@ use sless_core::auth::TRIGGER_TOKEN_HEADER;
 use sless_core::metrics::InFlight;
 
 use super::body::{RequestBody, RequestBodyError, ResponseBody};
+use super::fast::in_hand;
 use super::headers::call_id::{CallIds, X_REQUEST_ID};
 use super::headers::map;
 use super::log::{CallError, Calls, Via};
@@ -528,6 +530,13 @@ impl Proxy {
             incoming_authority,
             ids,
         );
+        if caller.is_trigger()
+            && let Some(len) = body.size_hint().exact()
+        {
+            return self
+                .forward_in_hand(parts, body, len, target, address, (deadline, timed_out))
+                .await;
+        }
         parts.uri = upstream_uri;
         // The upstream client speaks HTTP/1.1 whatever the caller used.
         parts.version = Version::HTTP_11;
@@ -570,6 +579,63 @@ impl Proxy {
             rest,
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
         })
+    }
+}
+
+impl Proxy {
+    /// A trigger's call, whose body sless holds in memory: sent whole on a kept
+    /// connection ([`in_hand`]), its answer read to the end (what a trigger reads of it
+    /// kept). `parts` has its headers rewritten already.
+    async fn forward_in_hand(
+        &self,
+        parts: Parts,
+        body: Body,
+        len: u64,
+        target: &Target<'_>,
+        address: &Address,
+        (deadline, timed_out): (Option<tokio::time::Instant>, impl FnOnce() -> InvokeError),
+    ) -> Result<Answer, InvokeError> {
+        let limit = self.config.max_body_bytes;
+        if len > limit {
+            return Err(InvokeError::BodyTooLarge { limit });
+        }
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| InvokeError::BadRequestBody(e.to_string()))?
+            .to_bytes();
+        let request = in_hand::request(
+            &parts.method,
+            target.rest,
+            target.query,
+            &parts.headers,
+            &body,
+        );
+        let exchange = in_hand::exchange(
+            &self.trigger_upstreams,
+            address,
+            &request,
+            self.config.console_cookie.as_deref(),
+            MAX_TRIGGER_ANSWER_READ,
+        );
+        let name = || target.name.to_owned();
+        let answered = within(deadline, exchange)
+            .await
+            .ok_or_else(timed_out)?
+            .map_err(|failed| match failed {
+                in_hand::Failed::Unreachable(detail) => InvokeError::Unreachable {
+                    name: name(),
+                    detail,
+                },
+                in_hand::Failed::BadAnswer(detail) => InvokeError::BadAnswer {
+                    name: name(),
+                    detail,
+                },
+            })?;
+        let mut response = Response::new(Body::from(answered.body));
+        *response.status_mut() = answered.status;
+        *response.headers_mut() = answered.headers;
+        Ok(Answer::Whole(response))
     }
 }
 

@@ -113,6 +113,8 @@ pub struct Proxy {
     /// that opened it, and a serving thread should not wake another per call
     /// ([`crate::serve`]).
     clients: ThreadLocal<Clients>,
+    /// Idle connections of trigger calls ([`fast::in_hand`]).
+    trigger_upstreams: std::sync::Mutex<fast::in_hand::Idle>,
     config: ProxyConfig,
     invocations: InvocationLog,
 }
@@ -122,6 +124,7 @@ impl Proxy {
         Self {
             routes,
             clients: ThreadLocal::new(),
+            trigger_upstreams: Default::default(),
             invocations: InvocationLog::new(config.call_records),
             config,
         }

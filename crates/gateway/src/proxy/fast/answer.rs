@@ -5,6 +5,7 @@ use std::io::Write as _;
 
 use axum::http::StatusCode;
 use axum::http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use httparse::Header;
 
 use super::decimal;
 use crate::proxy::headers::call_id::CallIds;
@@ -26,30 +27,32 @@ pub(super) enum Framing {
 }
 
 /// What `parse_answer` found in the bytes read so far.
-pub(super) enum Parsed {
+pub(super) enum Parsed<'h, 'b> {
     Partial,
     Invalid(String),
     /// A 1xx answer before the real one, `len` bytes long.
     Interim(usize),
-    Head {
-        len: usize,
-        status: StatusCode,
-        framing: Framing,
-        /// The upstream connection may take another call after this answer.
-        reusable: bool,
-    },
+    Head(Head<'h, 'b>),
 }
 
-/// Parses a function's answer head and writes the caller's head into `out`.
-pub(super) fn parse_answer(
-    answer: &[u8],
-    out: &mut Vec<u8>,
-    console_cookie: Option<&str>,
-    close: bool,
-    ids: &CallIds,
-) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-    let mut response = httparse::Response::new(&mut headers);
+/// A function's final answer head, borrowed from the bytes read.
+pub(super) struct Head<'h, 'b> {
+    /// Its length in bytes.
+    pub(super) len: usize,
+    pub(super) status: StatusCode,
+    reason: &'b str,
+    headers: &'h [Header<'b>],
+    pub(super) framing: Framing,
+    /// The upstream connection may take another call after this answer.
+    pub(super) reusable: bool,
+}
+
+/// Parses a function's answer head, its headers going into `headers`.
+pub(super) fn parse_answer<'h, 'b>(
+    answer: &'b [u8],
+    headers: &'h mut [Header<'b>; MAX_RESPONSE_HEADERS],
+) -> Parsed<'h, 'b> {
+    let mut response = httparse::Response::new(headers);
     let len = match response.parse(answer) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
@@ -67,7 +70,8 @@ pub(super) fn parse_answer(
     if status.is_informational() {
         return Parsed::Interim(len);
     }
-    let headers = &*response.headers;
+    let reason = response.reason.unwrap_or_default();
+    let headers: &'h [Header<'b>] = response.headers;
     let mut framing = None;
     let mut length = None;
     let mut keep_alive = version == 1;
@@ -99,36 +103,63 @@ pub(super) fn parse_answer(
     } else {
         framing.unwrap_or(length.map_or(Framing::UntilClose, Framing::Length))
     };
-
-    out.clear();
-    write_status_line(out, code, response.reason.unwrap_or_default());
-    for header in wire::answer(headers, console_cookie) {
-        // Framing is the fast path's own, written below.
-        if is(header.name, &CONTENT_LENGTH) && status != StatusCode::NOT_MODIFIED {
-            continue;
-        }
-        wire::write_header(out, header.name.as_bytes(), header.value);
-    }
-    match framing {
-        Framing::Empty => {}
-        Framing::Length(len) => {
-            let _ = write!(out, "{CONTENT_LENGTH}: {len}\r\n");
-        }
-        Framing::Chunked | Framing::UntilClose => {
-            wire::write_header(out, TRANSFER_ENCODING.as_str().as_bytes(), b"chunked")
-        }
-    }
-    wire::write_added(out, ids);
-    if close {
-        wire::write_header(out, CONNECTION.as_str().as_bytes(), b"close");
-    }
-    out.extend_from_slice(b"\r\n");
-    Parsed::Head {
+    Parsed::Head(Head {
         len,
         status,
+        reason,
+        headers,
         framing,
         reusable: keep_alive && framing != Framing::UntilClose,
+    })
+}
+
+impl<'b> Head<'_, 'b> {
+    /// The headers that reach the caller, by the answer rules of every path.
+    pub(super) fn passed<'a>(
+        &'a self,
+        console_cookie: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Header<'b>> {
+        wire::answer(self.headers, console_cookie)
     }
+
+    /// Writes the caller's head into `out`.
+    pub(super) fn write_for_caller(
+        &self,
+        out: &mut Vec<u8>,
+        console_cookie: Option<&str>,
+        close: bool,
+        ids: &CallIds,
+    ) {
+        let status = self.status;
+        out.clear();
+        write_status_line(out, status.as_u16(), self.reason);
+        for header in self.passed(console_cookie) {
+            // Framing is the fast path's own, written below.
+            if is(header.name, &CONTENT_LENGTH) && status != StatusCode::NOT_MODIFIED {
+                continue;
+            }
+            wire::write_header(out, header.name.as_bytes(), header.value);
+        }
+        match self.framing {
+            Framing::Empty => {}
+            Framing::Length(len) => {
+                let _ = write!(out, "{CONTENT_LENGTH}: {len}\r\n");
+            }
+            Framing::Chunked | Framing::UntilClose => {
+                wire::write_header(out, TRANSFER_ENCODING.as_str().as_bytes(), b"chunked")
+            }
+        }
+        wire::write_added(out, ids);
+        if close {
+            wire::write_header(out, CONNECTION.as_str().as_bytes(), b"close");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Room for the headers of an answer head.
+pub(super) fn header_room<'b>() -> [Header<'b>; MAX_RESPONSE_HEADERS] {
+    [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS]
 }
 
 pub(super) fn write_status_line(out: &mut Vec<u8>, code: u16, reason: &str) {
@@ -155,24 +186,16 @@ mod tests {
     fn answer(head: &str, close: bool) -> (u16, Framing, bool, String) {
         let mut out = Vec::new();
         let ids = CallIds::new(Some(b"call-1"), None);
-        match parse_answer(
-            head.as_bytes(),
-            &mut out,
-            Some("sless_session"),
-            close,
-            &ids,
-        ) {
-            Parsed::Head {
-                status,
-                framing,
-                reusable,
-                ..
-            } => (
-                status.as_u16(),
-                framing,
-                reusable,
-                String::from_utf8(out).unwrap(),
-            ),
+        match parse_answer(head.as_bytes(), &mut header_room()) {
+            Parsed::Head(parsed) => {
+                parsed.write_for_caller(&mut out, Some("sless_session"), close, &ids);
+                (
+                    parsed.status.as_u16(),
+                    parsed.framing,
+                    parsed.reusable,
+                    String::from_utf8(out).unwrap(),
+                )
+            }
             Parsed::Interim(_) => (100, Framing::Empty, false, String::new()),
             Parsed::Partial => panic!("partial: {head:?}"),
             Parsed::Invalid(e) => panic!("invalid: {e}"),
@@ -222,7 +245,6 @@ mod tests {
         let (status, ..) = answer("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", false);
         assert_eq!(status, 100, "interim");
 
-        let mut out = Vec::new();
         for bad in [
             "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
@@ -232,13 +254,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    parse_answer(
-                        bad.as_bytes(),
-                        &mut out,
-                        None,
-                        false,
-                        &CallIds::new(None, None)
-                    ),
+                    parse_answer(bad.as_bytes(), &mut header_room()),
                     Parsed::Invalid(_)
                 ),
                 "{bad:?}"

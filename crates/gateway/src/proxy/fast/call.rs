@@ -11,7 +11,9 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::answer::{Framing, MAX_RESPONSE_HEAD, Parsed, parse_answer, write_status_line};
+use super::answer::{
+    Framing, MAX_RESPONSE_HEAD, Parsed, header_room, parse_answer, write_status_line,
+};
 use super::chunked::{ChunkedScan, MAX_CHUNK_LINE};
 use super::deadline::{LazyDeadline, within};
 use super::request::Call;
@@ -231,24 +233,22 @@ impl Connection<'_> {
     async fn read_head(&mut self, call: &Call) -> Result<(StatusCode, Framing, bool), Failed> {
         let upstream = &mut self.upstream.as_mut().expect("connected").stream;
         loop {
-            let parsed = parse_answer(
-                &self.answer,
-                &mut self.out,
-                self.proxy.config.console_cookie.as_deref(),
-                call.close,
-                &call.ids,
-            );
+            let mut headers = header_room();
+            let parsed = parse_answer(&self.answer, &mut headers);
             match parsed {
                 Parsed::Interim(len) => {
                     self.answer.advance(len);
                     continue;
                 }
-                Parsed::Head {
-                    len,
-                    status,
-                    framing,
-                    reusable,
-                } => {
+                Parsed::Head(head) => {
+                    head.write_for_caller(
+                        &mut self.out,
+                        self.proxy.config.console_cookie.as_deref(),
+                        call.close,
+                        &call.ids,
+                    );
+                    let (len, status, framing, reusable) =
+                        (head.len, head.status, head.framing, head.reusable);
                     self.answer.advance(len);
                     first_body_bytes(upstream, &mut self.answer, framing).await?;
                     return Ok((status, framing, reusable));

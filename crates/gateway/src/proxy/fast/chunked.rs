@@ -27,6 +27,11 @@ impl ChunkedScan {
     /// How many bytes of `bytes` belong to the body (whole framing elements only);
     /// None when the framing is broken.
     pub(super) fn scan(&mut self, bytes: &[u8]) -> Option<usize> {
+        self.scan_data(bytes, |_| {})
+    }
+
+    /// As [`ChunkedScan::scan`], giving `data` the chunks' data as it passes.
+    pub(super) fn scan_data(&mut self, bytes: &[u8], mut data: impl FnMut(&[u8])) -> Option<usize> {
         let mut at = 0;
         loop {
             let rest = &bytes[at..];
@@ -51,6 +56,7 @@ impl ChunkedScan {
                         return Some(at);
                     }
                     let take = usize::try_from(size).unwrap_or(usize::MAX).min(rest.len());
+                    data(&rest[..take]);
                     at += take;
                     let left = size - take as u64;
                     self.state = if left == 0 {
@@ -101,14 +107,20 @@ mod tests {
         next.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         for split in 0..body.len() {
             let mut scan = ChunkedScan::default();
-            let first = scan.scan(&next[..split]).unwrap();
+            let mut data = Vec::new();
+            let first = scan
+                .scan_data(&next[..split], |d| data.extend_from_slice(d))
+                .unwrap();
             let mut at = first;
             while !scan.done() {
-                let taken = scan.scan(&next[at..]).unwrap();
+                let taken = scan
+                    .scan_data(&next[at..], |d| data.extend_from_slice(d))
+                    .unwrap();
                 assert!(taken > 0 || at < body.len(), "stuck at {at}");
                 at += taken;
             }
             assert_eq!(at, body.len(), "split at {split}");
+            assert_eq!(data, b"hello", "split at {split}");
         }
         for broken in [&b"zz\r\n"[..], b"5\r\nhelloXX", b"ffffffffffffffffffff\r\n"] {
             let mut scan = ChunkedScan::default();

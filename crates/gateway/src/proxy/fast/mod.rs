@@ -15,12 +15,14 @@
 //!
 //! Here is a caller's connection loop; [`request`] and [`answer`] read heads in place,
 //! [`call`] forwards one call, [`upstream`] keeps the connections to functions,
-//! [`chunked`] follows chunked answers and [`deadline`] times it all.
+//! [`chunked`] follows chunked answers and [`deadline`] times it all. [`in_hand`] sends
+//! the calls of triggers, whose whole request sless holds, the same way.
 
 mod answer;
 mod call;
 mod chunked;
 mod deadline;
+pub(super) mod in_hand;
 mod request;
 mod upstream;
 

@@ -84,21 +84,14 @@ pub(super) async fn closed(upstream: &Option<Upstream>) {
 /// Idle connections kept per instance and thread.
 const MAX_IDLE_PER_INSTANCE: usize = 64;
 
-type Idle = HashMap<Address, Vec<(Instant, Stream)>>;
+/// Idle connections by instance, each with when it was left.
+#[derive(Default)]
+pub(in crate::proxy) struct Idle(HashMap<Address, Vec<(Instant, Stream)>>);
 
-thread_local! {
-    /// Idle upstream connections of this serving thread, by instance. A caller's
-    /// connection that ends leaves its upstream connection here for the next one, so
-    /// callers that do not keep their connections alive do not cost a connection to
-    /// the function (and a port in TIME_WAIT) per call. Per thread: a connection
-    /// belongs to the runtime of the thread that opened it ([`crate::serve`]).
-    static IDLE: RefCell<Idle> = RefCell::new(HashMap::new());
-}
-
-/// A kept connection to `address` that the function has not closed.
-pub(super) fn take_idle(address: &Address) -> Option<Upstream> {
-    IDLE.with_borrow_mut(|idle| {
-        let kept = idle.get_mut(address)?;
+impl Idle {
+    /// A kept connection to `address` that the function has not closed.
+    pub(super) fn take(&mut self, address: &Address) -> Option<Upstream> {
+        let kept = self.0.get_mut(address)?;
         while let Some((since, stream)) = kept.pop() {
             if quiet(&stream) && since.elapsed() < POOL_IDLE_TIMEOUT {
                 return Some(Upstream {
@@ -108,19 +101,35 @@ pub(super) fn take_idle(address: &Address) -> Option<Upstream> {
             }
         }
         None
-    })
-}
+    }
 
-pub(super) fn put_idle(upstream: Upstream) {
-    IDLE.with_borrow_mut(|idle| {
+    pub(super) fn put(&mut self, upstream: Upstream) {
         // Connections past the idle timeout go, and instances left without any.
-        idle.retain(|_, kept| {
+        self.0.retain(|_, kept| {
             kept.retain(|(since, _)| since.elapsed() < POOL_IDLE_TIMEOUT);
             !kept.is_empty()
         });
-        let kept = idle.entry(upstream.address).or_default();
+        let kept = self.0.entry(upstream.address).or_default();
         if kept.len() < MAX_IDLE_PER_INSTANCE {
             kept.push((Instant::now(), upstream.stream));
         }
-    });
+    }
+}
+
+thread_local! {
+    /// Idle upstream connections of this serving thread, by instance. A caller's
+    /// connection that ends leaves its upstream connection here for the next one, so
+    /// callers that do not keep their connections alive do not cost a connection to
+    /// the function (and a port in TIME_WAIT) per call. Per thread: a connection
+    /// belongs to the runtime of the thread that opened it ([`crate::serve`]).
+    static IDLE: RefCell<Idle> = RefCell::new(Idle::default());
+}
+
+/// A kept connection to `address` that the function has not closed.
+pub(super) fn take_idle(address: &Address) -> Option<Upstream> {
+    IDLE.with_borrow_mut(|idle| idle.take(address))
+}
+
+pub(super) fn put_idle(upstream: Upstream) {
+    IDLE.with_borrow_mut(|idle| idle.put(upstream));
 }
