@@ -245,7 +245,7 @@ impl S3 for Listing {
         }
         let max_keys = input.max_keys.unwrap_or(1000);
         let page = usize::try_from(max_keys).unwrap_or(0).min(found.len());
-        let is_truncated = page < found.len();
+        let is_truncated = max_keys > 0 && page < found.len();
         found.truncate(page);
         let next_continuation_token = if is_truncated {
             found.last().and_then(|o| o.key.clone())
