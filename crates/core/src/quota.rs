@@ -207,7 +207,7 @@ impl QuotaStore {
         let limit = self.quotas.count_limit(quota);
         let mut used = 0;
         for &counted in quota.kinds() {
-            used += self.inner.list(counted, Some(namespace)).await?.len() as u64;
+            used += self.inner.count(counted, namespace).await?;
         }
         if used >= limit {
             return Err(StoreError::Quota(QuotaExceeded {
@@ -233,6 +233,14 @@ impl Store for QuotaStore {
 
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<RawObject>> {
         self.inner.get(kind, namespace, name).await
+    }
+
+    async fn count(&self, kind: Kind, namespace: &str) -> Result<u64> {
+        self.inner.count(kind, namespace).await
+    }
+
+    async fn triggers_of(&self, namespace: &str, function: &str) -> Result<Vec<RawObject>> {
+        self.inner.triggers_of(namespace, function).await
     }
 
     async fn create(

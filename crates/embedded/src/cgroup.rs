@@ -64,6 +64,8 @@ impl Controller {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Limits {
     pub memory_mb: Option<u32>,
+    /// `None`: no quota, and the least weight (a standby loading in the background
+    /// yields the CPU to what serves calls; bound, it gets its function's).
     pub cpu_millis: Option<u32>,
     pub max_pids: Option<u32>,
 }
@@ -216,7 +218,11 @@ fn set_limit(dir: &Path, controller: Controller, v2: bool, limits: &Limits) -> i
         }
         (Controller::Cpu, _) => {
             let Some(millis) = limits.cpu_millis else {
-                return Ok(());
+                return if v2 {
+                    write(&dir.join("cpu.weight"), "1")
+                } else {
+                    write(&dir.join("cpu.shares"), "2")
+                };
             };
             let (quota, weight) = cpu_settings(millis);
             if v2 {

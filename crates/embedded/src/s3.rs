@@ -2,13 +2,15 @@
 //! mode uses exactly the same aws-sdk-s3 client code ([`ObjectStore`]) as production.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 use rand::Rng;
 use rand::distr::Alphanumeric;
+use s3s::dto::{ListObjectsV2Input, ListObjectsV2Output, Object};
+use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use sless_core::error_text::BoxError;
 use sless_core::s3::{S3Config, StorageError};
 use tokio::net::TcpListener;
@@ -44,6 +46,10 @@ impl EmbeddedS3 {
 
         let access_key = random_token(20);
         let secret_key = random_token(40);
+        let fs = Listing {
+            fs,
+            root: root.to_path_buf(),
+        };
         let service = {
             let mut b = s3s::service::S3ServiceBuilder::new(fs);
             // With auth set, s3s also rejects unsigned requests (its default access check).
@@ -143,4 +149,155 @@ fn random_token(len: usize) -> String {
         .take(len)
         .map(char::from)
         .collect()
+}
+
+/// s3s-fs, but a listing without delimiter walks only the directory its prefix names:
+/// s3s-fs walks the whole bucket, so each upload's listing of its function's versions
+/// cost O(every function's uploads).
+struct Listing {
+    fs: s3s_fs::FileSystem,
+    root: PathBuf,
+}
+
+/// The ops of s3s-fs other than the listing, as they are (written as `async_trait`
+/// writes an `async fn`: it does not see into a macro).
+macro_rules! delegate {
+    ($($op:ident: $input:ident => $output:ident,)*) => {
+        $(
+            fn $op<'life0, 'async_trait>(
+                &'life0 self,
+                req: S3Request<s3s::dto::$input>,
+            ) -> std::pin::Pin<Box<
+                dyn std::future::Future<Output = S3Result<S3Response<s3s::dto::$output>>>
+                    + Send
+                    + 'async_trait,
+            >>
+            where
+                'life0: 'async_trait,
+                Self: 'async_trait,
+            {
+                self.fs.$op(req)
+            }
+        )*
+    };
+}
+
+#[async_trait::async_trait]
+impl S3 for Listing {
+    delegate! {
+        create_bucket: CreateBucketInput => CreateBucketOutput,
+        copy_object: CopyObjectInput => CopyObjectOutput,
+        delete_bucket: DeleteBucketInput => DeleteBucketOutput,
+        delete_object: DeleteObjectInput => DeleteObjectOutput,
+        delete_objects: DeleteObjectsInput => DeleteObjectsOutput,
+        get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput,
+        get_object: GetObjectInput => GetObjectOutput,
+        head_bucket: HeadBucketInput => HeadBucketOutput,
+        head_object: HeadObjectInput => HeadObjectOutput,
+        list_buckets: ListBucketsInput => ListBucketsOutput,
+        list_objects: ListObjectsInput => ListObjectsOutput,
+        put_object: PutObjectInput => PutObjectOutput,
+        create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput,
+        upload_part: UploadPartInput => UploadPartOutput,
+        upload_part_copy: UploadPartCopyInput => UploadPartCopyOutput,
+        list_parts: ListPartsInput => ListPartsOutput,
+        complete_multipart_upload: CompleteMultipartUploadInput => CompleteMultipartUploadOutput,
+        abort_multipart_upload: AbortMultipartUploadInput => AbortMultipartUploadOutput,
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = &req.input;
+        let prefix = input
+            .prefix
+            .as_deref()
+            .unwrap_or("")
+            .trim_start_matches('/');
+        let dir = prefix.rfind('/').map_or("", |end| &prefix[..end]);
+        let bucket = self.root.join(&input.bucket);
+        // A delimiter's grouping and any path that is not plain names stay s3s-fs's.
+        let plain = |path: &str| {
+            Path::new(path)
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)))
+        };
+        if input.delimiter.is_some() || !plain(&input.bucket) || !plain(dir) || !bucket.is_dir() {
+            return self.fs.list_objects_v2(req).await;
+        }
+        let (start, prefix_owned) = (bucket.join(dir), prefix.to_string());
+        let mut found = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            walk(&start, &bucket, &prefix_owned, &mut found).map(|()| found)
+        })
+        .await
+        .map_err(|e| s3_error!(e, InternalError))?
+        .map_err(|e| s3_error!(e, InternalError))?;
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        let input = req.input;
+        let after = match (&input.continuation_token, &input.start_after) {
+            (Some(token), Some(after)) => Some(token.max(after)),
+            (token, after) => token.as_ref().or(after.as_ref()),
+        };
+        if let Some(after) = after {
+            found.retain(|o| o.key.as_ref().is_some_and(|k| k > after));
+        }
+        let max_keys = input.max_keys.unwrap_or(1000);
+        let page = usize::try_from(max_keys).unwrap_or(0).min(found.len());
+        let is_truncated = max_keys > 0 && page < found.len();
+        found.truncate(page);
+        let next_continuation_token = if is_truncated {
+            found.last().and_then(|o| o.key.clone())
+        } else {
+            None
+        };
+        let output = ListObjectsV2Output {
+            key_count: Some(i32::try_from(found.len()).unwrap_or(i32::MAX)),
+            max_keys: Some(max_keys),
+            is_truncated: Some(is_truncated),
+            contents: (!found.is_empty()).then_some(found),
+            continuation_token: input.continuation_token,
+            next_continuation_token,
+            encoding_type: input.encoding_type,
+            name: Some(input.bucket),
+            prefix: input.prefix,
+            start_after: input.start_after,
+            ..Default::default()
+        };
+        Ok(S3Response::new(output))
+    }
+}
+
+/// The files under `dir` (absent: none) whose key, their path under `bucket`, starts
+/// with `prefix`.
+fn walk(dir: &Path, bucket: &Path, prefix: &str, found: &mut Vec<Object>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        entries => entries?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            walk(&path, bucket, prefix, found)?;
+            continue;
+        }
+        let Some(key) = path
+            .strip_prefix(bucket)
+            .ok()
+            .and_then(|key| key.to_str())
+            .filter(|key| key.starts_with(prefix))
+        else {
+            continue;
+        };
+        let meta = entry.metadata()?;
+        found.push(Object {
+            key: Some(key.to_string()),
+            last_modified: Some(meta.modified()?.into()),
+            size: Some(i64::try_from(meta.len()).unwrap_or(i64::MAX)),
+            ..Default::default()
+        });
+    }
+    Ok(())
 }

@@ -129,7 +129,7 @@ pub struct Confinement<'a> {
     pub write: &'a [&'a Path],
     /// `None`: no limit (builds).
     pub memory_mb: Option<u32>,
-    /// Thousandths of a core; `None`: no limit.
+    /// Thousandths of a core; `None`: no quota and the least weight (a standby).
     pub cpu_millis: Option<u32>,
     /// Scratch quota: a tmpfs of this many MB over its HOME, its own and gone with it.
     /// `None`: HOME is the directory itself (a build's caches are kept).

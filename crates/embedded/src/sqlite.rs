@@ -237,6 +237,33 @@ impl Store for SqliteStore {
         rows.iter().map(row_to_object).collect()
     }
 
+    async fn count(&self, kind: Kind, namespace: &str) -> Result<u64> {
+        let count: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM objects WHERE kind = ? AND namespace = ?")
+                .bind(kind.as_str())
+                .bind(namespace)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(backend)?;
+        Ok(count.max(0) as u64)
+    }
+
+    async fn triggers_of(&self, namespace: &str, function: &str) -> Result<Vec<RawObject>> {
+        // The kind is literal, so the partial index of 0003 applies.
+        sqlx::query(
+            "SELECT * FROM objects WHERE kind = 'Trigger' AND namespace = ? \
+             AND json_extract(spec, '$.functionRef') = ? ORDER BY name",
+        )
+        .bind(namespace)
+        .bind(function)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(row_to_object)
+        .collect()
+    }
+
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<RawObject>> {
         sqlx::query("SELECT * FROM objects WHERE kind = ? AND namespace = ? AND name = ?")
             .bind(kind.as_str())

@@ -1,11 +1,15 @@
 //! Standbys: Python and Node processes started before any function needs them, a pool
 //! per runtime that any function of that runtime takes from, so the first call to a
-//! function scaled to zero skips the interpreter's start.
+//! function scaled to zero skips the interpreter's start. The pool refills off the
+//! async workers and outside its lock, so a take never waits for a spawn; it grows by
+//! one per take within [`DEMAND_WINDOW`] (first calls in a burst outrun the refills)
+//! and shrinks back to its idle size once the takes stop.
 //!
 //! A standby is confined like an instance, but for no function: Landlock lets it read
 //! only its slot's `r/` and write only its `w/` (a 1 MB tmpfs of its own mount
 //! namespace), it has its own network namespace with an egress proxy listener nobody
-//! serves yet, a cgroup with the pids limit only, and sless's variables only. Bound to
+//! serves yet, a cgroup with the pids limit and the least CPU weight only (it loads
+//! when the CPU is free), and sless's variables only. Bound to
 //! a function ([`Instance::bind`]), a helper bind-mounts the function's build directory
 //! onto `r/code` and its scratch onto `w/home` inside the standby's mount namespace
 //! (Landlock ignores rules on a mount point but honours its parent's), writes the
@@ -19,6 +23,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::Shared;
 use crate::process::{Instance, Launch, Target};
@@ -66,12 +71,47 @@ impl Drop for Slot {
     }
 }
 
-/// The standbys waiting, oldest first, per runtime.
+/// How long a take counts as demand: the pool holds one more standby per take in this
+/// window, and shrinks back once takes stop for that long.
+const DEMAND_WINDOW: Duration = Duration::from_secs(10);
+
+/// The most standbys of a runtime under demand, in multiples of the idle pool: a burst
+/// of first calls finds loaded standbys; an idle sless keeps the idle pool only.
+const MAX_POOL_FACTOR: usize = 4;
+
+/// The standbys of each runtime.
 #[derive(Default)]
 pub(crate) struct Pool {
-    idle: std::sync::Mutex<HashMap<Runtime, VecDeque<Instance>>>,
+    runtimes: std::sync::Mutex<HashMap<Runtime, Standbys>>,
     /// Numbers the slots.
     next: std::sync::atomic::AtomicU64,
+}
+
+/// One runtime's standbys.
+#[derive(Default)]
+struct Standbys {
+    /// Waiting, oldest (the nearest to loaded) first.
+    idle: VecDeque<Instance>,
+    /// Being spawned, outside the lock: a take never waits for a refill.
+    spawning: usize,
+    /// When standbys were taken within [`DEMAND_WINDOW`].
+    taken: VecDeque<Instant>,
+    /// Whether a task shrinks the pool back once demand ends.
+    trimming: bool,
+}
+
+impl Standbys {
+    /// How many to keep: the idle pool plus the takes of the window, bounded.
+    fn wanted(&mut self, base: usize, now: Instant) -> usize {
+        while self
+            .taken
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= DEMAND_WINDOW)
+        {
+            self.taken.pop_front();
+        }
+        (base + self.taken.len()).min(base * MAX_POOL_FACTOR)
+    }
 }
 
 impl Shared {
@@ -96,39 +136,102 @@ impl Shared {
             && self.builder.sandbox.takes_standbys()
     }
 
-    /// Starts standbys of `runtime` until its pool is full.
-    pub(crate) fn fill_standbys(&self, runtime: Runtime) {
+    fn standby_pools(&self) -> std::sync::MutexGuard<'_, HashMap<Runtime, Standbys>> {
+        self.standbys
+            .runtimes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the standbys `runtime`'s pool lacks, in the background; under demand
+    /// also the task that shrinks it back.
+    pub(crate) fn fill_standbys(self: &Arc<Self>, runtime: Runtime) {
         if !self.has_standbys(runtime) {
             return;
         }
-        let mut idle = self.standbys.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let pool = idle.entry(runtime).or_default();
-        pool.retain_mut(|standby| !standby.has_exited());
-        while pool.len() < self.config.standby_pool {
-            match self.spawn_standby(runtime) {
-                Ok(standby) => pool.push_back(standby),
-                Err(e) => {
-                    tracing::debug!(runtime = %runtime.as_str(), error = %e, "no standby process");
-                    return;
+        let base = self.config.standby_pool;
+        let (missing, trim) = {
+            let mut runtimes = self.standby_pools();
+            let pool = runtimes.entry(runtime).or_default();
+            pool.idle.retain_mut(|standby| !standby.has_exited());
+            let wanted = pool.wanted(base, Instant::now());
+            let missing = wanted.saturating_sub(pool.idle.len() + pool.spawning);
+            pool.spawning += missing;
+            let trim = wanted > base && !pool.trimming;
+            pool.trimming |= trim;
+            (missing, trim)
+        };
+        if trim {
+            tokio::spawn(self.clone().trim_standbys(runtime));
+        }
+        if missing == 0 {
+            return;
+        }
+        let shared = self.clone();
+        // Outside the lock, one fork and exec at a time. Not on a blocking thread: those
+        // exit when idle, and the parent-death signal follows the spawning thread.
+        tokio::spawn(async move {
+            for left in (0..missing).rev() {
+                tokio::task::yield_now().await;
+                let spawned = shared.spawn_standby(runtime);
+                let mut runtimes = shared.standby_pools();
+                let pool = runtimes.entry(runtime).or_default();
+                match spawned {
+                    Ok(standby) => {
+                        pool.spawning -= 1;
+                        pool.idle.push_back(standby);
+                    }
+                    Err(e) => {
+                        pool.spawning -= left + 1;
+                        tracing::debug!(runtime = %runtime.as_str(), error = %e, "no standby process");
+                        return;
+                    }
                 }
+            }
+        });
+    }
+
+    /// Once takes stop for [`DEMAND_WINDOW`], stops the standbys past the idle pool
+    /// (the newest, the least loaded).
+    async fn trim_standbys(self: Arc<Self>, runtime: Runtime) {
+        let base = self.config.standby_pool;
+        loop {
+            tokio::time::sleep(DEMAND_WINDOW).await;
+            let (extra, done) = {
+                let mut runtimes = self.standby_pools();
+                let pool = runtimes.entry(runtime).or_default();
+                let wanted = pool.wanted(base, Instant::now());
+                let keep = wanted.saturating_sub(pool.spawning);
+                let extra: Vec<Instance> = (keep..pool.idle.len())
+                    .filter_map(|_| pool.idle.pop_back())
+                    .collect();
+                let done = wanted == base;
+                pool.trimming = !done;
+                (extra, done)
+            };
+            for standby in extra {
+                tokio::spawn(standby.stop(STOP_GRACE));
+            }
+            if done {
+                return;
             }
         }
     }
 
-    /// The oldest standby of `runtime` still alive (loaded, or the nearest to it),
-    /// and another started in its place.
+    /// The oldest standby of `runtime` still alive (loaded, or the nearest to it);
+    /// the pool refills (and grows with the takes) in the background.
     pub(crate) fn take_standby(self: &Arc<Self>, runtime: Runtime) -> Option<Instance> {
         if !self.has_standbys(runtime) {
             return None;
         }
         let taken = {
-            let mut idle = self.standbys.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let pool = idle.entry(runtime).or_default();
-            std::iter::from_fn(|| pool.pop_front())
+            let mut runtimes = self.standby_pools();
+            let pool = runtimes.entry(runtime).or_default();
+            pool.taken.push_back(Instant::now());
+            std::iter::from_fn(|| pool.idle.pop_front())
                 .find_map(|mut standby| (!standby.has_exited()).then_some(standby))
         };
-        let shared = self.clone();
-        tokio::spawn(async move { shared.fill_standbys(runtime) });
+        self.fill_standbys(runtime);
         taken
     }
 
@@ -149,3 +252,6 @@ impl Shared {
         Instance::spawn(launch, &self.logs, &self.builder.sandbox)
     }
 }
+
+/// A standby let go waits on stdin and has nothing to finish.
+const STOP_GRACE: Duration = Duration::from_secs(1);

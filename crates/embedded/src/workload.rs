@@ -23,7 +23,7 @@ use sless_core::model::{
 };
 use sless_core::quota::MemoryReservation;
 use sless_core::routes::{Address, Instances, Route, Scaler, Slot};
-use sless_core::store::{Object, RawObject, StoreError, StoreExt};
+use sless_core::store::{Object, RawObject, StoreError};
 use sless_core::upload::version_of;
 use sless_core::workload::{Demand, demand, no_code};
 
@@ -1007,15 +1007,8 @@ impl Actor {
         if self.kind != Kind::Function {
             return Ok(Vec::new());
         }
-        let all = self
-            .shared
-            .store
-            .list_typed::<Trigger>(Some(&self.ns))
-            .await?;
-        Ok(all
-            .into_iter()
-            .filter(|t| t.spec.function_ref == self.name)
-            .collect())
+        let raw = self.shared.store.triggers_of(&self.ns, &self.name).await?;
+        raw.into_iter().map(Object::from_raw).collect()
     }
 
     /// Sets each trigger's (active, url, message) when it differs. Event triggers are

@@ -221,3 +221,74 @@ async fn a_standby_bound_to_a_function_is_that_function_and_no_other() {
         assert!(quota.starts_with("30000"), "cpu_millis 300: {quota}");
     }
 }
+
+/// Standbys of this test process (the runner runs in it) still waiting for a function:
+/// their cwd is still their slot's `r/code`.
+fn waiting_standbys() -> usize {
+    let me = std::process::id().to_string();
+    let standby = |entry: std::fs::DirEntry| {
+        let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // "pid (comm) state ppid ...": comm may hold spaces.
+        let parent = stat
+            .rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .to_string();
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+        (parent == me && cwd.ends_with("r/code") && cwd.to_string_lossy().contains("/standby/"))
+            .then_some(())
+    };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(standby)
+        .count()
+}
+
+/// Polls until `done` holds of the number of waiting standbys; the last number.
+async fn standbys_until(within: Duration, done: impl Fn(usize) -> bool) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let count = waiting_standbys();
+        if done(count) || Instant::now() > deadline {
+            return count;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn first_calls_in_a_burst_grow_the_pool_which_shrinks_back_once_idle() {
+    let (server, runner) = TestServer::platform(|config| {
+        config.scale_to_zero_after = Duration::from_millis(300);
+        config.standby_pool = 2;
+    })
+    .await;
+    let api = Api::new(&server, "burst");
+    let names = ["b0", "b1", "b2", "b3", "b4"];
+    let handler: &[u8] = b"def handle(event):\n    return 'ok'\n";
+    for name in names {
+        api.deploy(name, "python3.11", &[("handler.py", handler)])
+            .await;
+    }
+    for name in names {
+        scaled_to_zero(&runner, &api, name).await;
+    }
+    for name in names {
+        let (status, body) = api.invoke(name, json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+    }
+    // Each take counts for 10 s: more than the idle pool waits for the next burst.
+    let grown = standbys_until(Duration::from_secs(5), |n| n > 2).await;
+    assert!(
+        grown > 2,
+        "the pool of 2 did not grow with the takes: {grown}"
+    );
+    let shrunk = standbys_until(Duration::from_secs(30), |n| n == 2).await;
+    assert_eq!(
+        shrunk, 2,
+        "the pool did not shrink back once the takes stopped"
+    );
+}

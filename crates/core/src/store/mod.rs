@@ -149,6 +149,17 @@ pub trait Store: Send + Sync + 'static {
     /// Objects of a kind in one namespace, or in all namespaces (`None`), ordered by name.
     async fn list(&self, kind: Kind, namespace: Option<&str>) -> Result<Vec<RawObject>>;
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<RawObject>>;
+    /// How many objects of a kind a namespace holds. This default lists them.
+    async fn count(&self, kind: Kind, namespace: &str) -> Result<u64> {
+        Ok(self.list(kind, Some(namespace)).await?.len() as u64)
+    }
+    /// The triggers of a namespace that name `function`, ordered by name. This default
+    /// lists them all.
+    async fn triggers_of(&self, namespace: &str, function: &str) -> Result<Vec<RawObject>> {
+        let mut all = self.list(Kind::Trigger, Some(namespace)).await?;
+        all.retain(|t| t.spec.get("functionRef").and_then(|f| f.as_str()) == Some(function));
+        Ok(all)
+    }
     /// Creates with a default status; the namespace is ensured. `AlreadyExists` if taken;
     /// a store that can (SQLite) also refuses, in the same write, a name held by the kind
     /// this one shares names with (`Kind::shares_names_with`), so racing creates of a
