@@ -1503,34 +1503,27 @@ async fn cron_fires_and_job_runs_are_call_records_of_the_data_plane() {
         assert_eq!(statuses, [&json!(500), &json!(200)], "newest first");
         Some(())
     };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, body) = carol.get("functions/hello/invocations?trigger=job").await;
-        if expected(&body).is_some() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job records: {body}\n{}",
-            data_plane.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    job_records_appear(&carol, || data_plane.log(), &expected).await;
     // Another replica of the data plane (or this one restarted) has them too.
     let second = cluster.operator_with_env("api-2", &["--components", "api"], &[]);
     wait_ready(&second).await;
     let carol = User::new(&second, "carol");
+    job_records_appear(&carol, || second.log(), &expected).await;
+}
+
+/// Waits up to 15 s for `user`'s job records of `hello` to be what `expected` accepts.
+async fn job_records_appear(
+    user: &User,
+    log: impl Fn() -> String,
+    expected: &impl Fn(&Value) -> Option<()>,
+) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let (_, body) = carol.get("functions/hello/invocations?trigger=job").await;
+        let (_, body) = user.get("functions/hello/invocations?trigger=job").await;
         if expected(&body).is_some() {
-            break;
+            return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "job records: {body}\n{}",
-            second.log()
-        );
+        assert!(Instant::now() < deadline, "job records: {body}\n{}", log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
