@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::api::Api;
@@ -16,6 +18,28 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use reqwest::StatusCode;
 use serde_json::json;
+use sless_core::model::Kind;
+use tokio::sync::broadcast::error::RecvError;
+
+/// Counts the store's writes of one trigger from now on (a lagging subscriber counts
+/// every change it missed as one).
+fn trigger_writes(server: &common::TestServer, namespace: &str, name: &str) -> Arc<AtomicUsize> {
+    let writes = Arc::new(AtomicUsize::new(0));
+    let mut changes = server.store.subscribe();
+    let (counted, namespace, name) = (writes.clone(), namespace.to_owned(), name.to_owned());
+    tokio::spawn(async move {
+        loop {
+            let n = match changes.recv().await {
+                Ok(c) if c.kind == Kind::Trigger && c.namespace == namespace && c.name == name => 1,
+                Ok(_) => 0,
+                Err(RecvError::Lagged(missed)) => missed as usize,
+                Err(RecvError::Closed) => return,
+            };
+            counted.fetch_add(n, Ordering::Relaxed);
+        }
+    });
+    writes
+}
 
 #[tokio::test]
 async fn a_thousand_messages_are_each_delivered_once_and_acked() {
@@ -23,6 +47,8 @@ async fn a_thousand_messages_are_each_delivered_once_and_acked() {
     let (server, client) = (&world.server, &world.client);
     let api = Api::new(server, "events-bulk");
     deploy(&api, "bulk", "bulk-orders", json!({"concurrency": 16})).await;
+    let status_writes = trigger_writes(server, &api.user.ns, "bulk");
+    let draining = Instant::now();
 
     let ids = ids("bulk", 1000);
     for id in &ids {
@@ -51,6 +77,14 @@ async fn a_thousand_messages_are_each_delivered_once_and_acked() {
     assert_eq!(trigger["concurrency"], 16);
     assert_eq!(trigger["max_retries"], 5, "the default is shown");
     assert!(trigger["last_message_time"].is_string(), "{trigger}");
+    // Counts are written once per poll (100 ms here), not per message or per write the
+    // dispatcher's own write wakes it for; a few more for the state changes.
+    let polls = draining.elapsed().as_millis() / 100;
+    let writes = status_writes.load(Ordering::Relaxed);
+    assert!(
+        writes as u128 <= polls + 5,
+        "{writes} status writes in {polls} polls"
+    );
     assert_eq!(client.depth("bulk-orders").await, 0, "all acked");
     assert_eq!(client.depth("bulk-orders.dead").await, 0);
 

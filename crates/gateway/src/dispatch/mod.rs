@@ -96,12 +96,32 @@ struct Counters {
     /// Unix seconds of the last message handled, 0 for none since the last write: per
     /// message a store, formatted only when written.
     last_message_time: AtomicI64,
+    /// When counts were last written. Each status write is a store change that wakes
+    /// the dispatcher (and every other watcher) again: counts are written at most once
+    /// per poll, or a busy trigger would rewrite its status as fast as the store syncs.
+    counted_at: Mutex<Option<Instant>>,
 }
 
 impl Counters {
     fn touch(&self) {
         let now = chrono::Utc::now().timestamp();
         self.last_message_time.store(now, Ordering::Relaxed);
+    }
+
+    /// Whether counts may be written now: none written within `every`.
+    fn count_due(&self, every: Duration) -> bool {
+        let at = self
+            .counted_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        at.is_none_or(|at| at.elapsed() >= every)
+    }
+
+    fn counts_written(&self) {
+        *self
+            .counted_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 }
 
@@ -439,7 +459,8 @@ impl Shared {
         counters.retain(|key, _| seen.contains(key) || consumers.contains_key(key));
     }
 
-    /// Writes (active, message) and adds the counted messages, when anything changed.
+    /// Writes (active, message) and adds the counted messages, when anything changed;
+    /// counts alone at most once per poll.
     async fn write_status(
         &self,
         trigger: &Object<Trigger>,
@@ -447,7 +468,12 @@ impl Shared {
         active: bool,
         message: Option<String>,
     ) {
+        let status = &trigger.status;
+        let same_state = status.active == active && status.message == message;
         let counters = self.counters(key);
+        if same_state && !counters.count_due(self.config.poll_every) {
+            return;
+        }
         let delivered = counters.delivered.swap(0, Ordering::Relaxed);
         let failed = counters.failed.swap(0, Ordering::Relaxed);
         let dead_lettered = counters.dead_lettered.swap(0, Ordering::Relaxed);
@@ -457,10 +483,12 @@ impl Shared {
         } else {
             rfc3339(last_secs)
         };
-        let status = &trigger.status;
         let counted = delivered + failed + dead_lettered > 0 || last.is_some();
-        if !counted && status.active == active && status.message == message {
+        if !counted && same_state {
             return;
+        }
+        if counted {
+            counters.counts_written();
         }
         let written = modify_status::<Trigger, _>(&*self.store, &key.0, &key.1, |t| {
             t.status.active = active;
