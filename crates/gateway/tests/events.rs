@@ -450,6 +450,27 @@ async fn concurrency_runs_that_many_calls_at_once() {
 }
 
 #[tokio::test]
+async fn the_next_messages_are_prefetched_while_calls_run() {
+    let world = world().await;
+    let (server, client) = (&world.server, &world.client);
+    let api = Api::new(server, "events-ahead");
+    deploy(&api, "ahead", "ahead-orders", json!({"concurrency": 2})).await;
+
+    let published = Instant::now();
+    for id in ids("ahead", 20) {
+        let slow = json!({"sleep": 5}).to_string();
+        client.publish("ahead-orders", slow.as_bytes(), &id).await;
+    }
+    // Before any call can end: two running and two more in hand, not on the broker.
+    let mut depth = client.depth("ahead-orders").await;
+    while depth > 16 && published.elapsed() < Duration::from_secs(4) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        depth = client.depth("ahead-orders").await;
+    }
+    assert_eq!(depth, 16, "twice the concurrency taken from the queue");
+}
+
+#[tokio::test]
 async fn without_a_broker_event_triggers_say_so() {
     let server = platform(None).await;
     let api = Api::new(&server, "events-none");

@@ -1,8 +1,11 @@
-//! One event trigger's consumer: its own channel (prefetch = the trigger's
-//! concurrency), its queue and the two sless declares beside it, and one call to the
-//! function per message.
+//! One event trigger's consumer: its own channel, its queue and the two sless
+//! declares beside it, and one call to the function per message, `concurrency` at
+//! once. The prefetch is twice that: the next messages are in hand when a call ends,
+//! so the function is not left waiting for the broker's round trip.
 
+use std::any::Any;
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -24,7 +27,6 @@ use lapin::{BasicProperties, Channel, Connection, ErrorKind};
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use tokio::sync::watch;
-use tokio::task::{JoinError, JoinSet};
 use tokio::time::timeout;
 
 use super::{Counters, Target};
@@ -118,8 +120,12 @@ impl Consumer {
             .create_channel()
             .await
             .map_err(|e| failed("cannot open a channel", e))?;
+        let at_once = usize::from(target.concurrency);
         channel
-            .basic_qos(target.concurrency, BasicQosOptions::default())
+            .basic_qos(
+                target.concurrency.saturating_mul(2),
+                BasicQosOptions::default(),
+            )
             .await
             .map_err(|e| failed("cannot set the prefetch", e))?;
         channel
@@ -149,25 +155,39 @@ impl Consumer {
             .map_err(|e| failed("cannot consume", e))?;
         self.set_state(ConsumerState::Consuming);
 
-        let mut in_hand = JoinSet::new();
+        // Polled by this task, not spawned: a spawn per message wakes another worker
+        // thread, and on two cores those wake-ups cost more than the call's own work.
+        let mut in_hand = FuturesUnordered::new();
+        // Prefetched, waiting for a call to end.
+        let mut waiting = VecDeque::new();
         let mut acks = Acks::default();
+        let handle = |delivery| {
+            let handled = self.clone().handle(channel.clone(), each.clone(), delivery);
+            AssertUnwindSafe(handled).catch_unwind()
+        };
         let outcome = loop {
             tokio::select! {
                 _ = stop.changed() => break Ok(()),
                 delivery = deliveries.next() => match delivery {
                     Some(Ok(delivery)) => {
                         acks.delivered(delivery.delivery_tag);
-                        let handled = self.clone().handle(channel.clone(), each.clone(), delivery);
-                        in_hand.spawn(handled);
+                        if in_hand.len() < at_once {
+                            in_hand.push(handle(delivery));
+                        } else {
+                            waiting.push_back(delivery);
+                        }
                     }
                     Some(Err(e)) => break Err(failed("consumer failed", e)),
                     None => break Err(format!("the broker cancelled the consumer of queue {queue:?}")),
                 },
-                Some(handled) = in_hand.join_next(), if !in_hand.is_empty() => {
+                Some(handled) = in_hand.next(), if !in_hand.is_empty() => {
                     acks.handled(&channel, handled);
                     // Whatever else finished meanwhile goes out in the same ack.
-                    while let Some(handled) = in_hand.try_join_next() {
+                    while let Some(Some(handled)) = in_hand.next().now_or_never() {
                         acks.handled(&channel, handled);
+                    }
+                    while in_hand.len() < at_once && let Some(delivery) = waiting.pop_front() {
+                        in_hand.push(handle(delivery));
                     }
                     acks.flush(&channel);
                 }
@@ -175,14 +195,14 @@ impl Consumer {
             }
         };
         // No new message from here; those in hand are answered and acked, the
-        // rest goes back to the queue when the channel closes.
+        // rest (the waiting ones too) goes back to the queue when the channel closes.
         // Bounded: on a connection that just died an answer may never come.
         let _ = timeout(
             SHUTDOWN_WAIT,
             channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()),
         )
         .await;
-        while let Some(handled) = in_hand.join_next().await {
+        while let Some(handled) = in_hand.next().await {
             acks.handled(&channel, handled);
             acks.flush(&channel);
         }
@@ -380,7 +400,7 @@ impl Acks {
         self.tags.delivered(tag);
     }
 
-    fn handled(&mut self, channel: &Channel, handled: Result<(u64, Settle), JoinError>) {
+    fn handled(&mut self, channel: &Channel, handled: Result<(u64, Settle), Box<dyn Any + Send>>) {
         match handled {
             Ok((tag, Settle::Ack)) => self.tags.set(tag, Held::Done),
             Ok((tag, Settle::Requeue)) => {
@@ -396,7 +416,7 @@ impl Acks {
             }
             // Its message stays unacked: the broker delivers it again once the channel
             // closes.
-            Err(e) => tracing::error!(error = %e, "an event message's handler failed"),
+            Err(_) => tracing::error!("an event message's handler panicked"),
         }
     }
 
