@@ -19,7 +19,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties};
-use tokio::sync::{broadcast, watch};
+use tokio::runtime::Handle;
+use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -62,6 +63,8 @@ impl DispatchConfig {
 /// The running dispatcher; dropping it stops every consumer.
 pub struct Dispatcher {
     task: JoinHandle<()>,
+    /// Ends the consumers' thread, and with its runtime every consumer.
+    _consumers: oneshot::Sender<()>,
 }
 
 impl Drop for Dispatcher {
@@ -72,17 +75,42 @@ impl Drop for Dispatcher {
 
 impl Dispatcher {
     pub fn start(store: Arc<dyn Store>, proxy: Arc<Proxy>, config: DispatchConfig) -> Self {
+        let (stop, consumers) = consumer_thread();
         let shared = Arc::new(Shared {
             store,
             proxy,
             config,
+            consumers_on: consumers,
             consumers: Mutex::new(HashMap::new()),
             counters: Mutex::new(HashMap::new()),
         });
         Self {
             task: tokio::spawn(run(shared)),
+            _consumers: stop,
         }
     }
+}
+
+/// A thread of its own with a single-threaded runtime for the consumers and the calls
+/// they make: on the shared work-stealing runtime each delivery, answer and ack woke
+/// another worker thread, and on two cores those wake-ups cost more than the call's
+/// own work. Its runtime ends when the sender is dropped.
+fn consumer_thread() -> (oneshot::Sender<()>, Handle) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for the event consumers");
+    let handle = runtime.handle().clone();
+    let spawned = std::thread::Builder::new()
+        .name("sless-events".into())
+        .spawn(move || {
+            let _ = runtime.block_on(stopped);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the event consumers' thread");
+    }
+    (stop, handle)
 }
 
 type Key = (String, String);
@@ -175,6 +203,8 @@ struct Shared {
     store: Arc<dyn Store>,
     proxy: Arc<Proxy>,
     config: DispatchConfig,
+    /// Where consumers run ([`consumer_thread`]).
+    consumers_on: Handle,
     consumers: Mutex<HashMap<Key, Running>>,
     counters: Mutex<HashMap<Key, Arc<Counters>>>,
 }
@@ -197,13 +227,21 @@ async fn run(shared: Arc<Shared>) {
     let mut delay = first_delay;
     loop {
         let properties = ConnectionProperties::default().with_connection_name("sless".into());
-        let connected = tokio::time::timeout(
-            Duration::from_secs(10),
-            Connection::connect(&url, properties),
-        )
-        .await
-        .map_err(|_| "no answer in 10 s".to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
+        // Made on the consumers' runtime, so its socket wakes their thread, not one of
+        // the shared runtime's that would only pass the wake-up on.
+        let mut connect = shared.consumers_on.spawn({
+            let url = url.clone();
+            async move { Connection::connect(&url, properties).await }
+        });
+        let connected = match tokio::time::timeout(Duration::from_secs(10), &mut connect).await {
+            Ok(joined) => joined
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string())),
+            Err(_) => {
+                connect.abort();
+                Err("no answer in 10 s".to_string())
+            }
+        };
         let down = match connected {
             Ok(connection) => {
                 tracing::info!("dispatcher: connected to the broker");
@@ -407,7 +445,9 @@ impl Shared {
             retry_base: self.config.retry_base,
             retry_max: self.config.retry_max,
         };
-        let task = tokio::spawn(consumer.run(connection.clone(), stopped));
+        let task = self
+            .consumers_on
+            .spawn(consumer.run(connection.clone(), stopped));
         Running {
             target,
             connection: connection.clone(),
