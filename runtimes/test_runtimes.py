@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import shutil
+import select
 import signal
 import socket
 import subprocess
@@ -837,6 +838,30 @@ def test_standby(rt):
             proc.stdout.close()
             proc.stderr.close()
 
+    def announces_loaded_before_bound():
+        port = free_port()
+        read_end, write_end = os.pipe()
+        env = rt.env(PORT=str(port), SLESS_HOST="127.0.0.1", SLESS_READY_FD=str(write_end), SLESS_STANDBY="1")
+        del env["SLESS_FUNCTION_DIR"]
+        proc = subprocess.Popen(rt.argv, env=env, pass_fds=(write_end,), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=rt.tmp)
+        os.close(write_end)
+        try:
+            readable, _, _ = select.select([read_end], [], [], 30)
+            expect(readable and os.read(read_end, 1) == b"1", "no ready byte while waiting on stdin")
+            expect(proc.poll() is None, "exited before it was bound")
+            proc.stdin.write(bound(rt.fn_dir))
+            proc.stdin.close()
+            _, value = request_json(port, "GET", "/dep")
+            expect(value == "dep-ok", value)
+            expect(os.read(read_end, 1) == b"", "a second ready byte once bound")
+        finally:
+            os.close(read_end)
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
     def let_go_unused():
         port, proc, ready = start(b"")
         os.close(ready)
@@ -856,6 +881,7 @@ def test_standby(rt):
         expect(proc.returncode == 3 and b"bad standby message" in err, (proc.returncode, err[-500:]))
 
     for name, fn in [("standby serves the directory named on stdin, with its env", serves_the_named_dir),
+                     ("standby writes its ready byte once loaded, before it is bound", announces_loaded_before_bound),
                      ("standby let go unused exits 0", let_go_unused),
                      ("standby given a missing directory exits 3", bad_dir),
                      ("standby given a line that is not its JSON exits 3", bad_message)]:

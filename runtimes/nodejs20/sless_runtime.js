@@ -321,7 +321,7 @@ function readBody(req) {
 }
 
 // Listens at once (a standby holds its port), answers once `loaded` gives the handler.
-function serve(loaded) {
+function serve(loaded, standby) {
   const host = process.env.SLESS_HOST || '0.0.0.0';
   const port = Number(process.env.PORT || 8080);
   let active = 0;
@@ -374,7 +374,8 @@ function serve(loaded) {
     console.error(`sless-runtime: cannot listen on ${where}: ${err.message}`);
     process.exit(1);
   });
-  const listening = () => loaded.then(announceReady, () => {});
+  // A standby's byte says it has loaded and listens, before it is bound.
+  const listening = standby ? announceReady : () => loaded.then(announceReady, () => {});
   if (/^\d+$/.test(listenFd)) server.listen({ fd: Number(listenFd) }, listening);
   else server.listen(port, host, listening);
 
@@ -454,18 +455,21 @@ function main() {
   }
   tagCallOutput(process.stdout);
   tagCallOutput(process.stderr);
+  const standby = process.env.SLESS_STANDBY === '1';
   const loaded = readFunctionDir().then(loadHandler);
   loaded.catch((err) => {
     console.error(err instanceof Error && err.stack ? err.stack : err);
     console.error(`sless-runtime: cannot load handler: ${errorMessage(err)}`);
     process.exit(EXIT_LOAD_ERROR);
   });
-  serve(loaded);
+  serve(loaded, standby);
 }
 
 // A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; when a
 // function needs it, the runner sends one JSON line on stdin, the function's directory
-// and its env ({"dir": ..., "env": {...}}), and closes it.
+// and its env ({"dir": ..., "env": {...}}), and closes it. Its ready byte, once it
+// listens, says it has loaded (the runner binds a loaded standby first); bound, it
+// serves unannounced.
 function readFunctionDir() {
   if (process.env.SLESS_STANDBY !== '1') return Promise.resolve();
   delete process.env.SLESS_STANDBY;

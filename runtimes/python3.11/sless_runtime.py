@@ -722,9 +722,11 @@ def listen_socket():
 def await_function_dir():
     """A pre-started runtime (SLESS_STANDBY=1) has loaded and holds its port; when a
     function needs it, the runner sends one JSON line on stdin: the function's
-    directory and its env ({"dir": ..., "env": {...}})."""
+    directory and its env ({"dir": ..., "env": {...}}). Its ready byte says it has
+    loaded (the runner binds a loaded standby first); bound, it serves unannounced."""
     if os.environ.pop("SLESS_STANDBY", "") != "1":
         return
+    announce_ready()
     line = sys.stdin.readline()
     if not line.strip():
         sys.exit(0)  # let go unused

@@ -4,7 +4,8 @@
 //!
 //! Readiness: the runtime writes a byte to descriptor [`READY_FD`] once it listens, so
 //! the health check runs at that moment instead of on a poll schedule; a runtime that
-//! never writes it (a Go binary built by an older sless) is found by polling.
+//! never writes it (a Go binary built by an older sless) is found by polling. A standby
+//! writes it once it has loaded and waits for its function ([`Instance::is_loaded`]).
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -20,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::watch;
 
 use crate::cgroup::Cgroup;
 use crate::egress::{self, Egress, ProxyLimits};
@@ -114,6 +116,8 @@ pub struct Instance {
     stdin: Option<ChildStdin>,
     /// A standby's directories, which its function's are mounted on when it is bound.
     slot: Option<Slot>,
+    /// A standby's ready byte: true once it has loaded.
+    loaded: Option<watch::Receiver<bool>>,
     /// When the spawn began, for the debug log of how long each step took.
     spawned_at: std::time::Instant,
     owner: Arc<Mutex<Owner>>,
@@ -289,6 +293,12 @@ impl Instance {
         drop(listener);
         let child_stdin = child.stdin.take();
         let ready = pipe::Receiver::from_owned_fd(OwnedFd::from(ready)).ok();
+        // A standby's byte says it loaded; bound, its first health check waits in the
+        // socket's backlog until it serves.
+        let (ready, loaded) = match &launch.target {
+            Target::Standby(_) => (None, ready.map(watch_loaded)),
+            Target::Serve(_) => (ready, None),
+        };
         for (stream, reader) in [
             (
                 Stream::Stdout,
@@ -319,6 +329,7 @@ impl Instance {
             ready,
             stdin: child_stdin,
             slot: None,
+            loaded,
             spawned_at,
             owner,
             scratch: None,
@@ -390,6 +401,11 @@ impl Instance {
             .write_all(format!("{message}\n").as_bytes())
             .await
             .map_err(|e| format!("the standby process is gone: {e}"))
+    }
+
+    /// Whether a standby has loaded and waits for its function.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.as_ref().is_some_and(|loaded| *loaded.borrow())
     }
 
     /// Where it serves.
@@ -541,6 +557,17 @@ fn watch_pids(cgroup: Weak<Cgroup>, logs: Arc<LogBook>, owner: Arc<Mutex<Owner>>
             }
         }
     });
+}
+
+/// True on a standby's first byte.
+fn watch_loaded(mut pipe: pipe::Receiver) -> watch::Receiver<bool> {
+    let (sender, receiver) = watch::channel(false);
+    tokio::spawn(async move {
+        if pipe.read(&mut [0u8; 1]).await.is_ok_and(|n| n == 1) {
+            let _ = sender.send(true);
+        }
+    });
+    receiver
 }
 
 async fn ready_or_closed(ready: Option<&mut pipe::Receiver>) {

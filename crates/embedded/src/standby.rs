@@ -3,7 +3,8 @@
 //! function scaled to zero skips the interpreter's start. The pool refills off the
 //! async workers and outside its lock, so a take never waits for a spawn; it grows by
 //! one per take within [`DEMAND_WINDOW`] (first calls in a burst outrun the refills)
-//! and shrinks back to its idle size once the takes stop.
+//! and shrinks back to its idle size once the takes stop. A take prefers a standby that
+//! has loaded (its runtime's ready byte) over an older one still loading.
 //!
 //! A standby is confined like an instance, but for no function: Landlock lets it read
 //! only its slot's `r/` and write only its `w/` (a 1 MB tmpfs of its own mount
@@ -218,8 +219,9 @@ impl Shared {
         }
     }
 
-    /// The oldest standby of `runtime` still alive (loaded, or the nearest to it);
-    /// the pool refills (and grows with the takes) in the background.
+    /// The oldest standby of `runtime` that has loaded, else the oldest still alive
+    /// (the nearest to loaded); the pool refills (and grows with the takes) in the
+    /// background.
     pub(crate) fn take_standby(self: &Arc<Self>, runtime: Runtime) -> Option<Instance> {
         if !self.has_standbys(runtime) {
             return None;
@@ -228,8 +230,17 @@ impl Shared {
             let mut runtimes = self.standby_pools();
             let pool = runtimes.entry(runtime).or_default();
             pool.taken.push_back(Instant::now());
-            std::iter::from_fn(|| pool.idle.pop_front())
-                .find_map(|mut standby| (!standby.has_exited()).then_some(standby))
+            pool.idle.retain_mut(|standby| !standby.has_exited());
+            let loaded = pool.idle.iter().position(Instance::is_loaded);
+            let taken = pool.idle.remove(loaded.unwrap_or(0));
+            tracing::debug!(
+                runtime = %runtime.as_str(),
+                loaded = loaded.is_some(),
+                left = pool.idle.len(),
+                spawning = pool.spawning,
+                "took a standby"
+            );
+            taken
         };
         self.fill_standbys(runtime);
         taken

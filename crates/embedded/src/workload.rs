@@ -840,8 +840,12 @@ impl Actor {
         };
         let sandbox = &shared.builder.sandbox;
         if let Some(mut standby) = shared.take_standby(runtime) {
+            let binding = Instant::now();
             match standby.bind(&function, sandbox, &shared.logs).await {
-                Ok(()) => return Ok(standby),
+                Ok(()) => {
+                    tracing::debug!(ns = %self.ns, name = %self.name, bind_us = binding.elapsed().as_micros() as u64, "bound a standby");
+                    return Ok(standby);
+                }
                 Err(e) => {
                     tracing::warn!(ns = %self.ns, name = %self.name, error = %e, "a standby could not be bound; starting a process");
                 }
