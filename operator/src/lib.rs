@@ -214,6 +214,18 @@ pub use kube::Client as KubeClient;
 /// How long start-up waits for the API server's first answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long a request may wait for the head of its response (a watch's comes at once):
+/// one that never answers fails and its reconcile is retried, instead of holding it
+/// forever (kube sets no read timeout). The API server ends its own requests after 60 s.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(70);
+
+/// A client whose requests fail after `timeout` without the head of a response.
+fn client(config: kube::Config, timeout: Duration) -> kube::Result<kube::Client> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
+        .build())
+}
+
 /// A client from the in-cluster service account, or the local kubeconfig, once the API
 /// server answered: a wrong address fails the start with a message, not later.
 pub async fn connect() -> anyhow::Result<kube::Client> {
@@ -224,7 +236,7 @@ pub async fn connect() -> anyhow::Result<kube::Client> {
         )
     })?;
     let url = config.cluster_url.clone();
-    let client = kube::Client::try_from(config)
+    let client = client(config, REQUEST_TIMEOUT)
         .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client for {url}: {e}"))?;
     match tokio::time::timeout(CONNECT_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(version)) => {
@@ -239,5 +251,30 @@ pub async fn connect() -> anyhow::Result<kube::Client> {
             "the Kubernetes API at {url} did not answer within {} s",
             CONNECT_TIMEOUT.as_secs()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_the_api_server_never_answers_fails_after_the_timeout() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // Accepts and reads, never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        let client = client(config, Duration::from_millis(300)).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
+            .await
+            .expect("the request gave up by itself");
+        assert!(answer.is_err(), "{answer:?}");
     }
 }

@@ -19,6 +19,9 @@ use kube_emulator::RequestRecord;
 use serde_json::json;
 use sless_core::model::ANNOTATION_LAST_BUILT_S3KEY;
 
+/// How long the resync may go without a function getting Ready or a trigger active.
+const STALL: Duration = Duration::from_secs(120);
+
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -61,12 +64,20 @@ fn play_deployment_controller(cluster: &Cluster, pods: &mut HashSet<String>) {
     }
 }
 
+/// What the requests of a period cost the emulator: conflicts, and the slowest.
+#[derive(Default)]
+struct Costs {
+    conflicts: u64,
+    slowest: Option<RequestRecord>,
+}
+
 /// Adds the operator's requests served after the first `seen` to column `column` of
-/// `rows` (each `columns` wide); how many were served in all.
+/// `rows` (each `columns` wide) and to `costs`; how many were served in all.
 fn tally(
     cluster: &Cluster,
     seen: u64,
     rows: &mut BTreeMap<String, Vec<u64>>,
+    costs: &mut Costs,
     columns: usize,
     column: usize,
 ) -> u64 {
@@ -77,8 +88,41 @@ fn tally(
     {
         rows.entry(verb_resource(request))
             .or_insert_with(|| vec![0; columns])[column] += 1;
+        costs.conflicts += u64::from(request.status == 409);
+        if costs
+            .slowest
+            .as_ref()
+            .is_none_or(|s| s.duration < request.duration)
+        {
+            costs.slowest = Some(request.clone());
+        }
     }
     served
+}
+
+/// Why the resync stopped moving: the requests without an answer, and the operator's log.
+fn stalled(cluster: &Cluster, operator: &common::kube_cluster::Operator) -> String {
+    let open: Vec<String> = cluster
+        .emu
+        .open_requests()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {}?{} open for {:.1} s",
+                r.client.as_deref().unwrap_or("-"),
+                r.method,
+                r.path,
+                r.query,
+                r.open_for.as_secs_f64()
+            )
+        })
+        .collect();
+    format!(
+        "{} requests without an answer in the emulator:\n{}\noperator log:\n{}",
+        open.len(),
+        open.join("\n"),
+        operator.log()
+    )
 }
 
 fn ready_functions(cluster: &Cluster) -> usize {
@@ -183,27 +227,34 @@ async fn controller_load_with_many_functions() {
     // The log keeps the last 10,000 requests: read as they come.
     let mut seen = 0;
     let mut resync_rows: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut resync_costs = Costs::default();
     let mut functions_ready = None;
+    // (functions Ready, triggers active) and since when.
+    let mut progress = ((0, 0), Instant::now());
     let resync = loop {
         play_deployment_controller(&cluster, &mut pods);
-        seen = tally(&cluster, seen, &mut resync_rows, 1, 0);
+        seen = tally(&cluster, seen, &mut resync_rows, &mut resync_costs, 1, 0);
         let ready = ready_functions(&cluster) as u64;
+        let active = active_triggers(&cluster) as u64;
         if ready == functions {
             functions_ready.get_or_insert(started.elapsed());
-            if active_triggers(&cluster) as u64 == functions {
+            if active == functions {
                 break started.elapsed();
             }
         }
+        if progress.0 != (ready, active) {
+            progress = ((ready, active), Instant::now());
+        }
         assert!(
-            started.elapsed() < Duration::from_secs(900),
-            "after 15 minutes {ready} of {functions} functions Ready, {} triggers active; \
-             operator log:\n{}",
-            active_triggers(&cluster),
-            operator.log()
+            progress.1.elapsed() < STALL,
+            "stalled: for {} s {ready} of {functions} functions Ready, {active} triggers \
+             active; {}",
+            STALL.as_secs(),
+            stalled(&cluster, &operator)
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
-    seen = tally(&cluster, seen, &mut resync_rows, 1, 0);
+    seen = tally(&cluster, seen, &mut resync_rows, &mut resync_costs, 1, 0);
     assert_eq!(pods.len() as u64, functions, "one pod per function");
     println!(
         "\nFull resync of {functions} functions with {functions} http triggers in {namespaces} \
@@ -216,6 +267,15 @@ async fn controller_load_with_many_functions() {
         &["count".to_string()],
         &resync_rows,
     );
+    if let Some(slowest) = &resync_costs.slowest {
+        println!(
+            "\n{} conflicts (409); the slowest request took {} ms to answer ({} {})",
+            resync_costs.conflicts,
+            slowest.duration.as_millis(),
+            slowest.method,
+            slowest.path
+        );
+    }
 
     // Steady state: nothing changes; the requeues fall inside.
     println!(
@@ -232,7 +292,14 @@ async fn controller_load_with_many_functions() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         play_deployment_controller(&cluster, &mut pods);
         let minute = (measuring.elapsed().as_secs() / 60) as usize;
-        seen = tally(&cluster, seen, &mut rows, minutes, minute.min(minutes - 1));
+        seen = tally(
+            &cluster,
+            seen,
+            &mut rows,
+            &mut Costs::default(),
+            minutes,
+            minute.min(minutes - 1),
+        );
     }
     let columns: Vec<String> = (1..=minutes).map(|m| format!("min {m}")).collect();
     print_table(

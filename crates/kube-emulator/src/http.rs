@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State as AxumState};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::extract::{Query, Request, State as AxumState};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -44,13 +44,9 @@ impl IntoResponse for ApiError {
 }
 
 /// Every request lands here; a `/clients/{id}` path prefix names the caller in the log.
-pub(crate) async fn handle(
-    AxumState(emu): AxumState<Emulator>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn handle(AxumState(emu): AxumState<Emulator>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let (client, path) = match uri.path().strip_prefix("/clients/") {
         Some(rest) => {
             let (id, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -59,6 +55,20 @@ pub(crate) async fn handle(
         None => (None, uri.path().to_string()),
     };
     let params: Params = Query::try_from_uri(&uri).map(|q| q.0).unwrap_or_default();
+    let opened = emu.open(
+        client.as_deref(),
+        method.as_str(),
+        &path,
+        uri.query().unwrap_or_default(),
+    );
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(body) => body,
+        Err(e) => {
+            let error = ApiError::bad_request(format!("cannot read the request body: {e}"));
+            emu.record(&opened, error.code, None);
+            return error.into_response();
+        }
+    };
     let response = if emu.is_down() {
         ApiError::service_unavailable().into_response()
     } else {
@@ -69,14 +79,7 @@ pub(crate) async fn handle(
         .then(|| serde_json::from_slice::<Value>(&body).ok())
         .flatten()
         .and_then(|object| object["metadata"]["name"].as_str().map(str::to_string));
-    emu.record(
-        client,
-        method.as_str(),
-        &path,
-        uri.query().unwrap_or_default(),
-        response.status().as_u16(),
-        created_name,
-    );
+    emu.record(&opened, response.status().as_u16(), created_name);
     response
 }
 

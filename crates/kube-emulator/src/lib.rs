@@ -27,9 +27,10 @@ mod schema;
 mod selector;
 mod store;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -51,6 +52,19 @@ pub struct RequestRecord {
     pub status: u16,
     /// The `metadata.name` of the object a POST sent (its path names only the collection).
     pub created_name: Option<String>,
+    /// From the request's arrival to its response's head (a watch streams on after).
+    pub duration: Duration,
+}
+
+/// A request being served: arrived, no response head yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenRequest {
+    pub client: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    /// How long it has been open.
+    pub open_for: Duration,
 }
 
 impl RequestRecord {
@@ -66,6 +80,22 @@ struct Requests {
     counts: HashMap<(String, String), u64>,
     /// Every request served so far.
     served: u64,
+    /// Requests still being served, by arrival number.
+    open: BTreeMap<u64, (OpenRequest, Instant)>,
+    arrived: u64,
+}
+
+/// Keeps a request in [`Emulator::open_requests`] until dropped (served, or given up
+/// by the client).
+pub(crate) struct Opened {
+    emu: Emulator,
+    id: u64,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        lock(&self.emu.inner.requests).open.remove(&self.id);
+    }
 }
 
 struct Inner {
@@ -473,31 +503,59 @@ impl Emulator {
             .unwrap_or(0)
     }
 
-    fn record(
-        &self,
-        client: Option<String>,
-        method: &str,
-        path: &str,
-        query: &str,
-        status: u16,
-        created_name: Option<String>,
-    ) {
+    /// The requests that arrived and have no response yet, oldest first.
+    pub fn open_requests(&self) -> Vec<OpenRequest> {
+        lock(&self.inner.requests)
+            .open
+            .values()
+            .map(|(request, since)| OpenRequest {
+                open_for: since.elapsed(),
+                ..request.clone()
+            })
+            .collect()
+    }
+
+    fn open(&self, client: Option<&str>, method: &str, path: &str, query: &str) -> Opened {
+        let since = Instant::now();
         let mut requests = lock(&self.inner.requests);
+        requests.arrived += 1;
+        let id = requests.arrived;
+        let request = OpenRequest {
+            client: client.map(str::to_string),
+            method: method.to_string(),
+            path: path.to_string(),
+            query: query.to_string(),
+            open_for: Duration::ZERO,
+        };
+        requests.open.insert(id, (request, since));
+        Opened {
+            emu: self.clone(),
+            id,
+        }
+    }
+
+    /// Moves a served request from the open ones to the log.
+    fn record(&self, opened: &Opened, status: u16, created_name: Option<String>) {
+        let mut requests = lock(&self.inner.requests);
+        let Some((request, since)) = requests.open.remove(&opened.id) else {
+            return;
+        };
         *requests
             .counts
-            .entry((method.to_string(), path.to_string()))
+            .entry((request.method.clone(), request.path.clone()))
             .or_default() += 1;
         requests.served += 1;
         if requests.log.len() == REQUEST_LOG {
             requests.log.pop_front();
         }
         requests.log.push_back(RequestRecord {
-            client,
-            method: method.to_string(),
-            path: path.to_string(),
-            query: query.to_string(),
+            client: request.client,
+            method: request.method,
+            path: request.path,
+            query: request.query,
             status,
             created_name,
+            duration: since.elapsed(),
         });
     }
 }

@@ -1191,3 +1191,49 @@ async fn crds_define_validated_and_pruned_resources() {
         .unwrap();
     assert_eq!(status_of(functions.get("ok").await.unwrap_err()).code, 404);
 }
+
+#[tokio::test]
+async fn a_request_without_an_answer_is_listed_as_open_until_it_ends() {
+    use tokio::io::AsyncWriteExt;
+    let (emu, client) = start().await;
+    // Head sent, body promised but not sent: the server waits on the client.
+    let mut stream = tokio::net::TcpStream::connect(emu.addr()).await.unwrap();
+    stream
+        .write_all(
+            b"POST /clients/slow/api/v1/namespaces/default/configmaps HTTP/1.1\r\n\
+              host: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    let open = loop {
+        let open = emu.open_requests();
+        if !open.is_empty() {
+            break open;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(open.len(), 1);
+    assert_eq!(
+        (open[0].client.as_deref(), open[0].method.as_str()),
+        (Some("slow"), "POST")
+    );
+    assert_eq!(open[0].path, "/api/v1/namespaces/default/configmaps");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(emu.open_requests()[0].open_for >= Duration::from_millis(50));
+    // Served requests are not open, and carry how long they took.
+    let maps: Api<ConfigMap> = Api::default_namespaced(client);
+    maps.list(&ListParams::default()).await.unwrap();
+    assert_eq!(emu.open_requests().len(), 1);
+    let listed = emu.requests().pop().unwrap();
+    assert_eq!(listed.method, "GET");
+    assert!(listed.duration > Duration::ZERO);
+    // The client gives up: no longer open.
+    drop(stream);
+    for _ in 0..200 {
+        if emu.open_requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(emu.open_requests().is_empty());
+}

@@ -38,7 +38,7 @@ use super::manifests::PodSecurity;
 use super::names::{
     FIELD_MANAGER, FINALIZER, LABEL_COMPONENT, LABEL_NAMESPACE, MANAGED_BY, MANAGER, owner_of,
 };
-use super::store::{is_conflict, is_not_found};
+use super::store::is_not_found;
 use super::{ContextUrls, KubeConfig, PodLogs, Readiness, manifests};
 use sless_core::logs::last_bytes;
 use sless_core::model::{Function, FunctionJob, Kind, Service, Trigger, now};
@@ -86,21 +86,6 @@ impl Error {
             Error::PresignError(_) => "PresignError",
             Error::MissingObjectKey(_) => "MissingObjectKey",
             Error::WatchStopped(_) => "WatchStopped",
-        }
-    }
-
-    /// Someone else wrote the object in between: the next attempt will see it.
-    pub fn is_conflict(&self) -> bool {
-        match self {
-            Error::KubeError(e) => is_conflict(e),
-            Error::FinalizerError(e) => match &**e {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_conflict(),
-                kube::runtime::finalizer::Error::AddFinalizer(e)
-                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => is_conflict(e),
-                _ => false,
-            },
-            _ => false,
         }
     }
 }
@@ -402,7 +387,14 @@ impl Context {
     }
 }
 
-/// Conflicts retry at once; anything else after a pause.
+/// How long before a failed reconcile is tried again, unless a watch event comes first.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Every failure is tried again after [`RETRY_AFTER`], conflicts included: a conflict
+/// says the object changed after the version the reconcile held, so its watch brings
+/// the newer version, which reconciles it at once. Retrying sooner would send the same
+/// stale version from the cache again (one conflict per object per second while the
+/// watch lags: a storm that slows the watch further).
 pub fn error_policy<K: Resource>(object: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(
         name = %object.meta().name.as_deref().unwrap_or_default(),
@@ -410,11 +402,7 @@ pub fn error_policy<K: Resource>(object: Arc<K>, error: &Error, _ctx: Arc<Contex
         error = error.metric_label(),
         "reconcile failed: {error}"
     );
-    if error.is_conflict() {
-        Action::requeue(Duration::from_secs(1))
-    } else {
-        Action::requeue(Duration::from_secs(30))
-    }
+    Action::requeue(RETRY_AFTER)
 }
 
 /// Create or update a child by server-side apply: the same call either way, and only
