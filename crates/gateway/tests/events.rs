@@ -106,6 +106,20 @@ async fn a_thousand_messages_are_each_delivered_once_and_acked() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body = response.text().await.unwrap();
     assert!(body.contains("no http trigger"), "{body}");
+
+    // Nothing was held unacked either (acks go out in groups while a backlog waits):
+    // the messages of a stopped consumer not acked would be back in the queue.
+    api.send(
+        reqwest::Method::PATCH,
+        "triggers/bulk",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    api.wait_until("triggers/bulk", Duration::from_secs(10), |t| {
+        t["active"] == false
+    })
+    .await;
+    assert_eq!(client.depth("bulk-orders").await, 0, "none left unacked");
 }
 
 #[tokio::test]

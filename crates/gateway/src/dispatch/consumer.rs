@@ -189,7 +189,12 @@ impl Consumer {
                     while in_hand.len() < at_once && let Some(delivery) = waiting.pop_front() {
                         in_hand.push(handle(delivery));
                     }
-                    acks.flush(&channel);
+                    // While a backlog waits, acks go out a quarter of the concurrency
+                    // at a time (the prefetch has that much room to spare): fewer
+                    // frames for lapin's I/O thread and the broker. Otherwise at once.
+                    if waiting.is_empty() || acks.done() >= at_once.div_ceil(4) {
+                        acks.flush(&channel);
+                    }
                 }
                 Some(()) = acks.sending.next(), if !acks.sending.is_empty() => {}
             }
@@ -418,6 +423,15 @@ impl Acks {
             // closes.
             Err(_) => tracing::error!("an event message's handler panicked"),
         }
+    }
+
+    /// Handled deliveries whose ack is not sent yet.
+    fn done(&self) -> usize {
+        self.tags
+            .0
+            .iter()
+            .filter(|(_, held)| *held == Held::Done)
+            .count()
     }
 
     /// Sends the acks that handled deliveries wait for.
