@@ -109,16 +109,7 @@ async fn a_thousand_messages_are_each_delivered_once_and_acked() {
 
     // Nothing was held unacked either (acks go out in groups while a backlog waits):
     // the messages of a stopped consumer not acked would be back in the queue.
-    api.send(
-        reqwest::Method::PATCH,
-        "triggers/bulk",
-        Some(json!({"enabled": false})),
-    )
-    .await;
-    api.wait_until("triggers/bulk", Duration::from_secs(10), |t| {
-        t["active"] == false
-    })
-    .await;
+    stop_trigger(&api, "bulk").await;
     assert_eq!(client.depth("bulk-orders").await, 0, "none left unacked");
 }
 
@@ -389,17 +380,7 @@ async fn stopping_the_trigger_leaves_the_rest_in_the_queue_until_started() {
             .await;
     }
     wait_calls(&api, "paced", Duration::from_secs(60), |c| c.len() >= 5).await;
-    api.send(
-        reqwest::Method::PATCH,
-        "triggers/paced",
-        Some(json!({"enabled": false})),
-    )
-    .await;
-    // Inactive once the consumer is cancelled and its message in hand answered.
-    api.wait_until("triggers/paced", Duration::from_secs(10), |t| {
-        t["active"] == false
-    })
-    .await;
+    stop_trigger(&api, "paced").await;
     let stopped = calls(&api, "paced").len();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(

@@ -93,6 +93,20 @@ pub async fn deploy(api: &Api<'_>, name: &str, queue: &str, extra: Value) {
     .await;
 }
 
+/// Disables the trigger `name` and waits until it is inactive: its consumer cancelled,
+/// the messages in hand answered and its channel closed.
+pub async fn stop_trigger(api: &Api<'_>, name: &str) {
+    let path = format!("triggers/{name}");
+    api.send(
+        reqwest::Method::PATCH,
+        &path,
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    api.wait_until(&path, Duration::from_secs(10), |t| t["active"] == false)
+        .await;
+}
+
 /// One call the handler noted.
 #[derive(Debug, Clone)]
 pub struct Call {
