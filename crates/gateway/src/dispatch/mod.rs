@@ -97,19 +97,23 @@ impl Dispatcher {
 /// own work. Its runtime ends when the sender is dropped.
 fn consumer_thread() -> (oneshot::Sender<()>, Handle) {
     let (stop, stopped) = oneshot::channel::<()>();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let started = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a runtime for the event consumers");
-    let handle = runtime.handle().clone();
-    let spawned = std::thread::Builder::new()
-        .name("sless-events".into())
-        .spawn(move || {
-            let _ = runtime.block_on(stopped);
+        .and_then(|runtime| {
+            let handle = runtime.handle().clone();
+            std::thread::Builder::new()
+                .name("sless-events".into())
+                .spawn(move || {
+                    let _ = runtime.block_on(stopped);
+                })
+                .map(|_| handle)
         });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the event consumers' thread");
-    }
+    let handle = started.unwrap_or_else(|e| {
+        // Slower, not broken: the consumers share the caller's runtime.
+        tracing::warn!(error = %e, "no thread of their own for the event consumers");
+        Handle::current()
+    });
     (stop, handle)
 }
 
